@@ -1,0 +1,1 @@
+//! codeloop-store

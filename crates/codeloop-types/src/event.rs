@@ -1,0 +1,180 @@
+//! Bus events: what every watcher (CLI, SSE clients, TUI) sees. Serialised as
+//! `{"id": N, "type": "message.part.updated", "properties": {...}}`.
+//!
+//! The id is a per-process sequence number assigned by the bus at publish time: strictly increasing, so a
+//! client resumes with `Last-Event-ID` by plain number comparison.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    AssistantError, Message, MessageId, Millis, Part, PartId, PermissionId, PermissionRequest, Session,
+    SessionId,
+};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: u64,
+    #[serde(flatten)]
+    pub payload: EventPayload,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "properties")]
+pub enum EventPayload {
+    #[serde(rename = "session.created")]
+    SessionCreated { session_id: SessionId, info: Session },
+    #[serde(rename = "session.updated")]
+    SessionUpdated { session_id: SessionId, info: Session },
+    #[serde(rename = "session.deleted")]
+    SessionDeleted { session_id: SessionId },
+    #[serde(rename = "message.updated")]
+    MessageUpdated { session_id: SessionId, info: Message },
+    #[serde(rename = "message.part.updated")]
+    PartUpdated { session_id: SessionId, part: Part },
+    /// A live text or reasoning chunk; the part's full text is persisted in batches.
+    #[serde(rename = "message.part.delta")]
+    PartDelta { session_id: SessionId, message_id: MessageId, part_id: PartId, field: String, delta: String },
+    #[serde(rename = "session.status")]
+    SessionStatus { session_id: SessionId, status: SessionStatus },
+    #[serde(rename = "session.idle")]
+    SessionIdle { session_id: SessionId },
+    #[serde(rename = "session.error")]
+    SessionError {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<SessionId>,
+        error: AssistantError,
+    },
+    #[serde(rename = "session.compacted")]
+    SessionCompacted { session_id: SessionId },
+    #[serde(rename = "todo.updated")]
+    TodoUpdated { session_id: SessionId, todos: Vec<Todo> },
+    #[serde(rename = "permission.asked")]
+    PermissionAsked(PermissionRequest),
+    #[serde(rename = "permission.replied")]
+    PermissionReplied { session_id: SessionId, request_id: PermissionId, reply: PermissionReply },
+}
+
+impl EventPayload {
+    /// The SSE event type, e.g. `message.part.updated`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventPayload::SessionCreated { .. } => "session.created",
+            EventPayload::SessionUpdated { .. } => "session.updated",
+            EventPayload::SessionDeleted { .. } => "session.deleted",
+            EventPayload::MessageUpdated { .. } => "message.updated",
+            EventPayload::PartUpdated { .. } => "message.part.updated",
+            EventPayload::PartDelta { .. } => "message.part.delta",
+            EventPayload::SessionStatus { .. } => "session.status",
+            EventPayload::SessionIdle { .. } => "session.idle",
+            EventPayload::SessionError { .. } => "session.error",
+            EventPayload::SessionCompacted { .. } => "session.compacted",
+            EventPayload::TodoUpdated { .. } => "todo.updated",
+            EventPayload::PermissionAsked(_) => "permission.asked",
+            EventPayload::PermissionReplied { .. } => "permission.replied",
+        }
+    }
+
+    /// The session the event belongs to, for per-session filtering.
+    pub fn session_id(&self) -> Option<&SessionId> {
+        match self {
+            EventPayload::SessionCreated { session_id, .. }
+            | EventPayload::SessionUpdated { session_id, .. }
+            | EventPayload::SessionDeleted { session_id }
+            | EventPayload::MessageUpdated { session_id, .. }
+            | EventPayload::PartUpdated { session_id, .. }
+            | EventPayload::PartDelta { session_id, .. }
+            | EventPayload::SessionStatus { session_id, .. }
+            | EventPayload::SessionIdle { session_id }
+            | EventPayload::SessionCompacted { session_id }
+            | EventPayload::TodoUpdated { session_id, .. }
+            | EventPayload::PermissionReplied { session_id, .. } => Some(session_id),
+            EventPayload::SessionError { session_id, .. } => session_id.as_ref(),
+            EventPayload::PermissionAsked(request) => Some(&request.session_id),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum SessionStatus {
+    Idle,
+    Busy,
+    /// Waiting before the next attempt; `next` is when it starts (epoch ms).
+    Retry { attempt: u32, max_attempts: u32, message: String, next: Millis },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionReply {
+    Once,
+    Always,
+    Reject,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Todo {
+    pub content: String,
+    pub status: TodoStatus,
+    #[serde(default = "TodoPriority::medium")]
+    pub priority: TodoPriority,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TodoStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Cancelled,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TodoPriority {
+    High,
+    Medium,
+    Low,
+}
+
+impl TodoPriority {
+    fn medium() -> Self {
+        TodoPriority::Medium
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn events_serialise_as_type_and_properties() {
+        let event = Event {
+            id: 7,
+            payload: EventPayload::PartDelta {
+                session_id: "ses_1".into(),
+                message_id: "msg_1".into(),
+                part_id: "prt_1".into(),
+                field: "text".into(),
+                delta: "hi".into(),
+            },
+        };
+        let v = serde_json::to_value(&event).unwrap();
+        assert_eq!(
+            v,
+            json!({"id": 7, "type": "message.part.delta", "properties": {
+                "session_id": "ses_1", "message_id": "msg_1", "part_id": "prt_1", "field": "text", "delta": "hi"}})
+        );
+        assert_eq!(v["type"], event.payload.type_name());
+        assert_eq!(serde_json::from_value::<Event>(v).unwrap(), event);
+    }
+
+    #[test]
+    fn retry_status_carries_attempt_and_next() {
+        let s = SessionStatus::Retry { attempt: 2, max_attempts: 8, message: "rate limited".into(), next: 5 };
+        assert_eq!(
+            serde_json::to_value(&s).unwrap(),
+            json!({"type": "retry", "attempt": 2, "max_attempts": 8, "message": "rate limited", "next": 5})
+        );
+    }
+}

@@ -1,0 +1,80 @@
+//! Pure data model of codeloop (DESIGN.md §3): ids, sessions, messages, every part kind, the tool-state
+//! machine, token counts, assistant errors and bus events.
+//!
+//! Owns: the shapes that are stored, exported and sent to clients, and the rules that belong to the data
+//! itself (which tool-state transitions are legal).
+//! Must not: do I/O, know about providers, storage or the run loop.
+
+mod error;
+mod event;
+mod ids;
+mod message;
+mod part;
+mod permission;
+mod session;
+mod tool_state;
+
+pub use error::AssistantError;
+pub use event::{Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus};
+pub use ids::{MessageId, PartId, PermissionId, SessionId, ascending_id, descending_id};
+pub use message::{AssistantMessage, Finish, Message, MessageTime, MessagePath, UserMessage};
+pub use part::{
+    AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,
+    StepFinishPart, StepStartPart, SubtaskPart, TextPart, ToolPart,
+};
+pub use permission::{PermissionAction, PermissionRequest, PermissionRule, ToolCallRef};
+pub use session::{ModelRef, ModelRefError, Session, SessionTime, date_of};
+pub use tool_state::{
+    INTERRUPTED_ERROR, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,
+    TransitionError,
+};
+
+/// Milliseconds since the Unix epoch: the one time unit of the data model.
+pub type Millis = i64;
+
+/// The current wall-clock time in milliseconds.
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Token counts of one provider step, normalised across providers: `input` excludes cached tokens and
+/// `output` excludes reasoning (DESIGN.md §3, reference §4.2).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Tokens {
+    pub input: u64,
+    pub output: u64,
+    pub reasoning: u64,
+    pub cache: CacheTokens,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CacheTokens {
+    pub read: u64,
+    pub write: u64,
+}
+
+impl Tokens {
+    /// The size of the request plus its answer, as used by the overflow check: the provider's total when it
+    /// sent one, else the sum of the parts.
+    pub fn count(&self) -> u64 {
+        match self.total {
+            Some(total) if total > 0 => total,
+            _ => self.input + self.output + self.reasoning + self.cache.read + self.cache.write,
+        }
+    }
+
+    /// Adds another step's tokens into a running total (session totals).
+    pub fn accumulate(&mut self, other: &Tokens) {
+        self.input += other.input;
+        self.output += other.output;
+        self.reasoning += other.reasoning;
+        self.cache.read += other.cache.read;
+        self.cache.write += other.cache.write;
+        self.total = Some(self.total.unwrap_or(0) + other.count());
+    }
+}

@@ -1,0 +1,47 @@
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{MessageId, PermissionId, SessionId};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PermissionAction {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// `{permission, pattern, action}`; in a ruleset the last matching rule wins (DESIGN.md §4).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct PermissionRule {
+    pub permission: String,
+    pub pattern: String,
+    pub action: PermissionAction,
+}
+
+impl PermissionRule {
+    pub fn new(permission: impl Into<String>, pattern: impl Into<String>, action: PermissionAction) -> Self {
+        Self { permission: permission.into(), pattern: pattern.into(), action }
+    }
+}
+
+/// A question to the person at the keyboard: may this tool call go ahead?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PermissionRequest {
+    pub id: PermissionId,
+    pub session_id: SessionId,
+    pub permission: String,
+    pub patterns: Vec<String>,
+    /// Patterns an `always` reply approves for the future.
+    pub always: Vec<String>,
+    #[serde(default)]
+    pub metadata: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolCallRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCallRef {
+    pub message_id: MessageId,
+    pub call_id: String,
+}

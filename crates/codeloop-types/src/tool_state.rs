@@ -1,0 +1,327 @@
+//! The tool-call state machine: `pending → running → completed | error`.
+//!
+//! Only a `running` call may become terminal, and a terminal state is never rewritten (prune only sets
+//! `time.compacted`). The one exception is [`ToolState::interrupt`], used by cleanup and crash recovery,
+//! which also settles a call that never got past `pending`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{FilePart, Millis};
+
+/// The error text of a call that was still open when its turn ended (reference §3.3).
+pub const INTERRUPTED_ERROR: &str = "Tool execution aborted";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum ToolState {
+    Pending(ToolPending),
+    Running(ToolRunning),
+    Completed(ToolCompleted),
+    Error(ToolError),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolPending {
+    #[serde(default = "empty_object")]
+    pub input: Value,
+    /// Argument text streamed so far.
+    #[serde(default)]
+    pub raw: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRunning {
+    pub input: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    pub time: StartTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartTime {
+    pub start: Millis,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCompleted {
+    pub input: Value,
+    pub output: String,
+    pub title: String,
+    #[serde(default = "empty_object")]
+    pub metadata: Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<FilePart>,
+    pub time: ToolTime,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolError {
+    pub input: Value,
+    pub error: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Value>,
+    pub time: ToolTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolTime {
+    pub start: Millis,
+    pub end: Millis,
+    /// Set when prune cleared this output from the model's view; the stored output stays.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted: Option<Millis>,
+}
+
+/// A refused state change; names both states so a log line says what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("illegal tool state transition: {from} -> {to}")]
+pub struct TransitionError {
+    pub from: &'static str,
+    pub to: &'static str,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Default::default())
+}
+
+impl Default for ToolState {
+    fn default() -> Self {
+        ToolState::Pending(ToolPending { input: empty_object(), raw: String::new() })
+    }
+}
+
+impl ToolState {
+    pub fn status(&self) -> &'static str {
+        match self {
+            ToolState::Pending(_) => "pending",
+            ToolState::Running(_) => "running",
+            ToolState::Completed(_) => "completed",
+            ToolState::Error(_) => "error",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, ToolState::Completed(_) | ToolState::Error(_))
+    }
+
+    pub fn input(&self) -> &Value {
+        match self {
+            ToolState::Pending(s) => &s.input,
+            ToolState::Running(s) => &s.input,
+            ToolState::Completed(s) => &s.input,
+            ToolState::Error(s) => &s.input,
+        }
+    }
+
+    /// Metadata of a running, completed or errored call.
+    pub fn metadata(&self) -> Option<&Value> {
+        match self {
+            ToolState::Pending(_) => None,
+            ToolState::Running(s) => s.metadata.as_ref(),
+            ToolState::Completed(s) => Some(&s.metadata),
+            ToolState::Error(s) => s.metadata.as_ref(),
+        }
+    }
+
+    /// True for an error left by cleanup or recovery (`metadata.interrupted = true`).
+    pub fn is_interrupted(&self) -> bool {
+        match self {
+            ToolState::Error(e) => {
+                e.metadata.as_ref().and_then(|m| m.get("interrupted")).and_then(Value::as_bool) == Some(true)
+            }
+            _ => false,
+        }
+    }
+
+    fn refuse(&self, to: &'static str) -> TransitionError {
+        TransitionError { from: self.status(), to }
+    }
+
+    /// Appends streamed argument text to a pending call.
+    pub fn append_raw(&mut self, delta: &str) -> Result<(), TransitionError> {
+        match self {
+            ToolState::Pending(p) => {
+                p.raw.push_str(delta);
+                Ok(())
+            }
+            other => Err(other.refuse("pending")),
+        }
+    }
+
+    /// The call's input is complete: `pending → running`. A running call keeps its state and takes the new
+    /// input (a provider may repeat the call event).
+    pub fn start(&mut self, input: Value, now: Millis) -> Result<(), TransitionError> {
+        match self {
+            ToolState::Pending(_) => {
+                *self = ToolState::Running(ToolRunning {
+                    input,
+                    title: None,
+                    metadata: None,
+                    time: StartTime { start: now },
+                });
+                Ok(())
+            }
+            ToolState::Running(r) => {
+                r.input = input;
+                Ok(())
+            }
+            other => Err(other.refuse("running")),
+        }
+    }
+
+    /// Live progress from inside a running tool.
+    pub fn progress(&mut self, title: Option<String>, metadata: Option<Value>) -> Result<(), TransitionError> {
+        match self {
+            ToolState::Running(r) => {
+                if title.is_some() {
+                    r.title = title;
+                }
+                if metadata.is_some() {
+                    r.metadata = metadata;
+                }
+                Ok(())
+            }
+            other => Err(other.refuse("running")),
+        }
+    }
+
+    /// `running → completed`.
+    pub fn complete(
+        &mut self,
+        output: String,
+        title: String,
+        metadata: Value,
+        attachments: Vec<FilePart>,
+        now: Millis,
+    ) -> Result<(), TransitionError> {
+        match self {
+            ToolState::Running(r) => {
+                *self = ToolState::Completed(ToolCompleted {
+                    input: std::mem::take(&mut r.input),
+                    output,
+                    title,
+                    metadata,
+                    attachments,
+                    time: ToolTime { start: r.time.start, end: now, compacted: None },
+                });
+                Ok(())
+            }
+            other => Err(other.refuse("completed")),
+        }
+    }
+
+    /// `running → error`, keeping the running metadata so partial progress survives.
+    pub fn fail(&mut self, error: String, now: Millis) -> Result<(), TransitionError> {
+        match self {
+            ToolState::Running(r) => {
+                *self = ToolState::Error(ToolError {
+                    input: std::mem::take(&mut r.input),
+                    error,
+                    metadata: r.metadata.take(),
+                    time: ToolTime { start: r.time.start, end: now, compacted: None },
+                });
+                Ok(())
+            }
+            other => Err(other.refuse("error")),
+        }
+    }
+
+    /// Settles a call that is still pending or running when its turn ends or after a crash:
+    /// `error "Tool execution aborted"` with `metadata.interrupted = true`.
+    pub fn interrupt(&mut self, now: Millis) -> Result<(), TransitionError> {
+        let (input, metadata, start) = match self {
+            ToolState::Pending(p) => (std::mem::take(&mut p.input), None, now),
+            ToolState::Running(r) => (std::mem::take(&mut r.input), r.metadata.take(), r.time.start),
+            other => return Err(other.refuse("error")),
+        };
+        let mut metadata = match metadata {
+            Some(Value::Object(map)) => map,
+            _ => Default::default(),
+        };
+        metadata.insert("interrupted".into(), Value::Bool(true));
+        *self = ToolState::Error(ToolError {
+            input,
+            error: INTERRUPTED_ERROR.to_owned(),
+            metadata: Some(Value::Object(metadata)),
+            time: ToolTime { start, end: now, compacted: None },
+        });
+        Ok(())
+    }
+
+    /// Prune: hides a completed output from the model; the stored output stays.
+    pub fn mark_compacted(&mut self, now: Millis) -> Result<(), TransitionError> {
+        match self {
+            ToolState::Completed(c) => {
+                c.time.compacted.get_or_insert(now);
+                Ok(())
+            }
+            other => Err(other.refuse("compacted")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn running() -> ToolState {
+        let mut s = ToolState::default();
+        s.start(json!({"cmd": "ls"}), 10).unwrap();
+        s
+    }
+
+    #[test]
+    fn only_running_becomes_terminal() {
+        let mut pending = ToolState::default();
+        assert_eq!(
+            pending.complete("x".into(), "t".into(), json!({}), vec![], 1),
+            Err(TransitionError { from: "pending", to: "completed" })
+        );
+        assert!(pending.fail("boom".into(), 1).is_err());
+
+        let mut s = running();
+        s.complete("out".into(), "title".into(), json!({"a": 1}), vec![], 20).unwrap();
+        let ToolState::Completed(c) = &s else { panic!("not completed") };
+        assert_eq!((c.time.start, c.time.end, c.input.clone()), (10, 20, json!({"cmd": "ls"})));
+    }
+
+    #[test]
+    fn terminal_states_never_change() {
+        let mut s = running();
+        s.fail("boom".into(), 5).unwrap();
+        let before = s.clone();
+        assert!(s.complete("x".into(), "t".into(), json!({}), vec![], 6).is_err());
+        assert!(s.fail("again".into(), 6).is_err());
+        assert!(s.start(json!({}), 6).is_err());
+        assert!(s.interrupt(6).is_err());
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn interrupt_settles_pending_and_running_keeping_metadata() {
+        let mut s = running();
+        s.progress(Some("ls".into()), Some(json!({"output": "partial"}))).unwrap();
+        s.interrupt(99).unwrap();
+        let ToolState::Error(e) = &s else { panic!("not error") };
+        assert_eq!(e.error, INTERRUPTED_ERROR);
+        assert_eq!(e.metadata, Some(json!({"output": "partial", "interrupted": true})));
+        assert!(s.is_interrupted());
+
+        let mut p = ToolState::default();
+        p.interrupt(5).unwrap();
+        assert!(p.is_interrupted());
+    }
+
+    #[test]
+    fn serialises_with_status_tag() {
+        let s = running();
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(v, json!({"status": "running", "input": {"cmd": "ls"}, "time": {"start": 10}}));
+        let back: ToolState = serde_json::from_value(v).unwrap();
+        assert_eq!(back, s);
+    }
+}
