@@ -1,1 +1,118 @@
-//! codeloop-provider
+//! Provider adapters (DESIGN.md §2): turn a provider-neutral [`ProviderRequest`] into a wire-format HTTP
+//! request, and the SSE response into normalised [`StreamEvent`]s.
+//!
+//! Owns: wire formats (OpenAI Chat Completions and every compatible server, OpenAI Responses, Anthropic
+//! Messages), SSE decoding, tool-argument assembly, usage normalisation, error classification, and the
+//! model catalogue (limits and prices).
+//! Must not: know about sessions, storage, tools or the run loop; retry (the run loop decides that).
+
+mod error;
+mod event;
+mod request;
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use futures::future::BoxFuture;
+
+pub use error::{
+    ProviderError, classify_http_error, classify_stream_error, looks_like_context_overflow,
+    retry_after_from_headers, status_is_retryable,
+};
+pub use event::{InvalidArguments, StreamEvent, ToolCall, Usage, parse_arguments};
+pub use request::{
+    AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, ToolSpec,
+    UserContent,
+};
+
+/// The events of one provider call. An `Err` item ends the stream.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
+
+/// One configured model endpoint.
+pub trait Provider: Send + Sync {
+    /// Sends the request. Resolves once response headers arrived (HTTP errors are returned here); the
+    /// stream then yields events until `Finish` or an error. Dropping the stream cancels the request.
+    fn stream(&self, request: ProviderRequest) -> BoxFuture<'_, Result<EventStream, ProviderError>>;
+}
+
+/// The wire format a provider speaks (`api` in `[provider.NAME]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum WireApi {
+    #[serde(rename = "openai-chat")]
+    OpenAiChat,
+    #[serde(rename = "openai-responses")]
+    OpenAiResponses,
+    #[serde(rename = "anthropic")]
+    Anthropic,
+}
+
+impl WireApi {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireApi::OpenAiChat => "openai-chat",
+            WireApi::OpenAiResponses => "openai-responses",
+            WireApi::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// Default time allowed for response headers.
+pub const DEFAULT_HEADERS_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default time a stream may stay silent between chunks (DESIGN.md §4 "Retry").
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Everything an adapter needs to reach one endpoint. The API key is resolved by the caller (from the
+/// environment variable named in config) and is never logged.
+#[derive(Clone)]
+pub struct ProviderConfig {
+    /// The name in `[provider.NAME]`, used in messages.
+    pub name: String,
+    pub api: WireApi,
+    /// e.g. `https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`, `https://api.anthropic.com/v1`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    /// The variable the key comes from, named in authentication errors.
+    pub api_key_env: Option<String>,
+    /// Extra headers sent with every request (e.g. `anthropic-beta`, OpenRouter's `HTTP-Referer`).
+    pub headers: Vec<(String, String)>,
+    pub headers_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("name", &self.name)
+            .field("api", &self.api)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("api_key_env", &self.api_key_env)
+            .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("headers_timeout", &self.headers_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .finish()
+    }
+}
+
+impl ProviderConfig {
+    pub fn new(name: impl Into<String>, api: WireApi, base_url: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            api,
+            base_url: base_url.into(),
+            api_key: None,
+            api_key_env: None,
+            headers: Vec::new(),
+            headers_timeout: DEFAULT_HEADERS_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// Builds the adapter for a configured provider.
+pub fn connect(config: ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError> {
+    let _ = config;
+    Err(ProviderError::Config { message: "no adapter yet".into() })
+}

@@ -1,1 +1,113 @@
-//! codeloop-store
+//! Durable state (DESIGN.md §4 "Store and recovery"): the [`Store`] trait and its SQLite implementation.
+//!
+//! Owns: the schema and its migrations, one row per session / message / part updated in place, batched
+//! writes (one transaction per batch), per-session run locks, saved permission approvals, todo lists,
+//! and crash recovery on open.
+//! Must not: hold business rules (when to compact, what to retry); it stores what it is given.
+
+use codeloop_types::{Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
+use serde::{Deserialize, Serialize};
+
+/// A message with its parts, in id order: the unit of history reads (`{info, parts}` in JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageWithParts {
+    pub info: Message,
+    pub parts: Vec<Part>,
+}
+
+/// One change in a write batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    Session(Session),
+    Message(Message),
+    Part(Part),
+    RemovePart(PartId),
+    RemoveMessage(MessageId),
+}
+
+/// Which sessions to list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionFilter {
+    /// Only children of this session; `None` lists root sessions only unless `include_children`.
+    pub parent: Option<SessionId>,
+    pub include_children: bool,
+    pub directory: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// A page of history, newest first: messages strictly older than `before`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    pub before: Option<MessageId>,
+    pub limit: usize,
+}
+
+/// A saved "always" approval: a permission rule remembered for one project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: i64,
+    pub project: String,
+    pub rule: PermissionRule,
+    pub created: i64,
+}
+
+/// What recovery changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// Tool parts left pending/running that became interrupted errors.
+    pub interrupted_parts: usize,
+    /// Assistant messages without `time.completed` that became `Aborted`.
+    pub aborted_messages: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("corrupt stored JSON in {table} {id}: {source}")]
+    Corrupt { table: &'static str, id: String, source: serde_json::Error },
+    #[error("cannot open the data directory {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error(
+        "session {0} is already running in another codeloop process; wait for it to finish or stop it first"
+    )]
+    SessionBusy(SessionId),
+    #[error("the database schema version {found} is newer than this codeloop understands ({supported}); upgrade codeloop")]
+    SchemaTooNew { found: i64, supported: i64 },
+    #[error("the store writer has stopped: {0}")]
+    WriterStopped(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Durable state. Implementations are safe to share between threads; reads never block on a writer.
+pub trait Store: Send + Sync {
+    /// Applies every write in one transaction, in order.
+    fn apply(&self, batch: &[Write]) -> Result<()>;
+
+    fn get_session(&self, id: &SessionId) -> Result<Option<Session>>;
+    /// Most recently updated first.
+    fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>>;
+    /// Deletes the session, its children, messages, parts and todos. Returns false if it did not exist.
+    fn delete_session(&self, id: &SessionId) -> Result<bool>;
+
+    fn get_message(&self, id: &MessageId) -> Result<Option<MessageWithParts>>;
+    /// A page of messages, newest first (parts in id order within each message).
+    fn list_messages(&self, session: &SessionId, page: &Page) -> Result<Vec<MessageWithParts>>;
+    /// The whole history of a session, oldest first.
+    fn load_history(&self, session: &SessionId) -> Result<Vec<MessageWithParts>>;
+
+    fn get_todos(&self, session: &SessionId) -> Result<Vec<Todo>>;
+    fn set_todos(&self, session: &SessionId, todos: &[Todo]) -> Result<()>;
+
+    /// Saves an "always" approval for a project (no duplicates).
+    fn add_approval(&self, project: &str, rule: &PermissionRule) -> Result<Approval>;
+    /// Approvals of one project, or of every project.
+    fn list_approvals(&self, project: Option<&str>) -> Result<Vec<Approval>>;
+    fn revoke_approval(&self, id: i64) -> Result<bool>;
+
+    /// Settles what a crashed run left open, for sessions no live process holds a lock on (or one
+    /// session): pending/running tool parts become interrupted errors, assistant messages without
+    /// `time.completed` become `Aborted`.
+    fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport>;
+}

@@ -1,1 +1,28 @@
-//! codeloop-tools
+//! Tools the model can call (DESIGN.md §4 "Tools"): the [`Tool`] trait, the registry of built-in tools,
+//! output truncation with spill files, and the permission patterns each tool asks for.
+//!
+//! Owns: what each tool does to the workspace and what it reports back.
+//! Must not: decide permissions (it asks through [`ToolHost`]), touch the store or the bus, or run outside
+//! the project directory without an `external_directory` permission.
+
+mod context;
+
+pub use context::{
+    CallInfo, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure, ToolHost,
+    ToolOutput, ToolSpec,
+};
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// One tool. Implementations generate their JSON Schema once, at construction.
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
+    /// JSON Schema of the arguments object.
+    fn parameters(&self) -> &Value;
+    /// Runs the call. Arguments are raw JSON: the tool decodes them and reports a schema mismatch as
+    /// [`ToolFailure::InvalidArguments`].
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure>;
+}

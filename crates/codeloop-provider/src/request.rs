@@ -1,0 +1,79 @@
+//! Provider-neutral request: what the projection in codeloop-core produces and every adapter turns into
+//! its wire format.
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProviderRequest {
+    /// The model id as the provider's API knows it (`gpt-4.1`, `claude-sonnet-4-5`).
+    pub model: String,
+    /// System prompt blocks, stable header first (prompt-cache friendly).
+    pub system: Vec<String>,
+    pub messages: Vec<ChatMessage>,
+    /// Sorted by name, schemas generated once.
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: ToolChoice,
+    pub max_output_tokens: Option<u64>,
+    pub temperature: Option<f32>,
+    /// Used for session-affinity headers and prompt-cache keys.
+    pub session_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    /// Tools are listed (so history stays valid) but the model must answer in text.
+    None,
+    Required,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments object.
+    pub parameters: Value,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChatMessage {
+    User(Vec<UserContent>),
+    Assistant(Vec<AssistantContent>),
+    /// The result of one tool call. Adapters whose API puts results in a user message group consecutive
+    /// results into one.
+    Tool(ToolResult),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserContent {
+    Text(String),
+    File(FileContent),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileContent {
+    pub mime: String,
+    /// A `data:` URL (base64) or an `http(s):` URL.
+    pub url: String,
+    pub filename: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AssistantContent {
+    Text { text: String, metadata: Option<Value> },
+    /// Reasoning from the same model, with the metadata it needs to be sent back (signatures, encrypted
+    /// content). Reasoning from another model arrives as plain `Text` instead.
+    Reasoning { text: String, metadata: Option<Value> },
+    ToolCall { call_id: String, name: String, input: Value, metadata: Option<Value> },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub name: String,
+    pub output: String,
+    pub is_error: bool,
+    /// Media produced by the tool (e.g. an image read from disk).
+    pub attachments: Vec<FileContent>,
+}

@@ -1,0 +1,131 @@
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use codeloop_types::{FilePart, MessageId, SessionId, Todo};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// What the model sees of a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// A finished call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolOutput {
+    pub title: String,
+    pub output: String,
+    pub metadata: Value,
+    pub attachments: Vec<FilePart>,
+}
+
+/// Why a call failed. The text of each becomes the tool result the model sees.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ToolFailure {
+    /// Arguments did not match the schema; the model is asked to rewrite them.
+    #[error(
+        "The {tool} tool was called with invalid arguments: {detail}.\nPlease rewrite the input so it satisfies the expected schema."
+    )]
+    InvalidArguments { tool: String, detail: String },
+    /// An ordinary failure (file not found, no match, command could not start…).
+    #[error("{0}")]
+    Failed(String),
+    #[error(transparent)]
+    Permission(#[from] PermissionError),
+    /// The call was cancelled (turn aborted or timed out by the caller).
+    #[error("Tool execution was cancelled")]
+    Cancelled,
+}
+
+/// The outcome of a permission request that did not allow the call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PermissionError {
+    /// A `deny` rule matched. Fed back to the model; the run continues.
+    #[error("{message}")]
+    Denied { message: String },
+    /// The user rejected the call. Stops the run.
+    #[error("The user rejected permission to use this specific tool call.")]
+    Rejected,
+    /// The user rejected with feedback. Fed back to the model; the run continues.
+    #[error("The user rejected permission to use this specific tool call with the following feedback: {message}")]
+    Corrected { message: String },
+}
+
+/// What a tool asks permission for (reference §9): e.g. `{permission: "bash", patterns: ["git status"],
+/// always: ["git status *"]}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PermissionAsk {
+    pub permission: String,
+    pub patterns: Vec<String>,
+    /// Patterns an "always" reply approves from now on.
+    pub always: Vec<String>,
+    pub metadata: Value,
+}
+
+/// Identifies the call a tool is running for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallInfo {
+    pub session_id: SessionId,
+    pub message_id: MessageId,
+    pub call_id: String,
+    pub agent: String,
+}
+
+/// Services the engine provides to tools.
+#[async_trait]
+pub trait ToolHost: Send + Sync {
+    /// Resolves when the call may go ahead.
+    async fn ask(&self, call: &CallInfo, ask: PermissionAsk) -> Result<(), PermissionError>;
+    /// Live progress of a running call (title and metadata of the running part).
+    fn progress(&self, call: &CallInfo, title: Option<String>, metadata: Option<Value>);
+    /// Replaces the session's todo list.
+    async fn set_todos(&self, call: &CallInfo, todos: Vec<Todo>) -> Result<(), String>;
+}
+
+/// Where the project is: tools act inside `root` (and `directory`) unless `external_directory` allows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectPaths {
+    /// The working directory of the session.
+    pub directory: PathBuf,
+    /// The worktree root (the git root, or `directory` when not in a repository).
+    pub root: PathBuf,
+}
+
+/// Output limits (`[tool_output]` in config): over either, the output is cut and the full text spilled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimits {
+    pub max_lines: usize,
+    pub max_bytes: usize,
+}
+
+impl Default for OutputLimits {
+    fn default() -> Self {
+        Self { max_lines: 2000, max_bytes: 50 * 1024 }
+    }
+}
+
+/// Everything one call gets.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub call: CallInfo,
+    pub project: ProjectPaths,
+    /// Where truncated outputs are saved in full (`<data>/tool-output`).
+    pub tool_output_dir: PathBuf,
+    pub limits: OutputLimits,
+    pub cancel: CancellationToken,
+    pub host: Arc<dyn ToolHost>,
+}
+
+impl ToolContext {
+    pub async fn ask(&self, ask: PermissionAsk) -> Result<(), PermissionError> {
+        self.host.ask(&self.call, ask).await
+    }
+
+    pub fn progress(&self, title: Option<String>, metadata: Option<Value>) {
+        self.host.progress(&self.call, title, metadata);
+    }
+}
