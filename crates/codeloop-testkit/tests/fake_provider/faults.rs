@@ -1,0 +1,1 @@
+//! Fault injection as a client sees it.
