@@ -155,18 +155,19 @@ pub fn status_is_retryable(status: u16) -> bool {
 
 /// Reads `retry-after-ms` (float milliseconds), then `retry-after` (seconds or an HTTP date).
 pub fn retry_after_from_headers(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok()) {
-        if let Ok(ms) = ms.trim().parse::<f64>() {
-            if ms.is_finite() && ms >= 0.0 {
-                return Some(Duration::from_secs_f64(ms / 1000.0));
-            }
-        }
+    if let Some(ms) = headers.get("retry-after-ms").and_then(|v| v.to_str().ok())
+        && let Ok(ms) = ms.trim().parse::<f64>()
+        && ms.is_finite()
+        && ms >= 0.0
+    {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
     }
     let value = headers.get("retry-after").and_then(|v| v.to_str().ok())?.trim();
-    if let Ok(secs) = value.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Some(Duration::from_millis((secs * 1000.0).ceil() as u64));
-        }
+    if let Ok(secs) = value.parse::<f64>()
+        && secs.is_finite()
+        && secs >= 0.0
+    {
+        return Some(Duration::from_millis((secs * 1000.0).ceil() as u64));
     }
     let date = httpdate::parse_http_date(value).ok()?;
     date.duration_since(std::time::SystemTime::now()).ok()
@@ -206,11 +207,8 @@ pub fn classify_http_error(
 /// Classifies an error object carried inside a stream (`{"error": {...}}`, an `error` event,
 /// `response.failed`).
 pub fn classify_stream_error(error: &serde_json::Value) -> ProviderError {
-    let message = error
-        .get("message")
-        .and_then(|m| m.as_str())
-        .map(str::to_owned)
-        .unwrap_or_else(|| error.to_string());
+    let message =
+        error.get("message").and_then(|m| m.as_str()).map(str::to_owned).unwrap_or_else(|| error.to_string());
     let code = ["code", "type"]
         .iter()
         .filter_map(|k| error.get(*k).and_then(|c| c.as_str()))
@@ -220,9 +218,10 @@ pub fn classify_stream_error(error: &serde_json::Value) -> ProviderError {
     if code.contains("context_length_exceeded") || looks_like_context_overflow(&message) {
         return ProviderError::ContextOverflow { message, body: Some(error.to_string()) };
     }
-    let non_retryable_code = ["insufficient_quota", "usage_not_included", "invalid_prompt", "invalid_request"]
-        .iter()
-        .any(|c| code.contains(c));
+    let non_retryable_code =
+        ["insufficient_quota", "usage_not_included", "invalid_prompt", "invalid_request"]
+            .iter()
+            .any(|c| code.contains(c));
     let retryable_code =
         ["server_error", "server_is_overloaded", "overloaded", "rate_limit", "too_many_requests", "timeout"]
             .iter()
@@ -232,8 +231,8 @@ pub fn classify_stream_error(error: &serde_json::Value) -> ProviderError {
         || lower.contains("rate limit")
         || lower.contains("too many requests")
         || lower.contains("try again");
-    let retryable = !non_retryable_code
-        && (retryable_code || retryable_text || status.is_some_and(status_is_retryable));
+    let retryable =
+        !non_retryable_code && (retryable_code || retryable_text || status.is_some_and(status_is_retryable));
     ProviderError::Api { status, message, body: Some(error.to_string()), retryable, retry_after: None }
 }
 

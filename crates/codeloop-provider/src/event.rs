@@ -8,22 +8,50 @@ use serde_json::Value;
 pub enum StreamEvent {
     /// The provider accepted the request and the body started.
     Start,
-    ReasoningStart { id: String, metadata: Option<Value> },
-    ReasoningDelta { id: String, text: String },
+    ReasoningStart {
+        id: String,
+        metadata: Option<Value>,
+    },
+    ReasoningDelta {
+        id: String,
+        text: String,
+    },
     /// Closes a reasoning block; `metadata` carries what must be sent back with it (signature,
     /// encrypted content, redacted data), namespaced by wire format.
-    ReasoningEnd { id: String, metadata: Option<Value> },
-    TextStart { id: String },
-    TextDelta { id: String, text: String },
-    TextEnd { id: String },
+    ReasoningEnd {
+        id: String,
+        metadata: Option<Value>,
+    },
+    TextStart {
+        id: String,
+    },
+    TextDelta {
+        id: String,
+        text: String,
+    },
+    TextEnd {
+        id: String,
+    },
     /// A tool call began streaming its arguments.
-    ToolInputStart { call_id: String, name: String },
-    ToolInputDelta { call_id: String, delta: String },
-    ToolInputEnd { call_id: String },
+    ToolInputStart {
+        call_id: String,
+        name: String,
+    },
+    ToolInputDelta {
+        call_id: String,
+        delta: String,
+    },
+    ToolInputEnd {
+        call_id: String,
+    },
     /// A complete tool call, ready to run.
     ToolCall(ToolCall),
     StartStep,
-    FinishStep { finish: Finish, raw_finish: Option<String>, usage: Option<Usage> },
+    FinishStep {
+        finish: Finish,
+        raw_finish: Option<String>,
+        usage: Option<Usage>,
+    },
     /// The stream ended normally.
     Finish,
 }
@@ -64,9 +92,11 @@ impl Usage {
             output: self.output,
             reasoning: self.reasoning,
             cache: CacheTokens { read: self.cache_read, write: self.cache_write },
-            total: Some(self.total.unwrap_or(
-                self.input + self.output + self.reasoning + self.cache_read + self.cache_write,
-            )),
+            total: Some(
+                self.total.unwrap_or(
+                    self.input + self.output + self.reasoning + self.cache_read + self.cache_write,
+                ),
+            ),
         }
     }
 }

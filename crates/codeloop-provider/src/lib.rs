@@ -6,9 +6,15 @@
 //! model catalogue (limits and prices).
 //! Must not: know about sessions, storage, tools or the run loop; retry (the run loop decides that).
 
+mod assemble;
 mod error;
 mod event;
+mod http;
+mod json;
+mod media;
+pub mod openai_chat;
 mod request;
+mod stream;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -26,6 +32,7 @@ pub use request::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, ToolSpec,
     UserContent,
 };
+pub use stream::{Decoder, decode_sse};
 
 /// The events of one provider call. An `Err` item ends the stream.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;
@@ -54,6 +61,34 @@ impl WireApi {
             WireApi::OpenAiChat => "openai-chat",
             WireApi::OpenAiResponses => "openai-responses",
             WireApi::Anthropic => "anthropic",
+        }
+    }
+
+    /// The endpoint path appended to `base_url`.
+    pub fn path(self) -> &'static str {
+        match self {
+            WireApi::OpenAiChat => "/chat/completions",
+            WireApi::OpenAiResponses => "/responses",
+            WireApi::Anthropic => "/messages",
+        }
+    }
+
+    /// The JSON body this format sends for `request` (`base_url` picks OpenAI-only fields).
+    pub fn body(self, request: &ProviderRequest, base_url: &str) -> serde_json::Value {
+        match self {
+            WireApi::OpenAiChat => openai_chat::build_body(
+                request,
+                openai_chat::MaxTokensField::for_endpoint(base_url, &request.model),
+            ),
+            WireApi::OpenAiResponses | WireApi::Anthropic => serde_json::Value::Null,
+        }
+    }
+
+    /// A fresh decoder for one response body in this format.
+    pub fn decoder(self) -> Box<dyn Decoder> {
+        match self {
+            WireApi::OpenAiChat => Box::new(openai_chat::ChatDecoder::new()),
+            WireApi::OpenAiResponses | WireApi::Anthropic => Box::new(openai_chat::ChatDecoder::new()),
         }
     }
 }
@@ -111,8 +146,8 @@ impl ProviderConfig {
     }
 }
 
-/// Builds the adapter for a configured provider.
+/// Builds the adapter for a configured provider. Fails on a bad `base_url` or header; a missing API key
+/// is reported by the first request (so unused providers never fail start-up).
 pub fn connect(config: ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError> {
-    let _ = config;
-    Err(ProviderError::Config { message: "no adapter yet".into() })
+    Ok(Arc::new(http::HttpProvider::new(config)?))
 }

@@ -61,11 +61,22 @@ pub struct FileContent {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum AssistantContent {
-    Text { text: String, metadata: Option<Value> },
+    Text {
+        text: String,
+        metadata: Option<Value>,
+    },
     /// Reasoning from the same model, with the metadata it needs to be sent back (signatures, encrypted
     /// content). Reasoning from another model arrives as plain `Text` instead.
-    Reasoning { text: String, metadata: Option<Value> },
-    ToolCall { call_id: String, name: String, input: Value, metadata: Option<Value> },
+    Reasoning {
+        text: String,
+        metadata: Option<Value>,
+    },
+    ToolCall {
+        call_id: String,
+        name: String,
+        input: Value,
+        metadata: Option<Value>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,175 @@
+//! The HTTP side of every adapter: one POST with a JSON body and the format's auth headers, a timeout
+//! on the response headers, error statuses classified with their body and retry-after headers, and the
+//! body handed to [`decode_sse`].
+//!
+//! Owns: reqwest. Must not: know a wire format beyond what [`WireApi`] tells it.
+
+use std::error::Error as _;
+
+use futures::TryStreamExt;
+use futures::future::BoxFuture;
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+
+use crate::stream::decode_sse;
+use crate::{
+    EventStream, Provider, ProviderConfig, ProviderError, ProviderRequest, WireApi, classify_http_error,
+};
+
+/// Anthropic's API version header value.
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+pub(crate) struct HttpProvider {
+    config: ProviderConfig,
+    client: reqwest::Client,
+    url: String,
+    headers: HeaderMap,
+}
+
+impl HttpProvider {
+    pub(crate) fn new(config: ProviderConfig) -> Result<Self, ProviderError> {
+        let base = config.base_url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(config_error(
+                &config,
+                format!("base_url must start with http:// or https://, got `{base}`"),
+            ));
+        }
+        let url = format!("{base}{}", config.api.path());
+        let headers = headers(&config)?;
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|e| config_error(&config, format!("cannot build the HTTP client: {}", chain(&e))))?;
+        Ok(Self { config, client, url, headers })
+    }
+
+    async fn send(&self, request: ProviderRequest) -> Result<EventStream, ProviderError> {
+        let config = &self.config;
+        if config.api_key.is_none()
+            && let Some(env) = &config.api_key_env
+        {
+            return Err(ProviderError::Auth {
+                provider: config.name.clone(),
+                message: format!("API key missing: set {env} or `api_key_env` in [provider.{}]", config.name),
+                env: Some(env.clone()),
+            });
+        }
+        let body = serde_json::to_vec(&config.api.body(&request, &config.base_url))
+            .map_err(|e| config_error(config, format!("cannot encode the request: {e}")))?;
+        let send = self.client.post(&self.url).headers(self.headers.clone()).body(body).send();
+        let response = match tokio::time::timeout(config.headers_timeout, send).await {
+            Err(_) => return Err(ProviderError::HeadersTimeout(config.headers_timeout)),
+            Ok(Err(e)) => return Err(ProviderError::Connection { message: chain(&e) }),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let body = self.read_body(response).await?;
+            return Err(classify_http_error(
+                &config.name,
+                config.api_key_env.as_deref(),
+                status.as_u16(),
+                &headers,
+                &body,
+            ));
+        }
+        let is_json = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        if is_json {
+            // Some servers answer a streaming request with a plain JSON error and status 200.
+            let body = self.read_body(response).await?;
+            return Err(json_instead_of_stream(&body));
+        }
+        let bytes = response.bytes_stream().map_err(|e| chain(&e));
+        Ok(decode_sse(bytes, config.api.decoder(), config.idle_timeout))
+    }
+
+    async fn read_body(&self, response: reqwest::Response) -> Result<String, ProviderError> {
+        match tokio::time::timeout(self.config.idle_timeout, response.text()).await {
+            Err(_) => Err(ProviderError::IdleTimeout(self.config.idle_timeout)),
+            Ok(Err(e)) => Err(ProviderError::Connection { message: chain(&e) }),
+            Ok(Ok(body)) => Ok(body),
+        }
+    }
+}
+
+impl Provider for HttpProvider {
+    fn stream(&self, request: ProviderRequest) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
+        Box::pin(self.send(request))
+    }
+}
+
+fn json_instead_of_stream(body: &str) -> ProviderError {
+    let value: serde_json::Value = match serde_json::from_str(body) {
+        Ok(value) => value,
+        Err(_) => {
+            return ProviderError::Stream { message: "expected an event stream, got malformed JSON".into() };
+        }
+    };
+    match value.get("error") {
+        Some(serde_json::Value::String(message)) => {
+            crate::classify_stream_error(&serde_json::json!({ "message": message }))
+        }
+        Some(error) => crate::classify_stream_error(error),
+        None => ProviderError::Stream { message: "expected an event stream, got a JSON response".into() },
+    }
+}
+
+/// Content type, accept, the format's auth headers, then the configured extra headers (which may
+/// override them).
+fn headers(config: &ProviderConfig) -> Result<HeaderMap, ProviderError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+    let secret = |value: String| {
+        let mut value = HeaderValue::try_from(value).map_err(|_| {
+            config_error(config, "the API key contains characters not allowed in a header".into())
+        })?;
+        value.set_sensitive(true);
+        Ok::<_, ProviderError>(value)
+    };
+    match config.api {
+        WireApi::OpenAiChat | WireApi::OpenAiResponses => {
+            if let Some(key) = &config.api_key {
+                headers.insert("authorization", secret(format!("Bearer {key}"))?);
+            }
+        }
+        WireApi::Anthropic => {
+            if let Some(key) = &config.api_key {
+                headers.insert("x-api-key", secret(key.clone())?);
+            }
+            headers.insert("anthropic-version", HeaderValue::from_static(ANTHROPIC_VERSION));
+        }
+    }
+    for (name, value) in &config.headers {
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|_| config_error(config, format!("invalid header name `{name}`")))?;
+        let value = HeaderValue::try_from(value.as_str())
+            .map_err(|_| config_error(config, format!("invalid value for header `{name}`")))?;
+        headers.insert(name, value);
+    }
+    Ok(headers)
+}
+
+fn config_error(config: &ProviderConfig, message: String) -> ProviderError {
+    ProviderError::Config { message: format!("[provider.{}]: {message}", config.name) }
+}
+
+/// An error with its causes ("error sending request: … : Connection refused"): reqwest's own message
+/// alone rarely says what went wrong.
+fn chain(error: &reqwest::Error) -> String {
+    let mut message = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
+    message
+}

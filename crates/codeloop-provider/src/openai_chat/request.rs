@@ -1,0 +1,311 @@
+//! Request body for OpenAI Chat Completions (`POST {base_url}/chat/completions`), shaped to be accepted
+//! by OpenAI and the compatible servers alike (one system message, `role: tool` results, media from
+//! tool results moved into a user message since tool messages take text only).
+
+use serde_json::{Map, Value, json};
+
+use super::decode::REASONING_CONTENT_KEY;
+use crate::media::{self, MediaKind};
+use crate::{
+    AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
+};
+
+/// The text that introduces media moved out of tool results (reference §7).
+pub(crate) const TOOL_MEDIA_NOTE: &str = "Attached media from tool result:";
+
+/// Which field carries the output limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxTokensField {
+    /// `max_tokens`: what compatible servers understand.
+    MaxTokens,
+    /// `max_completion_tokens`: required by OpenAI's reasoning models, accepted by all of OpenAI's.
+    MaxCompletionTokens,
+}
+
+impl MaxTokensField {
+    /// OpenAI itself and its reasoning model ids get `max_completion_tokens`; other servers `max_tokens`.
+    pub fn for_endpoint(base_url: &str, model: &str) -> Self {
+        let model = model.rsplit('/').next().unwrap_or(model);
+        let reasoning_model = model.starts_with("gpt-5")
+            || model.strip_prefix('o').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+        if base_url.contains("api.openai.com") || reasoning_model {
+            MaxTokensField::MaxCompletionTokens
+        } else {
+            MaxTokensField::MaxTokens
+        }
+    }
+}
+
+/// Builds the streaming request body.
+pub fn build_body(request: &ProviderRequest, max_tokens: MaxTokensField) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("messages".into(), Value::Array(messages(request)));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({ "include_usage": true }));
+    if !request.tools.is_empty() {
+        let tools = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": { "name": t.name, "description": t.description, "parameters": t.parameters },
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        let choice = match request.tool_choice {
+            ToolChoice::Auto => "auto",
+            ToolChoice::None => "none",
+            ToolChoice::Required => "required",
+        };
+        body.insert("tool_choice".into(), json!(choice));
+    }
+    if let Some(max) = request.max_output_tokens {
+        let field = match max_tokens {
+            MaxTokensField::MaxTokens => "max_tokens",
+            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
+        };
+        body.insert(field.into(), json!(max));
+    }
+    if let Some(temperature) = request.temperature {
+        body.insert("temperature".into(), json!(temperature));
+    }
+    Value::Object(body)
+}
+
+fn messages(request: &ProviderRequest) -> Vec<Value> {
+    let mut out = Vec::with_capacity(request.messages.len() + 1);
+    // One system message: several are fine for OpenAI, but some compatible servers' chat templates
+    // accept only one, first.
+    let system: Vec<&str> = request.system.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
+    if !system.is_empty() {
+        out.push(json!({ "role": "system", "content": system.join("\n\n") }));
+    }
+    let mut moved_media: Vec<Value> = Vec::new();
+    for (i, message) in request.messages.iter().enumerate() {
+        match message {
+            ChatMessage::User(parts) => out.push(json!({ "role": "user", "content": user_content(parts) })),
+            ChatMessage::Assistant(parts) => {
+                if let Some(message) = assistant(parts) {
+                    out.push(message);
+                }
+            }
+            ChatMessage::Tool(result) => {
+                out.push(tool_message(result));
+                moved_media.extend(result.attachments.iter().map(file_part));
+                let run_ends = !matches!(request.messages.get(i + 1), Some(ChatMessage::Tool(_)));
+                if run_ends && !moved_media.is_empty() {
+                    let mut content = vec![json!({ "type": "text", "text": TOOL_MEDIA_NOTE })];
+                    content.append(&mut moved_media);
+                    out.push(json!({ "role": "user", "content": content }));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A lone text part is sent as a plain string (what every server accepts), anything else as parts.
+fn user_content(parts: &[UserContent]) -> Value {
+    if let [UserContent::Text(text)] = parts {
+        return json!(text);
+    }
+    let parts = parts
+        .iter()
+        .map(|part| match part {
+            UserContent::Text(text) => json!({ "type": "text", "text": text }),
+            UserContent::File(file) => file_part(file),
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+fn file_part(file: &FileContent) -> Value {
+    match media::kind(file) {
+        MediaKind::Image => json!({ "type": "image_url", "image_url": { "url": file.url } }),
+        MediaKind::Pdf if file.url.starts_with("data:") => json!({
+            "type": "file",
+            "file": { "filename": file.filename.as_deref().unwrap_or("file.pdf"), "file_data": file.url },
+        }),
+        MediaKind::Pdf | MediaKind::Other => json!({ "type": "text", "text": media::placeholder(file) }),
+    }
+}
+
+fn assistant(parts: &[AssistantContent]) -> Option<Value> {
+    let mut text = String::new();
+    let mut reasoning = String::new();
+    let mut calls = Vec::new();
+    for part in parts {
+        match part {
+            AssistantContent::Text { text: t, .. } => text.push_str(t),
+            AssistantContent::Reasoning { text: t, metadata } => {
+                // Sent back only to servers that produced it as `reasoning_content`.
+                if metadata.as_ref().is_some_and(|m| m.get(REASONING_CONTENT_KEY).is_some()) {
+                    reasoning.push_str(t);
+                }
+            }
+            AssistantContent::ToolCall { call_id, name, input, .. } => calls.push(json!({
+                "id": call_id,
+                "type": "function",
+                "function": { "name": name, "arguments": input.to_string() },
+            })),
+        }
+    }
+    if text.is_empty() && calls.is_empty() {
+        return None;
+    }
+    let mut message = Map::new();
+    message.insert("role".into(), json!("assistant"));
+    message.insert("content".into(), if text.is_empty() { Value::Null } else { json!(text) });
+    if !reasoning.is_empty() {
+        message.insert("reasoning_content".into(), json!(reasoning));
+    }
+    if !calls.is_empty() {
+        message.insert("tool_calls".into(), Value::Array(calls));
+    }
+    Some(Value::Object(message))
+}
+
+fn tool_message(result: &ToolResult) -> Value {
+    json!({ "role": "tool", "tool_call_id": result.call_id, "content": result.output })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ToolSpec;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn max_tokens_field_follows_endpoint_and_model() {
+        assert_eq!(
+            MaxTokensField::for_endpoint("https://api.openai.com/v1", "gpt-4o"),
+            MaxTokensField::MaxCompletionTokens
+        );
+        assert_eq!(
+            MaxTokensField::for_endpoint("http://127.0.0.1:8080/v1", "o4-mini"),
+            MaxTokensField::MaxCompletionTokens
+        );
+        assert_eq!(
+            MaxTokensField::for_endpoint("https://openrouter.ai/api/v1", "openai/gpt-5"),
+            MaxTokensField::MaxCompletionTokens
+        );
+        assert_eq!(
+            MaxTokensField::for_endpoint("https://api.deepseek.com", "deepseek-chat"),
+            MaxTokensField::MaxTokens
+        );
+        assert_eq!(
+            MaxTokensField::for_endpoint("http://localhost:11434/v1", "openai/gpt-oss-20b"),
+            MaxTokensField::MaxTokens
+        );
+    }
+
+    #[test]
+    fn builds_a_conversation_with_a_tool_round_trip() {
+        let request = ProviderRequest {
+            model: "deepseek-reasoner".into(),
+            system: vec!["You are terse.".into(), "Project rules.".into()],
+            messages: vec![
+                ChatMessage::User(vec![UserContent::Text("Read a.txt".into())]),
+                ChatMessage::Assistant(vec![
+                    AssistantContent::Reasoning {
+                        text: "Need the file.".into(),
+                        metadata: Some(json!({ "openai_chat": { "field": "reasoning_content" } })),
+                    },
+                    AssistantContent::Text { text: "Reading it.".into(), metadata: None },
+                    AssistantContent::ToolCall {
+                        call_id: "call_1".into(),
+                        name: "read".into(),
+                        input: json!({ "path": "a.txt" }),
+                        metadata: None,
+                    },
+                ]),
+                ChatMessage::Tool(ToolResult {
+                    call_id: "call_1".into(),
+                    name: "read".into(),
+                    output: "hello".into(),
+                    is_error: false,
+                    attachments: vec![FileContent {
+                        mime: "image/png".into(),
+                        url: "data:image/png;base64,AAAA".into(),
+                        filename: Some("a.png".into()),
+                    }],
+                }),
+            ],
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({ "type": "object", "properties": { "path": { "type": "string" } } }),
+            }],
+            tool_choice: ToolChoice::Auto,
+            max_output_tokens: Some(1000),
+            temperature: None,
+            session_id: None,
+        };
+        let body = build_body(&request, MaxTokensField::MaxTokens);
+        assert_eq!(
+            body,
+            json!({
+                "model": "deepseek-reasoner",
+                "messages": [
+                    { "role": "system", "content": "You are terse.\n\nProject rules." },
+                    { "role": "user", "content": "Read a.txt" },
+                    {
+                        "role": "assistant",
+                        "content": "Reading it.",
+                        "reasoning_content": "Need the file.",
+                        "tool_calls": [{
+                            "id": "call_1",
+                            "type": "function",
+                            "function": { "name": "read", "arguments": "{\"path\":\"a.txt\"}" },
+                        }],
+                    },
+                    { "role": "tool", "tool_call_id": "call_1", "content": "hello" },
+                    {
+                        "role": "user",
+                        "content": [
+                            { "type": "text", "text": "Attached media from tool result:" },
+                            { "type": "image_url", "image_url": { "url": "data:image/png;base64,AAAA" } },
+                        ],
+                    },
+                ],
+                "stream": true,
+                "stream_options": { "include_usage": true },
+                "tools": [{
+                    "type": "function",
+                    "function": {
+                        "name": "read",
+                        "description": "Read a file",
+                        "parameters": { "type": "object", "properties": { "path": { "type": "string" } } },
+                    },
+                }],
+                "tool_choice": "auto",
+                "max_tokens": 1000,
+            })
+        );
+    }
+
+    #[test]
+    fn media_is_moved_after_the_whole_run_of_tool_results() {
+        let image =
+            FileContent { mime: "image/png".into(), url: "data:image/png;base64,AA".into(), filename: None };
+        let result = |id: &str, attachments: Vec<FileContent>| {
+            ChatMessage::Tool(ToolResult {
+                call_id: id.into(),
+                name: "read".into(),
+                output: "ok".into(),
+                is_error: false,
+                attachments,
+            })
+        };
+        let request = ProviderRequest {
+            messages: vec![result("a", vec![image.clone()]), result("b", vec![image])],
+            ..Default::default()
+        };
+        let roles: Vec<_> =
+            messages(&request).iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(roles, ["tool", "tool", "user"]);
+    }
+}

@@ -1,0 +1,270 @@
+//! The adapters over real HTTP on 127.0.0.1: a one-shot server captures the request and answers with a
+//! canned response, so headers, bodies, status classification, timeouts and broken bodies are
+//! exercised end to end.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
+
+use std::time::Duration;
+
+use codeloop_provider::{
+    ChatMessage, ProviderConfig, ProviderError, ProviderRequest, StreamEvent, UserContent, WireApi, connect,
+};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// What the server does once it has written its response.
+#[derive(Clone, Copy)]
+enum Then {
+    Close,
+    /// Keep the connection open without writing anything more.
+    Stall,
+    /// Write nothing at all and keep the connection open.
+    NeverAnswer,
+}
+
+struct Captured {
+    head: String,
+    body: Value,
+}
+
+async fn serve(response: Vec<u8>, then: Then) -> (String, oneshot::Receiver<Captured>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        let head_end = loop {
+            let n = socket.read(&mut chunk).await.unwrap();
+            assert!(n > 0, "client closed before sending headers");
+            buf.extend_from_slice(&chunk[..n]);
+            if let Some(pos) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break pos + 4;
+            }
+        };
+        let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .map(|v| v.trim().parse().unwrap())
+            .unwrap_or(0);
+        while buf.len() < head_end + length {
+            let n = socket.read(&mut chunk).await.unwrap();
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let body = serde_json::from_slice(&buf[head_end..head_end + length]).unwrap_or(Value::Null);
+        let _ = tx.send(Captured { head, body });
+        match then {
+            Then::NeverAnswer => std::future::pending::<()>().await,
+            Then::Close => {
+                socket.write_all(&response).await.unwrap();
+                socket.shutdown().await.ok();
+            }
+            Then::Stall => {
+                socket.write_all(&response).await.unwrap();
+                std::future::pending::<()>().await;
+            }
+        }
+    });
+    (format!("http://{addr}/v1"), rx)
+}
+
+fn sse_response(body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn response(status: &str, headers: &str, body: &str) -> Vec<u8> {
+    format!("HTTP/1.1 {status}\r\n{headers}content-length: {}\r\n\r\n{body}", body.len()).into_bytes()
+}
+
+fn config(api: WireApi, base_url: &str) -> ProviderConfig {
+    let mut config = ProviderConfig::new("test", api, base_url);
+    config.api_key = Some("sk-test".into());
+    config.api_key_env = Some("TEST_API_KEY".into());
+    config.headers = vec![("x-extra".into(), "yes".into())];
+    config
+}
+
+fn request() -> ProviderRequest {
+    ProviderRequest {
+        model: "gpt-4o-mini".into(),
+        system: vec!["Be brief.".into()],
+        messages: vec![ChatMessage::User(vec![UserContent::Text("Hi".into())])],
+        max_output_tokens: Some(100),
+        ..Default::default()
+    }
+}
+
+async fn collect(
+    api: WireApi,
+    base_url: &str,
+) -> Result<Vec<Result<StreamEvent, ProviderError>>, ProviderError> {
+    let provider = connect(config(api, base_url))?;
+    let stream = provider.stream(request()).await?;
+    Ok(stream.collect().await)
+}
+
+const CHAT_BODY: &str = concat!(
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Ol\"}}]}\n\n",
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"á!\"},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":20,\"completion_tokens\":2,\"total_tokens\":22}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+#[tokio::test]
+async fn chat_request_carries_bearer_key_extra_headers_and_streams_text() {
+    let (base, captured) = serve(sse_response(CHAT_BODY), Then::Close).await;
+    let items = collect(WireApi::OpenAiChat, &base).await.unwrap();
+    let captured = captured.await.unwrap();
+    assert!(captured.head.starts_with("post /v1/chat/completions "), "{}", captured.head);
+    assert!(captured.head.contains("authorization: bearer sk-test"));
+    assert!(captured.head.contains("x-extra: yes"));
+    assert!(captured.head.contains("accept: text/event-stream"));
+    assert_eq!(captured.body["model"], "gpt-4o-mini");
+    assert_eq!(captured.body["stream"], true);
+    let text: String = items
+        .iter()
+        .filter_map(|i| match i {
+            Ok(StreamEvent::TextDelta { text, .. }) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(text, "Olá!");
+    assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
+}
+
+#[tokio::test]
+async fn anthropic_request_carries_api_key_and_version_headers() {
+    let (base, captured) = serve(response("500 Internal Server Error", "", ""), Then::Close).await;
+    let _ = collect(WireApi::Anthropic, &base).await;
+    let captured = captured.await.unwrap();
+    assert!(captured.head.starts_with("post /v1/messages "), "{}", captured.head);
+    assert!(captured.head.contains("x-api-key: sk-test"));
+    assert!(captured.head.contains("anthropic-version: 2023-06-01"));
+    assert!(!captured.head.contains("authorization:"));
+}
+
+#[tokio::test]
+async fn rate_limit_status_is_retryable_with_its_retry_after() {
+    let body = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
+    let (base, _captured) = serve(
+        response("429 Too Many Requests", "retry-after: 7\r\ncontent-type: application/json\r\n", body),
+        Then::Close,
+    )
+    .await;
+    let error = collect(WireApi::OpenAiChat, &base).await.unwrap_err();
+    assert!(error.retryable(), "{error:?}");
+    assert_eq!(error.retry_after(), Some(Duration::from_secs(7)));
+    assert!(error.to_string().contains("Rate limit reached"), "{error}");
+}
+
+#[tokio::test]
+async fn unauthorized_status_is_an_auth_error_naming_the_variable() {
+    let (base, _captured) =
+        serve(response("401 Unauthorized", "", r#"{"error":{"message":"bad key"}}"#), Then::Close).await;
+    let error = collect(WireApi::OpenAiChat, &base).await.unwrap_err();
+    assert!(matches!(error, ProviderError::Auth { .. }), "{error:?}");
+    assert!(error.to_string().contains("TEST_API_KEY"), "{error}");
+}
+
+#[tokio::test]
+async fn overflow_status_is_a_context_overflow() {
+    let body = r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","code":"context_length_exceeded"}}"#;
+    let (base, _captured) = serve(response("400 Bad Request", "", body), Then::Close).await;
+    let error = collect(WireApi::OpenAiChat, &base).await.unwrap_err();
+    assert!(error.is_context_overflow(), "{error:?}");
+}
+
+#[tokio::test]
+async fn json_error_on_a_200_is_classified() {
+    let body = r#"{"error":{"message":"Provider is overloaded","code":"server_is_overloaded"}}"#;
+    let (base, _captured) =
+        serve(response("200 OK", "content-type: application/json\r\n", body), Then::Close).await;
+    let error = collect(WireApi::OpenAiChat, &base).await.unwrap_err();
+    assert!(error.retryable(), "{error:?}");
+}
+
+#[tokio::test]
+async fn missing_key_fails_before_sending() {
+    let mut config = config(WireApi::OpenAiChat, "http://127.0.0.1:9/v1");
+    config.api_key = None;
+    let provider = connect(config).unwrap();
+    let error = provider.stream(request()).await.err().unwrap();
+    assert!(matches!(error, ProviderError::Auth { .. }));
+    assert!(error.to_string().contains("API key missing: set TEST_API_KEY"), "{error}");
+}
+
+#[test]
+fn bad_base_url_or_header_is_a_config_error() {
+    let error = connect(ProviderConfig::new("x", WireApi::OpenAiChat, "api.openai.com/v1")).err().unwrap();
+    assert!(matches!(error, ProviderError::Config { .. }), "{error:?}");
+    let mut config = ProviderConfig::new("x", WireApi::OpenAiChat, "http://127.0.0.1:9");
+    config.headers = vec![("bad header".into(), "v".into())];
+    assert!(matches!(connect(config).err().unwrap(), ProviderError::Config { .. }));
+}
+
+#[tokio::test]
+async fn refused_connection_is_a_connection_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    drop(listener);
+    let error = collect(WireApi::OpenAiChat, &base).await.unwrap_err();
+    assert!(matches!(error, ProviderError::Connection { .. }), "{error:?}");
+    assert!(error.retryable());
+}
+
+#[tokio::test(start_paused = true)]
+async fn silent_server_is_a_headers_timeout() {
+    let (base, _captured) = serve(Vec::new(), Then::NeverAnswer).await;
+    let mut config = config(WireApi::OpenAiChat, &base);
+    config.headers_timeout = Duration::from_secs(30);
+    let provider = connect(config).unwrap();
+    let error = provider.stream(request()).await.err().unwrap();
+    assert_eq!(error, ProviderError::HeadersTimeout(Duration::from_secs(30)));
+    assert!(error.retryable());
+}
+
+#[tokio::test]
+async fn body_cut_mid_stream_is_a_connection_error() {
+    let first = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    let partial = format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{first}\r\n",
+        first.len()
+    );
+    let (base, _captured) = serve(partial.into_bytes(), Then::Close).await;
+    let items = collect(WireApi::OpenAiChat, &base).await.unwrap();
+    assert!(items.iter().any(|i| matches!(i, Ok(StreamEvent::TextDelta { text, .. }) if text == "Hel")));
+    let last = items.last().unwrap();
+    assert!(matches!(last, Err(ProviderError::Connection { .. })), "{last:?}");
+    assert!(last.as_ref().unwrap_err().retryable());
+}
+
+#[tokio::test]
+async fn body_ending_before_the_finish_is_a_retryable_stream_error() {
+    let body = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}]}\n\n";
+    let (base, _captured) = serve(sse_response(body), Then::Close).await;
+    let items = collect(WireApi::OpenAiChat, &base).await.unwrap();
+    let last = items.last().unwrap().as_ref().unwrap_err();
+    assert_eq!(last, &ProviderError::Stream { message: "stream ended before the provider finished".into() });
+    assert!(last.retryable());
+}
+
+#[tokio::test]
+async fn stream_error_event_ends_the_stream_with_the_classified_error() {
+    let body = concat!(
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n",
+        "event: error\ndata: {\"error\":{\"message\":\"Overloaded\",\"type\":\"overloaded_error\"}}\n\n",
+    );
+    let (base, _captured) = serve(sse_response(body), Then::Stall).await;
+    let items = collect(WireApi::OpenAiChat, &base).await.unwrap();
+    let last = items.last().unwrap().as_ref().unwrap_err();
+    assert!(last.retryable(), "{last:?}");
+}
