@@ -51,8 +51,14 @@ pub enum PermissionError {
     #[error("The user rejected permission to use this specific tool call.")]
     Rejected,
     /// The user rejected with feedback. Fed back to the model; the run continues.
-    #[error("The user rejected permission to use this specific tool call with the following feedback: {message}")]
+    #[error(
+        "The user rejected permission to use this specific tool call with the following feedback: {message}"
+    )]
     Corrected { message: String },
+    /// The call needed an answer no one could give (a headless run with `--on-ask deny`, a doom-loop
+    /// guard). Stops the run; `message` says what was asked and how to allow it.
+    #[error("{message}")]
+    Blocked { message: String },
 }
 
 /// What a tool asks permission for (reference §9): e.g. `{permission: "bash", patterns: ["git status"],

@@ -6,11 +6,25 @@
 //! the project directory without an `external_directory` permission.
 
 mod context;
+mod locks;
+mod paths;
+mod registry;
+mod schema;
+mod text;
+mod tools;
+mod truncate;
 
 pub use context::{
     CallInfo, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure, ToolHost,
     ToolOutput, ToolSpec,
 };
+pub use locks::FileLocks;
+pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
+pub use tools::{
+    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillTool, TodoWriteTool,
+    WriteTool,
+};
+pub use truncate::{Keep, TOOL_OUTPUT_RETENTION, Truncation, sweep_tool_output, truncate_output};
 
 use async_trait::async_trait;
 use serde_json::Value;

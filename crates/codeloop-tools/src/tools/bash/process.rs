@@ -1,0 +1,134 @@
+//! Running a script: `bash -c` (or `sh`) in its own process group, stdin closed, stdout and stderr on one
+//! pipe, raced against exit, timeout and cancellation. Timeout and cancellation kill the whole group
+//! (SIGTERM, then SIGKILL after [`KILL_GRACE`]) so grandchildren die too.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, Command};
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::output::OutputSink;
+use crate::ToolContext;
+
+/// Time between SIGTERM and SIGKILL for the process group.
+pub(crate) const KILL_GRACE: Duration = Duration::from_secs(2);
+/// After the shell exits, how long to keep reading output that background processes still write to the
+/// inherited pipe. A detached server may hold it open forever; this bounds the wait (reference: +100 ms).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
+/// Minimum time between two live-progress updates.
+const PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    Exited(Option<i32>),
+    TimedOut,
+    Aborted,
+}
+
+/// Runs `script` in `cwd`, feeding output into `sink` and live progress into `progress`.
+pub(crate) async fn run(
+    script: &str,
+    cwd: &Path,
+    timeout: Duration,
+    ctx: &ToolContext,
+    sink: &mut OutputSink,
+    mut progress: impl FnMut(&OutputSink),
+) -> std::io::Result<Ending> {
+    let (reader, writer) = std::io::pipe()?;
+    let mut command = Command::new(shell());
+    command
+        .arg("-c")
+        .arg(script)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone()?)
+        .stderr(writer)
+        .process_group(0)
+        .kill_on_drop(false);
+    let mut child = command.spawn()?;
+    // The command keeps our copies of the pipe's write end: drop it, or the read side never sees EOF.
+    drop(command);
+    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
+    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+
+    let deadline = Instant::now() + timeout;
+    let mut ticker = tokio::time::interval(PROGRESS_EVERY);
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut ending: Option<Ending> = None;
+    let mut eof = false;
+    let mut dirty = false;
+    let mut drain_until: Option<Instant> = None;
+
+    while !(eof && ending.is_some()) {
+        let drain_at = drain_until.unwrap_or(deadline);
+        tokio::select! {
+            read = pipe.read(&mut buf), if !eof => match read {
+                Ok(0) | Err(_) => eof = true,
+                Ok(n) => {
+                    sink.push(&buf[..n]).await;
+                    dirty = true;
+                }
+            },
+            status = child.wait(), if ending.is_none() => {
+                ending = Some(Ending::Exited(status?.code()));
+                drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = tokio::time::sleep_until(drain_at), if drain_until.is_some() => break,
+            _ = tokio::time::sleep_until(deadline), if ending.is_none() => {
+                kill_group(pgid, &mut child).await;
+                ending = Some(Ending::TimedOut);
+                drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = ctx.cancel.cancelled(), if ending.is_none() => {
+                kill_group(pgid, &mut child).await;
+                ending = Some(Ending::Aborted);
+                drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+            }
+            _ = ticker.tick() => {
+                if dirty {
+                    progress(sink);
+                    dirty = false;
+                }
+            }
+        }
+    }
+    if dirty {
+        progress(sink);
+    }
+    Ok(ending.unwrap_or(Ending::Exited(None)))
+}
+
+/// SIGTERM to the group, up to [`KILL_GRACE`] for the shell to exit, then SIGKILL to whatever is left of
+/// the group. Waiting on the group itself is not reliable: orphaned grandchildren become zombies of an
+/// init that may never reap them, so the shell's exit is the signal to stop being gentle.
+async fn kill_group(pgid: Option<Pid>, child: &mut Child) {
+    let Some(pgid) = pgid else {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
+        return;
+    };
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let _ = tokio::time::timeout(KILL_GRACE, child.wait()).await;
+    let _ = killpg(pgid, Signal::SIGKILL);
+    let _ = child.wait().await;
+}
+
+/// `bash` when it is on `PATH`, else `sh`.
+fn shell() -> &'static Path {
+    static SHELL: OnceLock<PathBuf> = OnceLock::new();
+    SHELL.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("bash"))
+            .find(|candidate| candidate.is_file())
+            .unwrap_or_else(|| PathBuf::from("sh"))
+    })
+}

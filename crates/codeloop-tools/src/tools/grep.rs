@@ -1,0 +1,203 @@
+//! `grep`: regex search over file contents (reference §8.3 grep): ignore files honoured, hidden files
+//! searched, `.git` skipped, binary files skipped, the first 100 matches grouped by file.
+
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+use grep_regex::RegexMatcher;
+use grep_searcher::sinks::Lossy;
+use grep_searcher::{BinaryDetection, SearcherBuilder};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::walk::{Hidden, walker};
+use crate::paths::{self, PathKind};
+use crate::schema::{decode, schema_for};
+use crate::text::cut_chars;
+use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
+
+const LIMIT: usize = 100;
+const MAX_LINE_CHARS: usize = 2000;
+
+const DESCRIPTION: &str = "Search file contents with a regular expression (ripgrep syntax). Respects .gitignore. \
+Returns matching lines grouped by file with line numbers, at most 100 matches. Filter files with include \
+(e.g. \"*.rs\", \"*.{ts,tsx}\").";
+
+#[derive(Deserialize, JsonSchema)]
+struct Params {
+    /// Regular expression to search for.
+    pattern: String,
+    /// Directory (or file) to search (default: the project directory).
+    path: Option<String>,
+    /// Glob of files to search.
+    include: Option<String>,
+}
+
+/// Searches file contents.
+pub struct GrepTool {
+    parameters: Value,
+}
+
+impl GrepTool {
+    pub fn new() -> Self {
+        Self { parameters: schema_for::<Params>() }
+    }
+}
+
+impl Default for GrepTool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+struct Found {
+    path: PathBuf,
+    line: u64,
+    text: String,
+}
+
+#[derive(Default)]
+struct Results {
+    found: Vec<Found>,
+    total: usize,
+    errors: bool,
+}
+
+#[async_trait]
+impl Tool for GrepTool {
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
+        let params: Params = decode(self.name(), args)?;
+        ctx.ask(PermissionAsk {
+            permission: "grep".to_string(),
+            patterns: vec![params.pattern.clone()],
+            always: vec!["*".to_string()],
+            metadata: json!({"pattern": params.pattern, "path": params.path, "include": params.include}),
+        })
+        .await?;
+        let root = match &params.path {
+            Some(p) => paths::resolve(ctx, p),
+            None => ctx.project.directory.clone(),
+        };
+        paths::check_external(ctx, &root, PathKind::Directory).await?;
+        if !root.exists() {
+            return Err(ToolFailure::Failed(format!("Path not found: {}", root.display())));
+        }
+        let matcher = RegexMatcher::new_line_matcher(&params.pattern)
+            .map_err(|e| ToolFailure::Failed(format!("Invalid regex pattern: {e}")))?;
+
+        let cancel = ctx.cancel.child_token();
+        let job = {
+            let cancel = cancel.clone();
+            let include = params.include.clone();
+            tokio::task::spawn_blocking(move || search(root, include, matcher, cancel))
+        };
+        let results = tokio::select! {
+            joined = job => joined.map_err(|e| ToolFailure::Failed(format!("grep failed: {e}")))?.map_err(ToolFailure::Failed)?,
+            _ = ctx.cancel.cancelled() => {
+                cancel.cancel();
+                return Err(ToolFailure::Cancelled);
+            }
+        };
+        Ok(render(&params.pattern, results))
+    }
+}
+
+fn search(
+    root: PathBuf,
+    include: Option<String>,
+    matcher: RegexMatcher,
+    cancel: CancellationToken,
+) -> Result<Results, String> {
+    let mut searcher =
+        SearcherBuilder::new().binary_detection(BinaryDetection::quit(0)).line_number(true).build();
+    let mut results = Results::default();
+    for entry in walker(&root, include.as_deref(), Hidden::Include)? {
+        if cancel.is_cancelled() {
+            break;
+        }
+        let Ok(entry) = entry else {
+            results.errors = true;
+            continue;
+        };
+        if !entry.file_type().is_some_and(|t| t.is_file()) {
+            continue;
+        }
+        let path = entry.path();
+        let sink = Lossy(|line, text: &str| {
+            results.total += 1;
+            if results.found.len() < LIMIT {
+                let text = text.trim_end_matches(['\n', '\r']);
+                let text = match cut_chars(text, MAX_LINE_CHARS) {
+                    (cut, true) => format!("{cut}..."),
+                    (whole, false) => whole.to_string(),
+                };
+                results.found.push(Found { path: path.to_path_buf(), line, text });
+            }
+            Ok(true)
+        });
+        if searcher.search_path(&matcher, path, sink).is_err() {
+            results.errors = true;
+        }
+    }
+    Ok(results)
+}
+
+fn render(pattern: &str, results: Results) -> ToolOutput {
+    let truncated = results.total > results.found.len();
+    if results.found.is_empty() {
+        return ToolOutput {
+            title: pattern.to_string(),
+            output: "No files found".to_string(),
+            metadata: json!({"matches": 0, "truncated": false}),
+            attachments: Vec::new(),
+        };
+    }
+    let mut lines = vec![if truncated {
+        format!("Found {} matches (showing first {LIMIT})", results.total)
+    } else {
+        format!("Found {} matches", results.total)
+    }];
+    let mut current: Option<&PathBuf> = None;
+    for found in &results.found {
+        if current != Some(&found.path) {
+            if current.is_some() {
+                lines.push(String::new());
+            }
+            lines.push(format!("{}:", found.path.display()));
+            current = Some(&found.path);
+        }
+        lines.push(format!("  Line {}: {}", found.line, found.text));
+    }
+    if truncated {
+        lines.push(String::new());
+        lines.push(format!(
+            "(Results truncated: showing {LIMIT} of {} matches ({} hidden). Consider using a more specific path or pattern.)",
+            results.total,
+            results.total - LIMIT
+        ));
+    }
+    if results.errors {
+        lines.push(String::new());
+        lines.push("(Some paths were inaccessible and skipped)".to_string());
+    }
+    ToolOutput {
+        title: pattern.to_string(),
+        output: lines.join("\n"),
+        metadata: json!({"matches": results.total, "truncated": truncated}),
+        attachments: Vec::new(),
+    }
+}

@@ -1,0 +1,155 @@
+//! `skill`: loads a skill's `SKILL.md` (reference §8.3 skill) from the configured skill folders and
+//! returns it with its base directory and a sample of its files.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::io_failure;
+use super::walk::{Hidden, walker};
+use crate::schema::{decode, schema_for};
+use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
+
+const SKILL_FILE: &str = "SKILL.md";
+const SAMPLED_FILES: usize = 10;
+
+const DESCRIPTION: &str = "Load a skill by name: specialised instructions (a SKILL.md folder) for a kind of task. \
+Use it when a listed skill matches the task.";
+
+#[derive(Deserialize, JsonSchema)]
+struct Params {
+    /// The skill's name (its folder name).
+    name: String,
+}
+
+/// Loads skills.
+pub struct SkillTool {
+    parameters: Value,
+    dirs: Vec<PathBuf>,
+}
+
+impl SkillTool {
+    /// `dirs` are searched in order for `<name>/SKILL.md`; relative entries are resolved against the
+    /// project root at call time.
+    pub fn new(dirs: Vec<PathBuf>) -> Self {
+        Self { parameters: schema_for::<Params>(), dirs }
+    }
+
+    /// `.codeloop/skills` (project) and `$XDG_CONFIG_HOME/codeloop/skills` or `~/.config/codeloop/skills`.
+    pub fn default_dirs() -> Vec<PathBuf> {
+        let mut dirs = vec![PathBuf::from(".codeloop/skills")];
+        let config = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")));
+        if let Some(config) = config {
+            dirs.push(config.join("codeloop").join("skills"));
+        }
+        dirs
+    }
+
+    fn search_dirs(&self, root: &Path) -> Vec<PathBuf> {
+        self.dirs.iter().map(|d| if d.is_relative() { root.join(d) } else { d.clone() }).collect()
+    }
+}
+
+#[async_trait]
+impl Tool for SkillTool {
+    fn name(&self) -> &str {
+        "skill"
+    }
+
+    fn description(&self) -> &str {
+        DESCRIPTION
+    }
+
+    fn parameters(&self) -> &Value {
+        &self.parameters
+    }
+
+    async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
+        let params: Params = decode(self.name(), args)?;
+        let name = params.name.trim();
+        if name.is_empty() || name.contains(['/', '\\']) || name == "." || name == ".." {
+            return Err(ToolFailure::Failed(format!("Invalid skill name: \"{}\"", params.name)));
+        }
+        let dirs = self.search_dirs(&ctx.project.root);
+        let Some(base) = dirs.iter().map(|d| d.join(name)).find(|d| d.join(SKILL_FILE).is_file()) else {
+            let available = available(&dirs);
+            let list = if available.is_empty() { "none".to_string() } else { available.join(", ") };
+            return Err(ToolFailure::Failed(format!("Skill \"{name}\" not found. Available skills: {list}")));
+        };
+        ctx.ask(PermissionAsk {
+            permission: "skill".to_string(),
+            patterns: vec![name.to_string()],
+            always: vec![name.to_string()],
+            metadata: json!({}),
+        })
+        .await?;
+        let file = base.join(SKILL_FILE);
+        let raw = tokio::fs::read_to_string(&file).await.map_err(|e| io_failure("read", &file, &e))?;
+        let files = {
+            let base = base.clone();
+            tokio::task::spawn_blocking(move || sample_files(&base)).await.unwrap_or_default()
+        };
+        let file_list: String = files.iter().map(|f| format!("<file>{}</file>\n", f.display())).collect();
+        let output = format!(
+            "<skill_content name=\"{name}\">\n# Skill: {name}\n\n{}\n\nBase directory for this skill: {}\n\
+             Relative paths in this skill (e.g., scripts/, reference/) are relative to this base directory.\n\
+             Note: file list is sampled.\n\n<skill_files>\n{file_list}</skill_files>\n</skill_content>",
+            strip_frontmatter(&raw).trim(),
+            base.display(),
+        );
+        Ok(ToolOutput {
+            title: format!("Loaded skill: {name}"),
+            output,
+            metadata: json!({"name": name, "dir": base.to_string_lossy()}),
+            attachments: Vec::new(),
+        })
+    }
+}
+
+/// The body of a Markdown file without its `---` front matter.
+fn strip_frontmatter(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else { return text };
+    match rest.find("\n---") {
+        Some(end) => rest[end + 4..].trim_start_matches(['\r', '\n']),
+        None => text,
+    }
+}
+
+fn available(dirs: &[PathBuf]) -> Vec<String> {
+    let mut names: Vec<String> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flat_map(|entries| entries.flatten())
+        .filter(|e| e.path().join(SKILL_FILE).is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+fn sample_files(base: &Path) -> Vec<PathBuf> {
+    let Ok(walk) = walker(base, None, Hidden::Skip) else { return Vec::new() };
+    walk.flatten()
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()) && e.file_name() != SKILL_FILE)
+        .take(SAMPLED_FILES)
+        .map(|e| e.into_path())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frontmatter_is_removed() {
+        assert_eq!(strip_frontmatter("---\nname: x\n---\n\n# Body\n"), "# Body\n");
+        assert_eq!(strip_frontmatter("# No front matter"), "# No front matter");
+    }
+}
