@@ -83,3 +83,12 @@ pub fn parse_sse(text: &str) -> Vec<Event> {
 pub fn names(events: &[Event]) -> Vec<&str> {
     events.iter().map(|e| e.name.as_deref().unwrap_or("")).collect()
 }
+
+/// The text streamed in a chat answer.
+pub fn chat_text(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter(|e| e.data != "[DONE]")
+        .filter_map(|e| e.json()["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect()
+}
