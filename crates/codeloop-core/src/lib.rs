@@ -1,1 +1,32 @@
-//! codeloop-core
+//! The codeloop engine (DESIGN.md §1, §4): run loop → processor → tools → compaction, with the
+//! coordinator, bus, permissions, retry policy and config around them.
+//!
+//! Owns: the rules — when to call the model again, stop or compact; how stream events become parts;
+//! which calls are allowed; how history becomes the next request.
+//! Must not: speak wire formats (codeloop-provider), touch SQLite directly (codeloop-store), implement
+//! tools (codeloop-tools), or read environment variables outside [`EngineOptions`].
+
+pub mod agents;
+mod bus;
+pub mod compaction;
+pub mod config;
+mod coordinator;
+pub mod doom_loop;
+mod engine;
+pub mod input;
+pub mod instructions;
+pub mod models;
+pub mod permission;
+pub mod processor;
+pub mod projection;
+pub mod retry;
+mod run;
+mod services;
+mod tool_host;
+
+pub use bus::{Bus, Replay};
+pub use coordinator::{Coordinator, RunResult};
+pub use engine::{Engine, EngineError, EngineOptions, TOOL_OUTPUT_RETENTION};
+pub use input::{Delivery, InputPart, PromptInput};
+pub use run::{Inbox, RunError, RunOutcome, StopReason};
+pub use services::Services;

@@ -1,0 +1,112 @@
+//! Agents: a prompt, a permission ruleset, a step limit and optionally a model. `build` is the default
+//! primary agent; `plan` cannot edit; `compaction` writes summaries and may not call tools.
+
+use std::collections::BTreeMap;
+
+use codeloop_types::{ModelRef, PermissionAction, PermissionRule};
+
+use crate::config::Config;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentMode {
+    Primary,
+    Subagent,
+    /// Used by the runtime only (compaction, titles); not selectable.
+    Hidden,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Agent {
+    pub name: String,
+    pub description: String,
+    /// Replaces the default codeloop prompt when set.
+    pub prompt: Option<String>,
+    pub model: Option<ModelRef>,
+    /// Maximum provider calls per run.
+    pub steps: Option<u32>,
+    pub temperature: Option<f32>,
+    pub permission: Vec<PermissionRule>,
+    pub mode: AgentMode,
+}
+
+pub const DEFAULT_AGENT: &str = "build";
+pub const COMPACTION_AGENT: &str = "compaction";
+
+fn builtin() -> Vec<Agent> {
+    use PermissionAction::*;
+    vec![
+        Agent {
+            name: "build".into(),
+            description: "The default agent: reads, edits and runs code to complete the task.".into(),
+            prompt: None,
+            model: None,
+            steps: None,
+            temperature: None,
+            permission: Vec::new(),
+            mode: AgentMode::Primary,
+        },
+        Agent {
+            name: "plan".into(),
+            description: "Investigates and proposes a plan without changing files.".into(),
+            prompt: None,
+            model: None,
+            steps: None,
+            temperature: None,
+            permission: vec![PermissionRule::new("edit", "*", Deny), PermissionRule::new("bash", "*", Ask)],
+            mode: AgentMode::Primary,
+        },
+        Agent {
+            name: COMPACTION_AGENT.into(),
+            description: "Summarises the conversation when the context window fills up.".into(),
+            prompt: Some(crate::compaction::SUMMARY_SYSTEM_PROMPT.into()),
+            model: None,
+            steps: Some(1),
+            temperature: None,
+            permission: vec![PermissionRule::new("*", "*", Deny)],
+            mode: AgentMode::Hidden,
+        },
+    ]
+}
+
+/// Built-in agents with config overrides applied, and agents defined only in config added.
+pub fn agents(config: &Config) -> BTreeMap<String, Agent> {
+    let mut agents: BTreeMap<String, Agent> = builtin().into_iter().map(|a| (a.name.clone(), a)).collect();
+    for (name, settings) in &config.agent {
+        if settings.disable {
+            agents.remove(name);
+            continue;
+        }
+        let agent = agents.entry(name.clone()).or_insert_with(|| Agent {
+            name: name.clone(),
+            description: String::new(),
+            prompt: None,
+            model: None,
+            steps: None,
+            temperature: None,
+            permission: Vec::new(),
+            mode: AgentMode::Primary,
+        });
+        if let Some(prompt) = &settings.prompt {
+            agent.prompt = Some(prompt.clone());
+        }
+        if let Some(description) = &settings.description {
+            agent.description = description.clone();
+        }
+        if let Some(model) = settings.model.as_deref().and_then(|m| m.parse().ok()) {
+            agent.model = Some(model);
+        }
+        if settings.steps.is_some() {
+            agent.steps = settings.steps;
+        }
+        if settings.temperature.is_some() {
+            agent.temperature = settings.temperature;
+        }
+        agent.permission.extend(settings.permission.0.iter().cloned());
+    }
+    if let (Some(model), Some(agent)) =
+        (config.compaction.model.as_deref().and_then(|m| m.parse().ok()), agents.get_mut(COMPACTION_AGENT))
+    {
+        agent.model.get_or_insert(model);
+    }
+    agents
+}

@@ -1,0 +1,160 @@
+//! The event bus: every state change a watcher may care about, with a strictly increasing id.
+//!
+//! Owns: id assignment, fan-out to live subscribers, and a bounded replay buffer so a client that
+//! reconnects with `Last-Event-ID` gets exactly what it missed.
+//! Must not: block a publisher. A slow subscriber lags (tokio broadcast drops its oldest events and tells
+//! it so); memory stays bounded by the channel and replay capacities.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use codeloop_types::{Event, EventPayload};
+use tokio::sync::broadcast;
+
+/// Events kept for replay after a reconnect.
+pub const DEFAULT_REPLAY_CAPACITY: usize = 10_000;
+/// Events a live subscriber may fall behind before it lags.
+pub const DEFAULT_CHANNEL_CAPACITY: usize = 4_096;
+
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sender: broadcast::Sender<Arc<Event>>,
+    state: Mutex<ReplayState>,
+    replay_capacity: usize,
+}
+
+struct ReplayState {
+    next_id: u64,
+    buffer: VecDeque<Arc<Event>>,
+}
+
+/// What a reconnecting client gets.
+#[derive(Debug)]
+pub enum Replay {
+    /// Every event after the requested id, in order (possibly none).
+    Events(Vec<Arc<Event>>),
+    /// The client is further behind than the buffer: it must refetch state.
+    TooFarBehind,
+}
+
+impl Default for Bus {
+    fn default() -> Self {
+        Self::new(DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY)
+    }
+}
+
+impl Bus {
+    pub fn new(channel_capacity: usize, replay_capacity: usize) -> Self {
+        let (sender, _) = broadcast::channel(channel_capacity.max(1));
+        Self {
+            inner: Arc::new(Inner {
+                sender,
+                state: Mutex::new(ReplayState { next_id: 1, buffer: VecDeque::new() }),
+                replay_capacity,
+            }),
+        }
+    }
+
+    /// Assigns the next id and delivers the event. Never waits for subscribers.
+    pub fn publish(&self, payload: EventPayload) -> u64 {
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let id = state.next_id;
+        state.next_id += 1;
+        let event = Arc::new(Event { id, payload });
+        if self.inner.replay_capacity > 0 {
+            if state.buffer.len() == self.inner.replay_capacity {
+                state.buffer.pop_front();
+            }
+            state.buffer.push_back(event.clone());
+        }
+        // Sending under the lock keeps channel order equal to id order. No receivers is fine.
+        let _ = self.inner.sender.send(event);
+        id
+    }
+
+    /// A live subscription starting with the next published event.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.inner.sender.subscribe()
+    }
+
+    /// Subscribes and returns, atomically, the events after `last_id` from the replay buffer: no gap and
+    /// no duplicate between the replay and the live receiver.
+    pub fn subscribe_after(&self, last_id: u64) -> (Replay, broadcast::Receiver<Arc<Event>>) {
+        let state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let receiver = self.inner.sender.subscribe();
+        let replay = replay_from(&state, last_id);
+        (replay, receiver)
+    }
+
+    /// The id the next event will get.
+    pub fn next_id(&self) -> u64 {
+        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).next_id
+    }
+}
+
+fn replay_from(state: &ReplayState, last_id: u64) -> Replay {
+    if last_id + 1 >= state.next_id {
+        return Replay::Events(Vec::new());
+    }
+    let oldest = state.buffer.front().map(|e| e.id).unwrap_or(state.next_id);
+    if last_id + 1 < oldest {
+        return Replay::TooFarBehind;
+    }
+    let skip = (last_id + 1 - oldest) as usize;
+    Replay::Events(state.buffer.iter().skip(skip).cloned().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn compacted(n: u64) -> EventPayload {
+        EventPayload::SessionCompacted { session_id: format!("ses_{n}").into() }
+    }
+
+    #[tokio::test]
+    async fn ids_increase_and_subscribers_see_order() {
+        let bus = Bus::default();
+        let mut rx = bus.subscribe();
+        let a = bus.publish(compacted(1));
+        let b = bus.publish(compacted(2));
+        assert!(b > a);
+        assert_eq!(rx.recv().await.unwrap().id, a);
+        assert_eq!(rx.recv().await.unwrap().id, b);
+    }
+
+    #[test]
+    fn replay_returns_exactly_the_missed_events() {
+        let bus = Bus::new(16, 100);
+        let ids: Vec<u64> = (0..10).map(|n| bus.publish(compacted(n))).collect();
+        let (replay, _rx) = bus.subscribe_after(ids[6]);
+        let Replay::Events(events) = replay else { panic!("expected events") };
+        assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), ids[7..].to_vec());
+        let (replay, _rx) = bus.subscribe_after(ids[9]);
+        assert!(matches!(replay, Replay::Events(ref e) if e.is_empty()));
+    }
+
+    #[test]
+    fn replay_beyond_the_buffer_asks_for_resync() {
+        let bus = Bus::new(16, 5);
+        for n in 0..20 {
+            bus.publish(compacted(n));
+        }
+        assert!(matches!(bus.subscribe_after(3).0, Replay::TooFarBehind));
+        assert!(matches!(bus.subscribe_after(15).0, Replay::Events(ref e) if e.len() == 5));
+    }
+
+    #[tokio::test]
+    async fn a_slow_subscriber_lags_instead_of_blocking() {
+        let bus = Bus::new(4, 0);
+        let mut rx = bus.subscribe();
+        for n in 0..100 {
+            bus.publish(compacted(n));
+        }
+        assert!(matches!(rx.recv().await, Err(broadcast::error::RecvError::Lagged(_))));
+    }
+}

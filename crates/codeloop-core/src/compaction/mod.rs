@@ -1,0 +1,19 @@
+//! Context management (DESIGN.md §4 "Overflow", "Prune", "Summary"): deciding, selecting and applying
+//! prune and summary compaction.
+//!
+//! Must not: delete history. Pruned outputs stay in the store; summarised messages stay too and are only
+//! hidden from the model by the projection.
+
+mod overflow;
+mod prune;
+mod summary;
+
+pub use overflow::{
+    COMPACTION_BUFFER, OUTPUT_TOKEN_MAX, is_overflow, max_output, overflow_threshold, request_size, usable,
+};
+pub use prune::{PRUNE_MINIMUM, PRUNE_PROTECT, estimate_tokens, prune_candidates};
+pub(crate) use summary::chat_chars;
+pub use summary::{
+    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, select_tail,
+    summary_prompt, summary_text, tail_budget,
+};

@@ -1,0 +1,240 @@
+//! The engine: the one object the CLI, the server and tests hold. It opens the store, builds the shared
+//! services once, and exposes sessions, prompts, aborts, compaction and permission replies.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use codeloop_store::{MessageWithParts, SessionFilter, SqliteStore, Store, StoreError, StoreWriter};
+use codeloop_tools::{BuiltinConfig, ToolRegistry};
+use codeloop_types::{EventPayload, Message, ModelRef, PermissionId, PermissionRequest, Session, SessionId};
+
+use crate::Bus;
+use crate::agents::{DEFAULT_AGENT, agents};
+use crate::config::Config;
+use crate::coordinator::{Coordinator, RunResult};
+use crate::input::{Delivery, PromptInput};
+use crate::models::{EnvLookup, Models};
+use crate::permission::{AskPolicy, PermissionEngine, Reply, ReplyError, default_rules};
+use crate::run::RunError;
+use crate::services::Services;
+
+/// Tool output spill files older than this are deleted when the engine opens.
+pub const TOOL_OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+pub struct EngineOptions {
+    pub data_dir: PathBuf,
+    pub config: Config,
+    /// What happens to permission questions nobody can answer.
+    pub ask_policy: AskPolicy,
+    /// Environment lookup for API keys.
+    pub env: EnvLookup,
+    /// A global instructions file (`~/.config/codeloop/AGENTS.md`).
+    pub global_instructions: Option<PathBuf>,
+    /// Folders searched for skills; `None` uses the tools' defaults.
+    pub skill_dirs: Option<Vec<PathBuf>>,
+}
+
+impl EngineOptions {
+    pub fn new(data_dir: impl Into<PathBuf>, config: Config) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            config,
+            ask_policy: AskPolicy::Deny,
+            env: Arc::new(|name| std::env::var(name).ok()),
+            global_instructions: None,
+            skill_dirs: None,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error("session {0} not found")]
+    SessionNotFound(SessionId),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    services: Arc<Services>,
+    coordinator: Coordinator,
+}
+
+impl Engine {
+    /// Opens the data directory (recovering what a crashed run left open) and builds the services.
+    pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
+        let store = Arc::new(SqliteStore::open(&options.data_dir)?);
+        let writer = StoreWriter::new(store.clone())?;
+        let bus = Bus::default();
+        let tool_output_dir = options.data_dir.join("tool-output");
+        let allowed = vec![tool_output_dir.display().to_string(), std::env::temp_dir().display().to_string()];
+        let permissions =
+            PermissionEngine::new(store.clone(), bus.clone(), options.ask_policy, default_rules(&allowed));
+        let tools = match options.skill_dirs {
+            Some(skill_dirs) => ToolRegistry::builtin_with(BuiltinConfig { skill_dirs }),
+            None => ToolRegistry::builtin(),
+        };
+        let tool_specs = tools
+            .specs()
+            .into_iter()
+            .map(|s| codeloop_provider::ToolSpec {
+                name: s.name,
+                description: s.description,
+                parameters: s.parameters,
+            })
+            .collect();
+        let sweep_dir = tool_output_dir.clone();
+        std::thread::spawn(move || {
+            if let Err(e) = codeloop_tools::sweep_tool_output(&sweep_dir, TOOL_OUTPUT_RETENTION)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::debug!("tool output sweep failed: {e}");
+            }
+        });
+        let services = Arc::new(Services {
+            agents: agents(&options.config),
+            models: Models::new(options.config.clone(), options.env),
+            config: options.config,
+            store,
+            writer,
+            bus,
+            tools: Arc::new(tools),
+            tool_specs,
+            permissions,
+            data_dir: options.data_dir,
+            tool_output_dir,
+            global_instructions: options.global_instructions,
+        });
+        let coordinator = Coordinator::new(services.clone());
+        Ok(Engine { services, coordinator })
+    }
+
+    pub fn bus(&self) -> &Bus {
+        &self.services.bus
+    }
+
+    pub fn services(&self) -> &Arc<Services> {
+        &self.services
+    }
+
+    pub fn coordinator(&self) -> &Coordinator {
+        &self.coordinator
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.services.config
+    }
+
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.services.store.clone()
+    }
+
+    /// A new session in `directory` (agent and model default to config).
+    pub fn create_session(
+        &self,
+        directory: &Path,
+        agent: Option<&str>,
+        model: Option<ModelRef>,
+        parent: Option<SessionId>,
+    ) -> Result<Session, EngineError> {
+        let agent = agent.unwrap_or(self.services.config.default_agent.as_deref().unwrap_or(DEFAULT_AGENT));
+        if !self.services.agents.contains_key(agent) {
+            let available: Vec<&str> = self.services.agents.keys().map(String::as_str).collect();
+            return Err(EngineError::Invalid(format!(
+                "Agent not found: \"{agent}\". Available agents: {}",
+                available.join(", ")
+            )));
+        }
+        let directory = directory.canonicalize().unwrap_or_else(|_| directory.to_owned());
+        let model = model.or_else(|| self.services.models.default_model().ok());
+        let mut session = Session::new(directory.display().to_string(), agent, model);
+        session.parent_id = parent;
+        self.services.store.apply(&[codeloop_store::Write::Session(session.clone())])?;
+        self.services
+            .bus
+            .publish(EventPayload::SessionCreated { session_id: session.id.clone(), info: session.clone() });
+        Ok(session)
+    }
+
+    pub fn session(&self, id: &SessionId) -> Result<Session, EngineError> {
+        self.services.store.get_session(id)?.ok_or_else(|| EngineError::SessionNotFound(id.clone()))
+    }
+
+    pub fn update_session(&self, session: &Session) {
+        self.services.save_session(session);
+    }
+
+    pub fn sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>, EngineError> {
+        Ok(self.services.store.list_sessions(filter)?)
+    }
+
+    pub fn history(&self, id: &SessionId) -> Result<Vec<MessageWithParts>, EngineError> {
+        Ok(self.services.store.load_history(id)?)
+    }
+
+    /// Deletes a session and its children. Refused while it runs.
+    pub fn delete_session(&self, id: &SessionId) -> Result<bool, EngineError> {
+        if self.coordinator.is_busy(id) {
+            return Err(EngineError::Invalid(format!("session {id} is running; abort it first")));
+        }
+        let _lock = self.services.store.lock_session(id)?;
+        let deleted = self.services.store.delete_session(id)?;
+        if deleted {
+            self.services.bus.publish(EventPayload::SessionDeleted { session_id: id.clone() });
+        }
+        Ok(deleted)
+    }
+
+    /// Sends input to a session and waits for the outcome of the run it starts or joins.
+    pub async fn prompt(&self, session: &SessionId, input: PromptInput, delivery: Delivery) -> RunResult {
+        if input.is_empty() {
+            return Err(RunError::Input("the prompt is empty: send at least one non-empty text part".into()));
+        }
+        self.coordinator.prompt(session, input, delivery).await
+    }
+
+    /// Stops the session's run; returns after its cleanup.
+    pub async fn abort(&self, session: &SessionId) {
+        self.coordinator.interrupt(session).await;
+    }
+
+    /// Summarises the session now (manual compaction: no automatic continuation).
+    pub async fn compact(&self, session: &SessionId) -> RunResult {
+        if self.coordinator.is_busy(session) {
+            return Err(RunError::Busy(format!(
+                "session {session} is running; wait for it or abort it first"
+            )));
+        }
+        let history = self.services.store.load_history(session)?;
+        let Some(last_user) = history.iter().rev().find_map(|m| match &m.info {
+            Message::User(u) => Some(u.clone()),
+            Message::Assistant(_) => None,
+        }) else {
+            return Err(RunError::Input(format!("session {session} has no messages to compact")));
+        };
+        let request = crate::run::new_compaction_request(session, &last_user, false, false);
+        self.services.save_message(&request.info);
+        for part in &request.parts {
+            self.services.save_part(part);
+        }
+        self.coordinator.run(session).await
+    }
+
+    pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
+        self.services.permissions.pending(session)
+    }
+
+    pub fn reply_permission(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
+        self.services.permissions.reply(id, reply)
+    }
+
+    /// Waits until everything written so far is durable.
+    pub async fn flush(&self) -> Result<(), EngineError> {
+        Ok(self.services.writer.flush().await?)
+    }
+}

@@ -1,0 +1,127 @@
+//! User input: what a client sends (`{parts: [{type: "text", text}], model?, agent?}`) and how it becomes
+//! a stored user message.
+
+use codeloop_store::MessageWithParts;
+use codeloop_types::{
+    FilePart, Message, MessageId, MessageTime, ModelRef, Part, PartKind, Session, UserMessage, now_ms,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::RunError;
+use crate::services::Services;
+
+/// One prompt from a client.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct PromptInput {
+    pub parts: Vec<InputPart>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Extra system text for this turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum InputPart {
+    Text {
+        text: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        synthetic: bool,
+    },
+    File {
+        mime: String,
+        url: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        filename: Option<String>,
+    },
+}
+
+impl PromptInput {
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { parts: vec![InputPart::Text { text: text.into(), synthetic: false }], ..Default::default() }
+    }
+
+    /// True when there is nothing to send.
+    pub fn is_empty(&self) -> bool {
+        self.parts.iter().all(|p| matches!(p, InputPart::Text { text, .. } if text.trim().is_empty()))
+    }
+}
+
+/// How input sent while a run is active is delivered (DESIGN.md §4 "Coordinator").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Delivery {
+    /// Joins the active run at its next step boundary.
+    #[default]
+    Steer,
+    /// Becomes its own turn after the active run ends (FIFO).
+    Queue,
+}
+
+/// Resolves agent and model for new input and persists it as a user message. Updates the session's
+/// agent and model when they change.
+pub fn create_user_message(
+    services: &Services,
+    session: &mut Session,
+    input: &PromptInput,
+) -> Result<MessageWithParts, RunError> {
+    let agent_name = input.agent.clone().unwrap_or_else(|| session.agent.clone());
+    let agent = services.agents.get(&agent_name).ok_or_else(|| {
+        let available: Vec<&str> = services.agents.keys().map(String::as_str).collect();
+        RunError::Input(format!(
+            "Agent not found: \"{agent_name}\". Available agents: {}",
+            available.join(", ")
+        ))
+    })?;
+    let model = match input.model.clone().or_else(|| agent.model.clone()).or_else(|| session.model.clone()) {
+        Some(model) => model,
+        None => services.models.default_model().map_err(|e| RunError::Input(e.to_string()))?,
+    };
+    let id = MessageId::new();
+    let info = UserMessage {
+        id: id.clone(),
+        session_id: session.id.clone(),
+        time: MessageTime { created: now_ms(), completed: None },
+        agent: agent_name.clone(),
+        model: model.clone(),
+        system: input.system.clone(),
+        format: None,
+    };
+    let parts: Vec<Part> = input
+        .parts
+        .iter()
+        .map(|part| match part {
+            InputPart::Text { text, synthetic: false } => {
+                Part::user_text(session.id.clone(), id.clone(), text.clone())
+            }
+            InputPart::Text { text, synthetic: true } => {
+                Part::synthetic_text(session.id.clone(), id.clone(), text.clone())
+            }
+            InputPart::File { mime, url, filename } => Part::new(
+                session.id.clone(),
+                id.clone(),
+                PartKind::File(FilePart {
+                    mime: mime.clone(),
+                    filename: filename.clone(),
+                    url: url.clone(),
+                    source: None,
+                }),
+            ),
+        })
+        .collect();
+    let message = Message::User(info);
+    services.save_message(&message);
+    for part in &parts {
+        services.save_part(part);
+    }
+    if session.agent != agent_name || session.model.as_ref() != Some(&model) {
+        session.agent = agent_name;
+        session.model = Some(model);
+    }
+    session.time.updated = now_ms();
+    services.save_session(session);
+    Ok(MessageWithParts { info: message, parts })
+}

@@ -1,0 +1,122 @@
+//! The system prompt (reference §2.5): the agent prompt, an environment block frozen per session (so the
+//! provider's prompt cache is not broken by a date change mid-session), and project instruction files
+//! (`AGENTS.md`, else `CLAUDE.md`) found walking up from the working directory to the repository root.
+//!
+//! Must not: change between steps of a session; everything here is computed once per run.
+
+use std::path::{Path, PathBuf};
+
+use codeloop_types::{Millis, date_of};
+
+const BASE_PROMPT: &str = "You are codeloop, an autonomous coding agent working in the user's project.
+- Use the tools to inspect the code before changing it; prefer small, exact edits (edit, apply_patch) over rewriting files.
+- Run the project's tests or commands with bash to check your work when it is practical.
+- Paths may be absolute or relative to the working directory. Stay inside the project unless asked.
+- When the task is done, answer briefly: what you changed and how you verified it. If you are blocked, say what you need.
+- Do not invent file contents, command output or results you have not seen.";
+
+/// The project's location, found once per run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectInfo {
+    pub directory: PathBuf,
+    /// The repository root, or `directory` when it is not inside a git repository.
+    pub root: PathBuf,
+    pub is_git: bool,
+}
+
+impl ProjectInfo {
+    pub fn discover(directory: &Path) -> ProjectInfo {
+        let git_root = directory.ancestors().find(|dir| dir.join(".git").exists());
+        ProjectInfo {
+            directory: directory.to_owned(),
+            root: git_root.unwrap_or(directory).to_owned(),
+            is_git: git_root.is_some(),
+        }
+    }
+}
+
+/// Instruction files for a project: the first name of `AGENTS.md`, `CLAUDE.md` that exists anywhere from
+/// the working directory up to the root, every ancestor's copy of that name (outermost first), then the
+/// global file and configured extras.
+pub fn instruction_files(project: &ProjectInfo, global: Option<&Path>, extra: &[String]) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    if let Some(global) = global.filter(|g| g.is_file()) {
+        files.push(global.to_owned());
+    }
+    let mut dirs: Vec<&Path> = Vec::new();
+    for dir in project.directory.ancestors() {
+        dirs.push(dir);
+        if dir == project.root {
+            break;
+        }
+    }
+    for name in ["AGENTS.md", "CLAUDE.md"] {
+        let found: Vec<PathBuf> = dirs.iter().rev().map(|d| d.join(name)).filter(|p| p.is_file()).collect();
+        if !found.is_empty() {
+            files.extend(found);
+            break;
+        }
+    }
+    for path in extra {
+        let path = Path::new(path);
+        let path = if path.is_absolute() { path.to_owned() } else { project.root.join(path) };
+        if path.is_file() && !files.contains(&path) {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The system blocks of every request in a run: `[agent prompt, environment + instructions]`. The first
+/// block never changes for an agent, which keeps it cacheable.
+pub fn system_prompt(
+    agent_prompt: Option<&str>,
+    model: &str,
+    project: &ProjectInfo,
+    session_created: Millis,
+    instruction_files: &[PathBuf],
+) -> Vec<String> {
+    let mut env = format!(
+        "You are powered by the model {model}.\n<env>\nWorking directory: {}\nWorkspace root: {}\nIs a git repository: {}\nPlatform: {}\nToday's date: {}\n</env>",
+        project.directory.display(),
+        project.root.display(),
+        if project.is_git { "yes" } else { "no" },
+        std::env::consts::OS,
+        date_of(session_created),
+    );
+    for path in instruction_files {
+        match std::fs::read_to_string(path) {
+            Ok(text) => {
+                env.push_str(&format!("\n\nInstructions from: {}\n{}", path.display(), text.trim_end()));
+            }
+            Err(e) => tracing::warn!("cannot read instruction file {}: {e}", path.display()),
+        }
+    }
+    vec![agent_prompt.unwrap_or(BASE_PROMPT).to_owned(), env]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agents_md_wins_over_claude_md_and_ancestors_are_included() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        let sub = root.join("crates/app");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(root.join("AGENTS.md"), "root rules").unwrap();
+        std::fs::write(sub.join("AGENTS.md"), "app rules").unwrap();
+        std::fs::write(sub.join("CLAUDE.md"), "claude rules").unwrap();
+        let project = ProjectInfo::discover(&sub);
+        assert_eq!(project.root, root);
+        assert!(project.is_git);
+        let files = instruction_files(&project, None, &[]);
+        assert_eq!(files, vec![root.join("AGENTS.md"), sub.join("AGENTS.md")]);
+        let system = system_prompt(None, "fake/model", &project, 0, &files);
+        assert!(system[1].contains("Today's date: 1970-01-01"));
+        assert!(system[1].find("root rules").unwrap() < system[1].find("app rules").unwrap());
+        assert!(!system[1].contains("claude rules"));
+    }
+}

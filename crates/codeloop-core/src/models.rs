@@ -1,0 +1,255 @@
+//! Model resolution: `provider/model` → a connected provider plus the model's limits and prices, from the
+//! built-in catalogue overridden by `[provider.NAME.models.ID]` in config.
+//!
+//! Owns: provider defaults for well-known names, API-key lookup through the injected environment, and a
+//! cache of connected providers. Must not: speak any wire format (codeloop-provider does).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codeloop_provider::{Provider, ProviderConfig, ProviderError, Usage, WireApi};
+use codeloop_types::ModelRef;
+
+use crate::config::{Config, ModelSettings, ProviderSettings};
+
+/// Context window and output limits in tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelLimits {
+    pub context: u64,
+    /// Some providers limit the input separately from the window.
+    pub input: Option<u64>,
+    pub output: u64,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModelPricing {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+impl ModelPricing {
+    /// Cost of one step; reasoning is priced at the output rate (reference §4.2).
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        (usage.input as f64 * self.input
+            + (usage.output + usage.reasoning) as f64 * self.output
+            + usage.cache_read as f64 * self.cache_read
+            + usage.cache_write as f64 * self.cache_write)
+            / 1_000_000.0
+    }
+}
+
+/// Limits used for a model the catalogue does not know (a warning is shown).
+pub const DEFAULT_LIMITS: ModelLimits = ModelLimits { context: 128_000, input: None, output: 8_192 };
+
+#[derive(Clone)]
+pub struct ResolvedModel {
+    pub reference: ModelRef,
+    /// The id sent to the API.
+    pub api_id: String,
+    pub limits: ModelLimits,
+    pub pricing: ModelPricing,
+    /// False when neither the catalogue nor config describes the model.
+    pub known: bool,
+    pub temperature: Option<f32>,
+    pub wire: WireApi,
+    pub provider: Arc<dyn Provider>,
+}
+
+impl std::fmt::Debug for ResolvedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResolvedModel")
+            .field("reference", &self.reference)
+            .field("api_id", &self.api_id)
+            .field("limits", &self.limits)
+            .field("known", &self.known)
+            .finish()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error(
+        "unknown provider `{0}`: add a [provider.{0}] section with api, base_url and api_key_env to your config"
+    )]
+    UnknownProvider(String),
+    #[error(
+        "no model configured: pass --model provider/model or set `model = \"provider/model\"` in your config"
+    )]
+    NoModel,
+    #[error("invalid model `{0}`: expected provider/model, e.g. openai/gpt-4.1")]
+    Invalid(String),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+}
+
+/// Defaults for providers users commonly name without configuring.
+fn builtin_provider(name: &str) -> Option<(WireApi, &'static str, Option<&'static str>)> {
+    Some(match name {
+        "openai" => (WireApi::OpenAiChat, "https://api.openai.com/v1", Some("OPENAI_API_KEY")),
+        "anthropic" => (WireApi::Anthropic, "https://api.anthropic.com/v1", Some("ANTHROPIC_API_KEY")),
+        "openrouter" => (WireApi::OpenAiChat, "https://openrouter.ai/api/v1", Some("OPENROUTER_API_KEY")),
+        "deepseek" => (WireApi::OpenAiChat, "https://api.deepseek.com/v1", Some("DEEPSEEK_API_KEY")),
+        "groq" => (WireApi::OpenAiChat, "https://api.groq.com/openai/v1", Some("GROQ_API_KEY")),
+        "xai" => (WireApi::OpenAiChat, "https://api.x.ai/v1", Some("XAI_API_KEY")),
+        "ollama" => (WireApi::OpenAiChat, "http://127.0.0.1:11434/v1", None),
+        "llamacpp" => (WireApi::OpenAiChat, "http://127.0.0.1:8080/v1", None),
+        "vllm" => (WireApi::OpenAiChat, "http://127.0.0.1:8000/v1", None),
+        "lmstudio" => (WireApi::OpenAiChat, "http://127.0.0.1:1234/v1", None),
+        _ => return None,
+    })
+}
+
+/// Reads an environment variable; injected so tests and the server control it.
+pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+pub struct Models {
+    config: Config,
+    env: EnvLookup,
+    connected: Mutex<HashMap<String, Arc<dyn Provider>>>,
+}
+
+impl Models {
+    pub fn new(config: Config, env: EnvLookup) -> Self {
+        Self { config, env, connected: Mutex::new(HashMap::new()) }
+    }
+
+    /// The default model from config.
+    pub fn default_model(&self) -> Result<ModelRef, ModelError> {
+        let text = self.config.model.as_deref().ok_or(ModelError::NoModel)?;
+        text.parse().map_err(|_| ModelError::Invalid(text.to_owned()))
+    }
+
+    fn provider_settings(&self, name: &str) -> Result<ProviderSettings, ModelError> {
+        match (self.config.provider.get(name), builtin_provider(name)) {
+            (Some(settings), builtin) => {
+                let mut settings = settings.clone();
+                if let Some((_, base_url, key_env)) = builtin {
+                    settings.base_url.get_or_insert_with(|| base_url.to_owned());
+                    if settings.api_key_env.is_none() {
+                        settings.api_key_env = key_env.map(str::to_owned);
+                    }
+                }
+                Ok(settings)
+            }
+            (None, Some((api, base_url, key_env))) => Ok(ProviderSettings {
+                api,
+                base_url: Some(base_url.to_owned()),
+                api_key_env: key_env.map(str::to_owned),
+                ..Default::default()
+            }),
+            (None, None) => Err(ModelError::UnknownProvider(name.to_owned())),
+        }
+    }
+
+    fn connect(&self, name: &str, settings: &ProviderSettings) -> Result<Arc<dyn Provider>, ModelError> {
+        let mut connected = self.connected.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(provider) = connected.get(name) {
+            return Ok(provider.clone());
+        }
+        let base_url = settings.base_url.clone().ok_or_else(|| {
+            ModelError::Provider(ProviderError::Config {
+                message: format!("[provider.{name}] needs base_url (e.g. \"http://127.0.0.1:8080/v1\")"),
+            })
+        })?;
+        let mut config = ProviderConfig::new(name, settings.api, base_url);
+        config.api_key_env = settings.api_key_env.clone();
+        config.api_key = settings.api_key_env.as_deref().and_then(|var| (self.env)(var));
+        config.headers = settings.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        if let Some(ms) = settings.headers_timeout_ms {
+            config.headers_timeout = Duration::from_millis(ms);
+        }
+        if let Some(ms) = settings.idle_timeout_ms {
+            config.idle_timeout = Duration::from_millis(ms);
+        }
+        let provider = codeloop_provider::connect(config)?;
+        connected.insert(name.to_owned(), provider.clone());
+        Ok(provider)
+    }
+
+    pub fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel, ModelError> {
+        let settings = self.provider_settings(&model.provider_id)?;
+        let overrides = settings.models.get(&model.model_id).cloned().unwrap_or_default();
+        let catalogue = catalogue_entry(&model.provider_id, &model.model_id);
+        let known = catalogue.is_some() || overrides.context.is_some();
+        let (limits, pricing) = merge_model(catalogue, &overrides);
+        let provider = self.connect(&model.provider_id, &settings)?;
+        Ok(ResolvedModel {
+            reference: model.clone(),
+            api_id: overrides.id.clone().unwrap_or_else(|| model.model_id.clone()),
+            limits,
+            pricing,
+            known,
+            temperature: overrides.temperature,
+            wire: settings.api,
+            provider,
+        })
+    }
+}
+
+fn merge_model(
+    catalogue: Option<(ModelLimits, ModelPricing)>,
+    overrides: &ModelSettings,
+) -> (ModelLimits, ModelPricing) {
+    let (mut limits, mut pricing) = catalogue.unwrap_or((DEFAULT_LIMITS, ModelPricing::default()));
+    if let Some(context) = overrides.context {
+        limits.context = context;
+    }
+    if overrides.input.is_some() {
+        limits.input = overrides.input;
+    }
+    if let Some(output) = overrides.output {
+        limits.output = output;
+    }
+    if let Some(cost) = overrides.cost {
+        pricing = ModelPricing {
+            input: cost.input,
+            output: cost.output,
+            cache_read: cost.cache_read,
+            cache_write: cost.cache_write,
+        };
+    }
+    (limits, pricing)
+}
+
+/// The built-in catalogue's entry for a model.
+fn catalogue_entry(provider: &str, model: &str) -> Option<(ModelLimits, ModelPricing)> {
+    let _ = (provider, model);
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pricing_counts_reasoning_as_output_and_cache_at_its_rates() {
+        let pricing = ModelPricing { input: 2.0, output: 8.0, cache_read: 0.5, cache_write: 2.5 };
+        let usage = Usage {
+            input: 1_000_000,
+            output: 500_000,
+            reasoning: 500_000,
+            cache_read: 2_000_000,
+            cache_write: 400_000,
+            total: None,
+        };
+        let cost = pricing.cost(&usage);
+        assert!((cost - (2.0 + 8.0 + 1.0 + 1.0)).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn config_overrides_limits_and_prices() {
+        let overrides = ModelSettings {
+            context: Some(32_000),
+            output: Some(4_000),
+            cost: Some(crate::config::CostSettings { input: 1.0, output: 2.0, ..Default::default() }),
+            ..Default::default()
+        };
+        let (limits, pricing) = merge_model(None, &overrides);
+        assert_eq!(limits, ModelLimits { context: 32_000, input: None, output: 4_000 });
+        assert_eq!(pricing.output, 2.0);
+    }
+}

@@ -1,0 +1,349 @@
+//! The permission engine (DESIGN.md §4 "Permissions"): layered rules, pending requests, replies, and
+//! "always" approvals saved per project in the store.
+//!
+//! Owns: deciding allow / deny / ask for one request, and waiting for the answer.
+//! Must not: know what a tool does with the answer.
+
+mod rules;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use codeloop_store::Store;
+use codeloop_tools::{PermissionAsk, PermissionError};
+use codeloop_types::{
+    EventPayload, PermissionAction, PermissionId, PermissionReply, PermissionRequest, PermissionRule,
+    SessionId, ToolCallRef,
+};
+use tokio::sync::oneshot;
+
+pub use rules::{disabled, evaluate, wildcard_match};
+
+use crate::Bus;
+
+/// What happens to a request nobody has answered yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AskPolicy {
+    /// Publish `permission.asked` and wait for a reply (terminal prompt, HTTP client).
+    Wait,
+    /// No one can answer (headless): refuse and stop the run.
+    Deny,
+    /// No one can answer and the user chose to allow everything that would be asked.
+    Allow,
+}
+
+/// The answer to a pending request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub reply: PermissionReply,
+    /// With `reject`: feedback passed to the model instead of stopping the run.
+    pub message: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ReplyError {
+    #[error("permission request {0} is not pending (already answered, or unknown)")]
+    NotPending(PermissionId),
+}
+
+/// Who is asking, and under which rules.
+pub struct AskContext<'a> {
+    pub session_id: &'a SessionId,
+    /// The project the approval applies to (the worktree root).
+    pub project: &'a str,
+    /// Rule layers after the built-in defaults: agent, config, session (in that order).
+    pub layers: &'a [&'a [PermissionRule]],
+    pub tool: Option<ToolCallRef>,
+}
+
+struct Pending {
+    request: PermissionRequest,
+    project: String,
+    layers: Vec<PermissionRule>,
+    answer: oneshot::Sender<Reply>,
+}
+
+pub struct PermissionEngine {
+    store: Arc<dyn Store>,
+    bus: Bus,
+    policy: AskPolicy,
+    defaults: Vec<PermissionRule>,
+    pending: Mutex<HashMap<PermissionId, Pending>>,
+    approvals: Mutex<HashMap<String, Vec<PermissionRule>>>,
+}
+
+/// Built-in defaults (reference §9): everything allowed except doom loops, paths outside the project and
+/// `.env` files, which ask.
+pub fn default_rules(always_allowed_dirs: &[String]) -> Vec<PermissionRule> {
+    use PermissionAction::*;
+    let mut rules = vec![
+        PermissionRule::new("*", "*", Allow),
+        PermissionRule::new("doom_loop", "*", Ask),
+        PermissionRule::new("external_directory", "*", Ask),
+    ];
+    for dir in always_allowed_dirs {
+        rules.push(PermissionRule::new(
+            "external_directory",
+            format!("{}/*", dir.trim_end_matches('/')),
+            Allow,
+        ));
+    }
+    rules.extend([
+        PermissionRule::new("question", "*", Deny),
+        PermissionRule::new("read", "*.env", Ask),
+        PermissionRule::new("read", "*.env.*", Ask),
+        PermissionRule::new("read", "*.env.example", Allow),
+    ]);
+    rules
+}
+
+impl PermissionEngine {
+    pub fn new(store: Arc<dyn Store>, bus: Bus, policy: AskPolicy, defaults: Vec<PermissionRule>) -> Self {
+        Self {
+            store,
+            bus,
+            policy,
+            defaults,
+            pending: Mutex::new(HashMap::new()),
+            approvals: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn policy(&self) -> AskPolicy {
+        self.policy
+    }
+
+    pub fn defaults(&self) -> &[PermissionRule] {
+        &self.defaults
+    }
+
+    fn saved_approvals(&self, project: &str) -> Vec<PermissionRule> {
+        let mut cache = self.approvals.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(rules) = cache.get(project) {
+            return rules.clone();
+        }
+        let rules: Vec<PermissionRule> = match self.store.list_approvals(Some(project)) {
+            Ok(approvals) => approvals.into_iter().map(|a| a.rule).collect(),
+            Err(e) => {
+                tracing::warn!("could not read saved approvals: {e}");
+                Vec::new()
+            }
+        };
+        cache.insert(project.to_owned(), rules.clone());
+        rules
+    }
+
+    /// The decision for every pattern without asking anyone: `Deny` if any is denied, `Allow` if all are
+    /// allowed, else `Ask`. Also returns the deciding deny rule for the error message.
+    fn decide(
+        &self,
+        ctx: &AskContext<'_>,
+        ask: &PermissionAsk,
+    ) -> (PermissionAction, Option<PermissionRule>) {
+        let approvals = self.saved_approvals(ctx.project);
+        let mut layers: Vec<&[PermissionRule]> = vec![&self.defaults];
+        layers.extend(ctx.layers.iter().copied());
+        layers.push(&approvals);
+        let patterns: Vec<&str> = if ask.patterns.is_empty() {
+            vec!["*"]
+        } else {
+            ask.patterns.iter().map(String::as_str).collect()
+        };
+        let mut all_allowed = true;
+        for pattern in patterns {
+            let (action, rule) = evaluate(&ask.permission, pattern, layers.iter().copied());
+            match action {
+                PermissionAction::Deny => return (PermissionAction::Deny, rule.cloned()),
+                PermissionAction::Ask => all_allowed = false,
+                PermissionAction::Allow => {}
+            }
+        }
+        if all_allowed { (PermissionAction::Allow, None) } else { (PermissionAction::Ask, None) }
+    }
+
+    /// Resolves when the call may go ahead, following the rules and, when they say ask, the reply.
+    pub async fn ask(&self, ctx: AskContext<'_>, ask: PermissionAsk) -> Result<(), PermissionError> {
+        match self.decide(&ctx, &ask) {
+            (PermissionAction::Allow, _) => return Ok(()),
+            (PermissionAction::Deny, rule) => {
+                let rule = rule
+                    .map(|r| format!(" (rule: {} {} → deny)", r.permission, r.pattern))
+                    .unwrap_or_default();
+                return Err(PermissionError::Denied {
+                    message: format!(
+                        "Permission denied: `{}` for {}{rule}. The configuration forbids this; do not retry it.",
+                        ask.permission,
+                        ask.patterns.join(", ")
+                    ),
+                });
+            }
+            (PermissionAction::Ask, _) => {}
+        }
+        match self.policy {
+            AskPolicy::Allow => return Ok(()),
+            AskPolicy::Deny => {
+                return Err(PermissionError::Blocked {
+                    message: format!(
+                        "permission `{}` for `{}` needs approval and no one can answer in this headless run; \
+                         re-run with --on-ask allow, or add a rule such as [permission] {} = \"allow\" to your config",
+                        ask.permission,
+                        ask.patterns.join(", "),
+                        ask.permission
+                    ),
+                });
+            }
+            AskPolicy::Wait => {}
+        }
+        let request = PermissionRequest {
+            id: PermissionId::new(),
+            session_id: ctx.session_id.clone(),
+            permission: ask.permission.clone(),
+            patterns: ask.patterns.clone(),
+            always: ask.always.clone(),
+            metadata: ask.metadata.clone(),
+            tool: ctx.tool.clone(),
+        };
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.insert(
+                request.id.clone(),
+                Pending {
+                    request: request.clone(),
+                    project: ctx.project.to_owned(),
+                    layers: ctx.layers.iter().flat_map(|l| l.iter().cloned()).collect(),
+                    answer: tx,
+                },
+            );
+        }
+        let id = request.id.clone();
+        self.bus.publish(EventPayload::PermissionAsked(request));
+        // If the asking call is cancelled, this future is dropped: remove the stale request.
+        let guard = PendingGuard { engine: self, id };
+        let reply = rx.await;
+        drop(guard);
+        match reply {
+            Ok(Reply { reply: PermissionReply::Once | PermissionReply::Always, .. }) => Ok(()),
+            Ok(Reply { reply: PermissionReply::Reject, message: Some(message) })
+                if !message.trim().is_empty() =>
+            {
+                Err(PermissionError::Corrected { message })
+            }
+            Ok(Reply { reply: PermissionReply::Reject, .. }) | Err(_) => Err(PermissionError::Rejected),
+        }
+    }
+
+    /// Requests waiting for an answer, oldest first.
+    pub fn pending(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut list: Vec<PermissionRequest> = pending
+            .values()
+            .filter(|p| session.is_none_or(|s| &p.request.session_id == s))
+            .map(|p| p.request.clone())
+            .collect();
+        list.sort_by(|a, b| a.id.cmp(&b.id));
+        list
+    }
+
+    /// Answers a pending request. The first reply wins; later ones get `NotPending`.
+    pub fn reply(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let entry = pending.remove(id).ok_or_else(|| ReplyError::NotPending(id.clone()))?;
+        let session_id = entry.request.session_id.clone();
+        let mut settled = vec![(entry.request.id.clone(), reply.reply)];
+        match reply.reply {
+            PermissionReply::Always => {
+                let rules: Vec<PermissionRule> = entry
+                    .request
+                    .always
+                    .iter()
+                    .map(|p| {
+                        PermissionRule::new(
+                            entry.request.permission.clone(),
+                            p.clone(),
+                            PermissionAction::Allow,
+                        )
+                    })
+                    .collect();
+                for rule in &rules {
+                    if let Err(e) = self.store.add_approval(&entry.project, rule) {
+                        tracing::warn!("could not save approval: {e}");
+                    }
+                }
+                self.approvals.lock().unwrap_or_else(|e| e.into_inner()).remove(&entry.project);
+                let _ = entry.answer.send(reply.clone());
+                // Other requests of the same session that are now fully allowed go ahead too.
+                let ready: Vec<PermissionId> = pending
+                    .iter()
+                    .filter(|(_, p)| p.request.session_id == session_id)
+                    .filter(|(_, p)| self.allowed_now(p))
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in ready {
+                    if let Some(p) = pending.remove(&id) {
+                        let _ = p.answer.send(Reply { reply: PermissionReply::Always, message: None });
+                        settled.push((id, PermissionReply::Always));
+                    }
+                }
+            }
+            PermissionReply::Reject => {
+                let _ = entry.answer.send(reply.clone());
+                // A rejection stops the run: every other request of the session is rejected with it.
+                let others: Vec<PermissionId> = pending
+                    .iter()
+                    .filter(|(_, p)| p.request.session_id == session_id)
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                for id in others {
+                    if let Some(p) = pending.remove(&id) {
+                        let _ = p.answer.send(Reply { reply: PermissionReply::Reject, message: None });
+                        settled.push((id, PermissionReply::Reject));
+                    }
+                }
+            }
+            PermissionReply::Once => {
+                let _ = entry.answer.send(reply.clone());
+            }
+        }
+        drop(pending);
+        for (request_id, reply) in settled {
+            self.bus.publish(EventPayload::PermissionReplied {
+                session_id: session_id.clone(),
+                request_id,
+                reply,
+            });
+        }
+        Ok(())
+    }
+
+    fn allowed_now(&self, pending: &Pending) -> bool {
+        let approvals = self.saved_approvals(&pending.project);
+        let layers: [&[PermissionRule]; 3] = [&self.defaults, &pending.layers, &approvals];
+        pending.request.patterns.iter().all(|p| {
+            evaluate(&pending.request.permission, p, layers.iter().copied()).0 == PermissionAction::Allow
+        })
+    }
+
+    /// Rejects every pending request of a session (the run is stopping).
+    pub fn reject_session(&self, session: &SessionId) {
+        let ids: Vec<PermissionId> = self.pending(Some(session)).into_iter().map(|r| r.id).collect();
+        for id in ids {
+            let _ = self.reply(&id, Reply { reply: PermissionReply::Reject, message: None });
+        }
+    }
+
+    fn forget(&self, id: &PermissionId) {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+}
+
+struct PendingGuard<'a> {
+    engine: &'a PermissionEngine,
+    id: PermissionId,
+}
+
+impl Drop for PendingGuard<'_> {
+    fn drop(&mut self) {
+        self.engine.forget(&self.id);
+    }
+}

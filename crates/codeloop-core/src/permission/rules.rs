@@ -1,0 +1,118 @@
+//! Permission rules (reference §9): wildcard matching and "last matching rule wins" evaluation.
+
+use codeloop_types::{PermissionAction, PermissionRule};
+
+/// `*` matches any run of characters (including `/`), `?` one character, everything else literally.
+/// A pattern ending in `" *"` also matches the bare prefix, so `git status *` matches `git status`.
+pub fn wildcard_match(pattern: &str, text: &str) -> bool {
+    let text = text.replace('\\', "/");
+    let pattern = pattern.replace('\\', "/");
+    if let Some(prefix) = pattern.strip_suffix(" *")
+        && text == prefix
+    {
+        return true;
+    }
+    glob(pattern.as_bytes(), text.as_bytes())
+}
+
+/// Iterative wildcard matching with single-star backtracking: linear in practice, no recursion.
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == b'*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((sp, st)) = star {
+            p = sp + 1;
+            t = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// The action for one `permission` + `pattern` across layered rulesets: the last matching rule wins; no
+/// match means ask.
+pub fn evaluate<'a>(
+    permission: &str,
+    pattern: &str,
+    layers: impl IntoIterator<Item = &'a [PermissionRule]>,
+) -> (PermissionAction, Option<&'a PermissionRule>) {
+    let mut found: Option<&PermissionRule> = None;
+    for layer in layers {
+        for rule in layer {
+            if wildcard_match(&rule.permission, permission) && wildcard_match(&rule.pattern, pattern) {
+                found = Some(rule);
+            }
+        }
+    }
+    (found.map(|r| r.action).unwrap_or(PermissionAction::Ask), found)
+}
+
+/// True when the last rule matching `permission` for every pattern (`*`) denies it: the tool is then not
+/// offered to the model at all.
+pub fn disabled<'a>(permission: &str, layers: impl IntoIterator<Item = &'a [PermissionRule]>) -> bool {
+    let mut last: Option<&PermissionRule> = None;
+    for layer in layers {
+        for rule in layer {
+            if wildcard_match(&rule.permission, permission) {
+                last = Some(rule);
+            }
+        }
+    }
+    matches!(last, Some(r) if r.pattern == "*" && r.action == PermissionAction::Deny)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use PermissionAction::*;
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match("*", "anything/at/all"));
+        assert!(wildcard_match("*.env", "config/.env"));
+        assert!(!wildcard_match("*.env", "config/.env.example"));
+        assert!(wildcard_match("*.env.*", "a/.env.local"));
+        assert!(wildcard_match("git status *", "git status"));
+        assert!(wildcard_match("git status *", "git status --short"));
+        assert!(!wildcard_match("git status *", "git statusx"));
+        assert!(wildcard_match("file?.txt", "file1.txt"));
+        assert!(wildcard_match("/tmp/*", "/tmp/a/b"));
+        assert!(!wildcard_match("/tmp/*", "/var/tmp/a"));
+    }
+
+    #[test]
+    fn last_matching_rule_wins() {
+        let defaults = vec![
+            PermissionRule::new("*", "*", Allow),
+            PermissionRule::new("read", "*.env", Ask),
+            PermissionRule::new("read", "*.env.example", Allow),
+        ];
+        let config =
+            vec![PermissionRule::new("bash", "*", Deny), PermissionRule::new("bash", "git *", Allow)];
+        let layers = || [defaults.as_slice(), config.as_slice()];
+        assert_eq!(evaluate("read", "src/main.rs", layers()).0, Allow);
+        assert_eq!(evaluate("read", ".env", layers()).0, Ask);
+        assert_eq!(evaluate("read", ".env.example", layers()).0, Allow);
+        assert_eq!(evaluate("bash", "rm -rf /", layers()).0, Deny);
+        assert_eq!(evaluate("bash", "git log", layers()).0, Allow);
+        assert_eq!(evaluate("bash", "ls", [&[][..]]).0, Ask);
+    }
+
+    #[test]
+    fn disabled_only_for_a_blanket_deny() {
+        let rules = vec![PermissionRule::new("*", "*", Allow), PermissionRule::new("edit", "*", Deny)];
+        assert!(disabled("edit", [rules.as_slice()]));
+        assert!(!disabled("bash", [rules.as_slice()]));
+        let partial =
+            vec![PermissionRule::new("edit", "*", Deny), PermissionRule::new("edit", "docs/*", Allow)];
+        assert!(!disabled("edit", [partial.as_slice()]));
+    }
+}

@@ -1,0 +1,688 @@
+//! The processor (DESIGN.md §4, reference §3): consumes one provider stream for one assistant message and
+//! turns every event into durable parts, starting each tool as soon as its call is complete.
+//!
+//! Owns: the in-flight assistant message and its parts, the tool-call lifecycle (pending → running →
+//! completed | error, exactly one result per call), coalesced persistence of streamed text (at most every
+//! 200 ms and at text-end), cleanup, and the compact / stop / continue signal.
+//! Must not: call the provider twice or decide to loop (the run loop does), or retry.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use codeloop_provider::{
+    EventStream, Provider, ProviderError, ProviderRequest, StreamEvent, ToolCall, Usage,
+};
+use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure};
+use codeloop_types::{
+    AssistantError, AssistantMessage, EventPayload, Finish, Message, Part, PartKind, PartTime, ReasoningPart,
+    StepFinishPart, StepStartPart, TextPart, Tokens, ToolPart, ToolState, now_ms,
+};
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::doom_loop::{DoomLoop, DoomLoopGuard};
+use crate::models::ModelPricing;
+use crate::permission::AskContext;
+use crate::services::Services;
+use crate::tool_host::{RunToolHost, ToolEvent};
+
+/// Streamed text reaches the store at most this long after it arrived.
+pub const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// How long cleanup waits for open tool calls before marking them interrupted (reference §3.3).
+pub const CLEANUP_TOOL_WAIT: Duration = Duration::from_millis(250);
+
+/// What the run loop should do next (DESIGN.md §4 "Processor").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Continue,
+    Stop,
+    Compact,
+}
+
+/// How one attempt at the provider call ended.
+#[derive(Debug)]
+pub enum AttemptEnd {
+    /// The stream finished and every tool call settled.
+    Finished,
+    /// The provider failed; the run loop may retry.
+    Failed(ProviderError),
+    /// The processor refused to go on (doom loop denied, tool call during a summary, permission block).
+    Halted(String),
+    /// The run was interrupted.
+    Aborted,
+}
+
+/// Fixed facts of one turn.
+pub struct TurnContext {
+    pub services: Arc<Services>,
+    pub project: ProjectPaths,
+    pub project_key: String,
+    pub layers: Arc<Vec<codeloop_types::PermissionRule>>,
+    pub pricing: ModelPricing,
+    /// Overflow threshold in tokens; `None` when automatic compaction is off or this is a summary.
+    pub overflow_at: Option<u64>,
+    /// False on the last allowed step and for summaries: any call fails (or halts a summary).
+    pub tools_enabled: bool,
+    /// This message is a compaction summary: a tool call aborts it.
+    pub summary: bool,
+    /// Used when the provider reports no usage: the request size estimated as chars / 4.
+    pub estimated_input_tokens: u64,
+}
+
+pub struct Processor {
+    ctx: Arc<TurnContext>,
+    pub message: AssistantMessage,
+    pub parts: Vec<Part>,
+    text_open: HashMap<String, usize>,
+    reasoning_open: HashMap<String, usize>,
+    calls: HashMap<String, usize>,
+    running: HashSet<String>,
+    dirty: BTreeSet<usize>,
+    flush_at: Option<Instant>,
+    needs_compaction: bool,
+    /// Why the run must stop (a permission block), shown to the user.
+    pub blocked: Option<String>,
+    tool_tx: mpsc::UnboundedSender<ToolEvent>,
+    tool_rx: mpsc::UnboundedReceiver<ToolEvent>,
+    host: Arc<RunToolHost>,
+    tools_cancel: CancellationToken,
+    /// Characters of text streamed without usage, for the estimate.
+    streamed_chars: u64,
+}
+
+impl Processor {
+    /// Starts a new assistant message: persisted and announced before the provider is called.
+    pub fn new(ctx: Arc<TurnContext>, message: AssistantMessage) -> Self {
+        let (tool_tx, tool_rx) = mpsc::unbounded_channel();
+        let host = Arc::new(RunToolHost {
+            services: ctx.services.clone(),
+            session_id: message.session_id.clone(),
+            layers: ctx.layers.clone(),
+            project: ctx.project_key.clone(),
+            events: tool_tx.clone(),
+        });
+        ctx.services.save_message(&Message::Assistant(message.clone()));
+        Self {
+            ctx,
+            message,
+            parts: Vec::new(),
+            text_open: HashMap::new(),
+            reasoning_open: HashMap::new(),
+            calls: HashMap::new(),
+            running: HashSet::new(),
+            dirty: BTreeSet::new(),
+            flush_at: None,
+            needs_compaction: false,
+            blocked: None,
+            tool_tx,
+            tool_rx,
+            host,
+            tools_cancel: CancellationToken::new(),
+            streamed_chars: 0,
+        }
+    }
+
+    fn services(&self) -> &Services {
+        &self.ctx.services
+    }
+
+    /// One provider call, consumed to the end (or until interrupted), followed by cleanup.
+    pub async fn attempt(
+        &mut self,
+        provider: &dyn Provider,
+        request: ProviderRequest,
+        cancel: &CancellationToken,
+        doom: &mut DoomLoopGuard,
+    ) -> AttemptEnd {
+        self.tools_cancel = cancel.child_token();
+        self.needs_compaction = false;
+        let stream = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return self.cleanup(AttemptEnd::Aborted).await,
+            result = provider.stream(request) => result,
+        };
+        let end = match stream {
+            Ok(stream) => self.consume(stream, cancel, doom).await,
+            Err(error) => AttemptEnd::Failed(error),
+        };
+        self.cleanup(end).await
+    }
+
+    async fn consume(
+        &mut self,
+        mut stream: EventStream,
+        cancel: &CancellationToken,
+        doom: &mut DoomLoopGuard,
+    ) -> AttemptEnd {
+        let mut stream_done = false;
+        loop {
+            if stream_done && self.running.is_empty() {
+                return AttemptEnd::Finished;
+            }
+            let flush_at = self.flush_at;
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return AttemptEnd::Aborted,
+                Some(event) = self.tool_rx.recv() => self.on_tool_event(event),
+                item = stream.next(), if !stream_done => match item {
+                    Some(Ok(event)) => {
+                        if let Err(end) = self.on_stream_event(event, cancel, doom).await {
+                            return end;
+                        }
+                        // Overflow seen at a step boundary: stop reading, let running tools finish.
+                        if self.needs_compaction {
+                            stream_done = true;
+                        }
+                    }
+                    Some(Err(error)) => return AttemptEnd::Failed(error),
+                    None => stream_done = true,
+                },
+                _ = sleep_until(flush_at), if flush_at.is_some() => self.flush(),
+            }
+        }
+    }
+
+    async fn on_stream_event(
+        &mut self,
+        event: StreamEvent,
+        cancel: &CancellationToken,
+        doom: &mut DoomLoopGuard,
+    ) -> Result<(), AttemptEnd> {
+        match event {
+            StreamEvent::Start | StreamEvent::Finish | StreamEvent::ToolInputEnd { .. } => {}
+            StreamEvent::StartStep => self.step_start(),
+            StreamEvent::ReasoningStart { id, metadata } => self.reasoning_start(id, metadata),
+            StreamEvent::ReasoningDelta { id, text } => self.reasoning_delta(id, text),
+            StreamEvent::ReasoningEnd { id, metadata } => self.reasoning_end(&id, metadata),
+            StreamEvent::TextStart { id } => self.text_start(id),
+            StreamEvent::TextDelta { id, text } => self.text_delta(id, text),
+            StreamEvent::TextEnd { id } => self.text_end(&id),
+            StreamEvent::ToolInputStart { call_id, name } => self.tool_input_start(call_id, name)?,
+            StreamEvent::ToolInputDelta { call_id, delta } => self.tool_input_delta(&call_id, &delta),
+            StreamEvent::ToolCall(call) => self.tool_call(call, cancel, doom).await?,
+            StreamEvent::FinishStep { finish, usage, .. } => self.finish_step(finish, usage),
+        }
+        Ok(())
+    }
+
+    // ----- parts -----
+
+    fn push_part(&mut self, kind: PartKind) -> usize {
+        let part = Part::new(self.message.session_id.clone(), self.message.id.clone(), kind);
+        self.parts.push(part);
+        let index = self.parts.len() - 1;
+        self.write_now(index);
+        index
+    }
+
+    /// Persists and announces a part change right away (state transitions).
+    fn write_now(&mut self, index: usize) {
+        self.dirty.remove(&index);
+        if let Some(part) = self.parts.get(index) {
+            self.ctx.services.save_part(part);
+        }
+    }
+
+    /// Marks a part changed; it reaches the store within [`TEXT_FLUSH_INTERVAL`].
+    fn mark_dirty(&mut self, index: usize) {
+        self.dirty.insert(index);
+        if self.flush_at.is_none() {
+            self.flush_at = Some(Instant::now() + TEXT_FLUSH_INTERVAL);
+        }
+    }
+
+    fn flush(&mut self) {
+        self.flush_at = None;
+        let dirty = std::mem::take(&mut self.dirty);
+        for index in dirty {
+            if let Some(part) = self.parts.get(index) {
+                self.ctx.services.writer.send(codeloop_store::Write::Part(part.clone()));
+            }
+        }
+    }
+
+    fn publish_delta(&self, index: usize, delta: String) {
+        let part = &self.parts[index];
+        self.services().bus.publish(EventPayload::PartDelta {
+            session_id: part.session_id.clone(),
+            message_id: part.message_id.clone(),
+            part_id: part.id.clone(),
+            field: "text".into(),
+            delta,
+        });
+    }
+
+    fn step_start(&mut self) {
+        self.push_part(PartKind::StepStart(StepStartPart { snapshot: None }));
+    }
+
+    fn reasoning_start(&mut self, id: String, metadata: Option<Value>) {
+        if self.reasoning_open.contains_key(&id) {
+            return;
+        }
+        let index = self.push_part(PartKind::Reasoning(ReasoningPart {
+            text: String::new(),
+            metadata,
+            time: PartTime { start: now_ms(), end: None },
+        }));
+        self.reasoning_open.insert(id, index);
+    }
+
+    fn reasoning_delta(&mut self, id: String, text: String) {
+        let index = match self.reasoning_open.get(&id) {
+            Some(index) => *index,
+            None => {
+                self.reasoning_start(id.clone(), None);
+                self.reasoning_open[&id]
+            }
+        };
+        if let PartKind::Reasoning(part) = &mut self.parts[index].kind {
+            part.text.push_str(&text);
+        }
+        self.streamed_chars += text.len() as u64;
+        self.publish_delta(index, text);
+        self.mark_dirty(index);
+    }
+
+    fn reasoning_end(&mut self, id: &str, metadata: Option<Value>) {
+        let Some(index) = self.reasoning_open.remove(id) else { return };
+        if let PartKind::Reasoning(part) = &mut self.parts[index].kind {
+            if metadata.is_some() {
+                part.metadata = metadata;
+            }
+            part.time.end = Some(now_ms());
+        }
+        self.write_now(index);
+    }
+
+    fn text_start(&mut self, id: String) {
+        if self.text_open.contains_key(&id) {
+            return;
+        }
+        let index = self.push_part(PartKind::Text(TextPart {
+            text: String::new(),
+            time: PartTime { start: now_ms(), end: None },
+            ..Default::default()
+        }));
+        self.text_open.insert(id, index);
+    }
+
+    fn text_delta(&mut self, id: String, text: String) {
+        let index = match self.text_open.get(&id) {
+            Some(index) => *index,
+            None => {
+                self.text_start(id.clone());
+                self.text_open[&id]
+            }
+        };
+        if let PartKind::Text(part) = &mut self.parts[index].kind {
+            part.text.push_str(&text);
+        }
+        self.streamed_chars += text.len() as u64;
+        self.publish_delta(index, text);
+        self.mark_dirty(index);
+    }
+
+    fn text_end(&mut self, id: &str) {
+        let Some(index) = self.text_open.remove(id) else { return };
+        if let PartKind::Text(part) = &mut self.parts[index].kind {
+            part.time.end = Some(now_ms());
+        }
+        self.write_now(index);
+    }
+
+    // ----- tools -----
+
+    fn ensure_call(&mut self, call_id: &str, name: &str) -> usize {
+        if let Some(index) = self.calls.get(call_id) {
+            return *index;
+        }
+        let index = self.push_part(PartKind::Tool(ToolPart {
+            call_id: call_id.to_owned(),
+            tool: name.to_owned(),
+            state: ToolState::default(),
+            metadata: None,
+        }));
+        self.calls.insert(call_id.to_owned(), index);
+        index
+    }
+
+    fn tool_mut(&mut self, index: usize) -> Option<&mut ToolPart> {
+        self.parts.get_mut(index).and_then(Part::as_tool_mut)
+    }
+
+    fn summary_guard(&self, name: &str) -> Result<(), AttemptEnd> {
+        if self.ctx.summary {
+            return Err(AttemptEnd::Halted(format!(
+                "Tool call not allowed while generating summary: {name}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn tool_input_start(&mut self, call_id: String, name: String) -> Result<(), AttemptEnd> {
+        self.summary_guard(&name)?;
+        self.ensure_call(&call_id, &name);
+        Ok(())
+    }
+
+    fn tool_input_delta(&mut self, call_id: &str, delta: &str) {
+        let Some(index) = self.calls.get(call_id).copied() else { return };
+        if let Some(tool) = self.tool_mut(index) {
+            let _ = tool.state.append_raw(delta);
+        }
+        self.mark_dirty(index);
+    }
+
+    async fn tool_call(
+        &mut self,
+        call: ToolCall,
+        cancel: &CancellationToken,
+        doom: &mut DoomLoopGuard,
+    ) -> Result<(), AttemptEnd> {
+        self.summary_guard(&call.name)?;
+        let index = self.ensure_call(&call.call_id, &call.name);
+        let (input, invalid) = match call.input {
+            Ok(input) => (input, None),
+            Err(invalid) => (Value::Object(Default::default()), Some(invalid)),
+        };
+        let now = now_ms();
+        let started = match self.tool_mut(index) {
+            Some(tool) => {
+                if call.metadata.is_some() {
+                    tool.metadata = call.metadata.clone();
+                }
+                tool.state.start(input.clone(), now).is_ok()
+            }
+            None => false,
+        };
+        if !started {
+            // A repeated call event for a call that already finished: nothing to run.
+            return Ok(());
+        }
+        self.write_now(index);
+
+        if let Some(invalid) = invalid {
+            let message = format!(
+                "The arguments provided to the tool are invalid: {}. The arguments received were: {}\nPlease rewrite the call with a valid JSON object.",
+                invalid.error,
+                preview(&invalid.raw, 500)
+            );
+            self.settle(index, Err(ToolFailure::Failed(message)));
+            return Ok(());
+        }
+        if !self.ctx.tools_enabled {
+            let message =
+                "Tools are disabled: the maximum number of steps for this task was reached. Answer in text.";
+            self.settle(index, Err(ToolFailure::Failed(message.into())));
+            return Ok(());
+        }
+        if let Some(found) = doom.record(&call.name, &input) {
+            match self.ask_doom_loop(&found, index, cancel).await {
+                Ok(()) => doom.reset(),
+                Err(failure) => {
+                    let message = match &failure {
+                        PermissionError::Corrected { .. } | PermissionError::Denied { .. } => None,
+                        _ => Some(format!(
+                            "Stopped: doom loop detected, {}. Allow it with [permission] doom_loop = \"allow\" if this is intended.",
+                            found.describe()
+                        )),
+                    };
+                    self.settle(index, Err(ToolFailure::Permission(failure)));
+                    if let Some(message) = message {
+                        self.blocked = Some(message.clone());
+                        return Err(AttemptEnd::Halted(message));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        self.spawn_tool(index, call.call_id, call.name, input);
+        Ok(())
+    }
+
+    async fn ask_doom_loop(
+        &self,
+        found: &DoomLoop,
+        index: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(), PermissionError> {
+        let tool = found.tool().to_owned();
+        let layers: [&[codeloop_types::PermissionRule]; 1] = [&self.ctx.layers];
+        let call_id = self.parts[index].as_tool().map(|t| t.call_id.clone()).unwrap_or_default();
+        let ctx = AskContext {
+            session_id: &self.message.session_id,
+            project: &self.ctx.project_key,
+            layers: &layers,
+            tool: Some(codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id }),
+        };
+        let ask = PermissionAsk {
+            permission: "doom_loop".into(),
+            patterns: vec![tool.clone()],
+            always: vec![tool.clone()],
+            metadata: serde_json::json!({ "tool": tool, "description": found.describe() }),
+        };
+        tokio::select! {
+            result = self.ctx.services.permissions.ask(ctx, ask) => result,
+            _ = cancel.cancelled() => Err(PermissionError::Rejected),
+        }
+    }
+
+    fn spawn_tool(&mut self, index: usize, call_id: String, name: String, input: Value) {
+        let ctx = ToolContext {
+            call: CallInfo {
+                session_id: self.message.session_id.clone(),
+                message_id: self.message.id.clone(),
+                call_id: call_id.clone(),
+                agent: self.message.agent.clone(),
+            },
+            project: self.ctx.project.clone(),
+            tool_output_dir: self.services().tool_output_dir.clone(),
+            limits: self.services().limits(),
+            cancel: self.tools_cancel.child_token(),
+            host: self.host.clone(),
+        };
+        let tools = self.services().tools.clone();
+        let events = self.tool_tx.clone();
+        self.running.insert(call_id.clone());
+        let _ = index;
+        tokio::spawn(async move {
+            let result = tools.execute(&name, input, &ctx).await;
+            let _ = events.send(ToolEvent::Done { call_id, result });
+        });
+    }
+
+    fn on_tool_event(&mut self, event: ToolEvent) {
+        match event {
+            ToolEvent::Progress { call_id, title, metadata } => {
+                let Some(index) = self.calls.get(&call_id).copied() else { return };
+                let changed = self.tool_mut(index).is_some_and(|t| t.state.progress(title, metadata).is_ok());
+                if changed {
+                    // Watchers see progress live; the store gets it with the next coalesced flush.
+                    if let Some(part) = self.parts.get(index) {
+                        self.ctx.services.bus.publish(EventPayload::PartUpdated {
+                            session_id: part.session_id.clone(),
+                            part: part.clone(),
+                        });
+                    }
+                    self.mark_dirty(index);
+                }
+            }
+            ToolEvent::Done { call_id, result } => {
+                self.running.remove(&call_id);
+                if let Some(index) = self.calls.get(&call_id).copied() {
+                    self.settle(index, result);
+                }
+            }
+        }
+    }
+
+    /// Completes or fails a running call; a terminal call is never rewritten.
+    fn settle(&mut self, index: usize, result: Result<codeloop_tools::ToolOutput, ToolFailure>) {
+        let now = now_ms();
+        let mut block = None;
+        let Some(tool) = self.tool_mut(index) else { return };
+        let ok = match result {
+            Ok(output) => {
+                tool.state.complete(output.output, output.title, output.metadata, output.attachments, now)
+            }
+            Err(failure) => {
+                if let ToolFailure::Permission(PermissionError::Rejected) = &failure {
+                    block = Some(format!("Stopped: permission for `{}` was rejected.", tool.tool));
+                }
+                if let ToolFailure::Permission(PermissionError::Blocked { message }) = &failure {
+                    block = Some(format!("Stopped: {message}"));
+                }
+                tool.state.fail(failure.to_string(), now)
+            }
+        };
+        if ok.is_ok() {
+            self.write_now(index);
+            if block.is_some() && self.blocked.is_none() {
+                self.blocked = block;
+            }
+        }
+    }
+
+    // ----- steps -----
+
+    fn finish_step(&mut self, finish: Finish, usage: Option<Usage>) {
+        // Reasoning never outlives its step.
+        let open: Vec<String> = self.reasoning_open.keys().cloned().collect();
+        for id in open {
+            self.reasoning_end(&id, None);
+        }
+        let usage = usage.unwrap_or_else(|| Usage {
+            input: self.ctx.estimated_input_tokens,
+            output: self.streamed_chars / 4,
+            ..Default::default()
+        });
+        let tokens: Tokens = usage.tokens();
+        let cost = self.ctx.pricing.cost(&usage);
+        self.message.finish = Some(finish);
+        self.message.cost += cost;
+        self.message.tokens = tokens;
+        self.push_part(PartKind::StepFinish(StepFinishPart { reason: finish, snapshot: None, tokens, cost }));
+        self.services().save_message(&Message::Assistant(self.message.clone()));
+        if let Some(limit) = self.ctx.overflow_at
+            && tokens.count() >= limit
+        {
+            self.needs_compaction = true;
+        }
+    }
+
+    // ----- cleanup -----
+
+    /// Always runs: closes text and reasoning, gives open tool calls [`CLEANUP_TOOL_WAIT`] to finish after
+    /// cancelling them, then marks the rest interrupted. Every call ends with exactly one result.
+    async fn cleanup(&mut self, end: AttemptEnd) -> AttemptEnd {
+        let now = now_ms();
+        let open_text: Vec<usize> = self.text_open.drain().map(|(_, i)| i).collect();
+        for index in open_text {
+            if let PartKind::Text(part) = &mut self.parts[index].kind {
+                part.time.end = Some(now);
+            }
+            self.write_now(index);
+        }
+        let open_reasoning: Vec<usize> = self.reasoning_open.drain().map(|(_, i)| i).collect();
+        for index in open_reasoning {
+            if let PartKind::Reasoning(part) = &mut self.parts[index].kind {
+                part.time.end = Some(now);
+            }
+            self.write_now(index);
+        }
+        if !self.running.is_empty() {
+            self.tools_cancel.cancel();
+            let deadline = Instant::now() + CLEANUP_TOOL_WAIT;
+            while !self.running.is_empty() {
+                match tokio::time::timeout_at(deadline, self.tool_rx.recv()).await {
+                    Ok(Some(event)) => self.on_tool_event(event),
+                    Ok(None) | Err(_) => break,
+                }
+            }
+        }
+        // Drain progress/results that arrived meanwhile, then settle whatever is still open.
+        while let Ok(event) = self.tool_rx.try_recv() {
+            self.on_tool_event(event);
+        }
+        self.running.clear();
+        let now = now_ms();
+        let open_calls: Vec<usize> = self.calls.values().copied().collect();
+        for index in open_calls {
+            let interrupted = self.tool_mut(index).is_some_and(|t| t.state.interrupt(now).is_ok());
+            if interrupted {
+                self.write_now(index);
+            }
+        }
+        self.flush();
+        end
+    }
+
+    /// Marks the text of a failed attempt as not for the model: the retried attempt says it again.
+    pub fn discard_attempt_text(&mut self, from_part: usize) {
+        for index in from_part..self.parts.len() {
+            if let PartKind::Text(text) = &mut self.parts[index].kind
+                && !text.ignored
+            {
+                text.ignored = true;
+                self.write_now(index);
+            }
+        }
+    }
+
+    pub fn part_count(&self) -> usize {
+        self.parts.len()
+    }
+
+    pub fn needs_compaction(&self) -> bool {
+        self.needs_compaction
+    }
+
+    /// Finalises the message: error (if any), completion time; persisted and announced.
+    pub fn complete(&mut self, error: Option<AssistantError>) {
+        if let Some(error) = error
+            && self.message.error.is_none()
+        {
+            self.message.error = Some(error);
+        }
+        self.message.time.completed = Some(now_ms());
+        self.services().save_message(&Message::Assistant(self.message.clone()));
+    }
+
+    /// The signal for the run loop (DESIGN.md §4): compact on overflow, stop when blocked or errored.
+    pub fn signal(&self) -> Signal {
+        if self.needs_compaction {
+            Signal::Compact
+        } else if self.blocked.is_some() || self.message.error.is_some() {
+            Signal::Stop
+        } else {
+            Signal::Continue
+        }
+    }
+
+    pub fn set_compact(&mut self) {
+        self.needs_compaction = true;
+    }
+}
+
+fn preview(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,225 @@
+//! Projection (reference §6.4, §7): stored history → the provider-neutral messages of the next request.
+//!
+//! Owns: the summary boundary (`[compaction question, summary, tail…, newer…]`, tail by explicit ids),
+//! skipping errored turns, pruned outputs, and giving every tool call exactly one result.
+//! Must not: write anything; it reads history and returns messages.
+
+use std::collections::HashSet;
+
+use codeloop_provider::{AssistantContent, ChatMessage, FileContent, ToolResult, UserContent};
+use codeloop_store::MessageWithParts;
+use codeloop_types::{FilePart, Message, MessageId, ModelRef, PartKind, ToolState};
+
+pub const COMPACTION_QUESTION: &str = "What did we do so far?";
+pub const PRUNED_OUTPUT: &str = "[Old tool result content cleared]";
+pub const INTERRUPTED_RESULT: &str = "[Tool execution was interrupted]";
+pub const SUBTASK_TEXT: &str = "The following tool was executed by the user";
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProjectionOptions {
+    /// Replace media by a note (summary input).
+    pub strip_media: bool,
+    /// Cut tool outputs to this many characters (summary input).
+    pub tool_output_max_chars: Option<usize>,
+}
+
+/// A finished, error-free summary and the compaction request it answers.
+fn is_finished_summary(message: &MessageWithParts) -> bool {
+    matches!(&message.info, Message::Assistant(a)
+        if a.summary && a.error.is_none() && a.finish.is_some() && a.time.completed.is_some())
+}
+
+/// The messages the model sees, in order. Everything before the newest summary is hidden except the
+/// compaction request, the summary and the explicit tail.
+pub fn visible_history(history: &[MessageWithParts]) -> Vec<&MessageWithParts> {
+    let Some(summary_index) = history.iter().rposition(is_finished_summary) else {
+        return history.iter().collect();
+    };
+    let summary = &history[summary_index];
+    let Message::Assistant(summary_info) = &summary.info else { return history.iter().collect() };
+    let Some(request_index) = history.iter().position(|m| m.info.id() == &summary_info.parent_id) else {
+        return history.iter().collect();
+    };
+    let request = &history[request_index];
+    let tail: HashSet<&MessageId> = request
+        .parts
+        .iter()
+        .find_map(|p| p.as_compaction())
+        .map(|c| c.tail.iter().collect())
+        .unwrap_or_default();
+    let mut visible = vec![request, summary];
+    visible.extend(history[..request_index].iter().filter(|m| tail.contains(m.info.id())));
+    visible.extend(history[request_index + 1..].iter().filter(|m| m.info.id() != summary.info.id()));
+    visible
+}
+
+/// Ids of stored messages the model no longer sees (for `session show` / export).
+pub fn hidden_ids(history: &[MessageWithParts]) -> HashSet<MessageId> {
+    let visible: HashSet<&MessageId> = visible_history(history).iter().map(|m| m.info.id()).collect();
+    history.iter().map(|m| m.info.id()).filter(|id| !visible.contains(id)).cloned().collect()
+}
+
+/// Turns visible history into provider messages for `model`.
+pub fn to_provider_messages(
+    visible: &[&MessageWithParts],
+    model: &ModelRef,
+    options: ProjectionOptions,
+) -> Vec<ChatMessage> {
+    let mut out = Vec::with_capacity(visible.len() * 2);
+    for message in visible {
+        match &message.info {
+            Message::User(_) => {
+                if let Some(user) = user_message(message, options) {
+                    out.push(user);
+                }
+            }
+            Message::Assistant(info) => {
+                if let Some(error) = &info.error {
+                    let has_content = message.parts.iter().any(|p| {
+                        !matches!(
+                            p.kind,
+                            PartKind::StepStart(_) | PartKind::Reasoning(_) | PartKind::StepFinish(_)
+                        )
+                    });
+                    if !(error.is_aborted() && has_content) {
+                        continue;
+                    }
+                }
+                let same_model = &info.model == model;
+                assistant_messages(message, same_model, options, &mut out);
+            }
+        }
+    }
+    out
+}
+
+fn user_message(message: &MessageWithParts, options: ProjectionOptions) -> Option<ChatMessage> {
+    let mut content = Vec::new();
+    for part in &message.parts {
+        match &part.kind {
+            PartKind::Text(text) if !text.ignored && !text.text.is_empty() => {
+                content.push(UserContent::Text(text.text.clone()))
+            }
+            PartKind::File(file) => content.push(file_content(file, options)),
+            PartKind::Compaction(_) => content.push(UserContent::Text(COMPACTION_QUESTION.into())),
+            PartKind::Subtask(_) => content.push(UserContent::Text(SUBTASK_TEXT.into())),
+            _ => {}
+        }
+    }
+    (!content.is_empty()).then_some(ChatMessage::User(content))
+}
+
+fn media_note(file: &FilePart) -> String {
+    format!("[Attached {}: {}]", file.mime, file.filename.as_deref().unwrap_or("file"))
+}
+
+fn file_content(file: &FilePart, options: ProjectionOptions) -> UserContent {
+    if options.strip_media && !file.mime.starts_with("text/") {
+        return UserContent::Text(media_note(file));
+    }
+    UserContent::File(FileContent {
+        mime: file.mime.clone(),
+        url: file.url.clone(),
+        filename: file.filename.clone(),
+    })
+}
+
+fn cut(text: &str, max: Option<usize>) -> String {
+    match max {
+        Some(max) if text.chars().count() > max => {
+            let kept: String = text.chars().take(max).collect();
+            let omitted = text.chars().count() - max;
+            format!("{kept}\n[Tool output truncated for compaction: omitted {omitted} chars]")
+        }
+        _ => text.to_owned(),
+    }
+}
+
+fn assistant_messages(
+    message: &MessageWithParts,
+    same_model: bool,
+    options: ProjectionOptions,
+    out: &mut Vec<ChatMessage>,
+) {
+    let mut content = Vec::new();
+    let mut results = Vec::new();
+    for part in &message.parts {
+        match &part.kind {
+            PartKind::Text(text) if !text.ignored && !text.text.is_empty() => {
+                content.push(AssistantContent::Text {
+                    text: text.text.clone(),
+                    metadata: if same_model { text.metadata.clone() } else { None },
+                })
+            }
+            PartKind::Reasoning(reasoning) => {
+                if same_model {
+                    content.push(AssistantContent::Reasoning {
+                        text: reasoning.text.clone(),
+                        metadata: reasoning.metadata.clone(),
+                    });
+                } else if !reasoning.text.trim().is_empty() {
+                    content.push(AssistantContent::Text { text: reasoning.text.clone(), metadata: None });
+                }
+            }
+            PartKind::Tool(tool) => {
+                content.push(AssistantContent::ToolCall {
+                    call_id: tool.call_id.clone(),
+                    name: tool.tool.clone(),
+                    input: tool.state.input().clone(),
+                    metadata: if same_model { tool.metadata.clone() } else { None },
+                });
+                results.push(tool_result(&tool.call_id, &tool.tool, &tool.state, options));
+            }
+            _ => {}
+        }
+    }
+    if content.is_empty() {
+        return;
+    }
+    out.push(ChatMessage::Assistant(content));
+    out.extend(results.into_iter().map(ChatMessage::Tool));
+}
+
+fn tool_result(call_id: &str, name: &str, state: &ToolState, options: ProjectionOptions) -> ToolResult {
+    let (output, is_error, attachments) = match state {
+        ToolState::Completed(done) if done.time.compacted.is_some() => {
+            (PRUNED_OUTPUT.to_owned(), false, Vec::new())
+        }
+        ToolState::Completed(done) => {
+            let attachments = if options.strip_media {
+                Vec::new()
+            } else {
+                done.attachments
+                    .iter()
+                    .map(|f| FileContent {
+                        mime: f.mime.clone(),
+                        url: f.url.clone(),
+                        filename: f.filename.clone(),
+                    })
+                    .collect()
+            };
+            let mut output = cut(&done.output, options.tool_output_max_chars);
+            if options.strip_media {
+                for file in &done.attachments {
+                    output.push('\n');
+                    output.push_str(&media_note(file));
+                }
+            }
+            (output, false, attachments)
+        }
+        ToolState::Error(error) => {
+            // An interrupted call that had produced output is replayed with that output.
+            let partial = error.metadata.as_ref().and_then(|m| m.get("output")).and_then(|o| o.as_str());
+            match partial {
+                Some(output) if state.is_interrupted() && !output.is_empty() => (
+                    format!("{}\n\n[{}]", cut(output, options.tool_output_max_chars), error.error),
+                    false,
+                    Vec::new(),
+                ),
+                _ => (error.error.clone(), true, Vec::new()),
+            }
+        }
+        ToolState::Pending(_) | ToolState::Running(_) => (INTERRUPTED_RESULT.to_owned(), true, Vec::new()),
+    };
+    ToolResult { call_id: call_id.to_owned(), name: name.to_owned(), output, is_error, attachments }
+}

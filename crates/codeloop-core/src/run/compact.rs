@@ -1,0 +1,270 @@
+//! Compaction inside the run loop: creating compaction requests, the pre-call overflow check, and
+//! processing a request into an anchored summary with an explicit tail (reference §6).
+
+use codeloop_provider::{ChatMessage, ProviderRequest, ToolChoice, UserContent};
+use codeloop_store::MessageWithParts;
+use codeloop_types::{
+    AssistantError, CompactionPart, EventPayload, Message, MessageId, MessageTime, Part, PartKind,
+    UserMessage, now_ms,
+};
+
+use super::turn::estimate_request_tokens;
+use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run, RunError, StopReason};
+use crate::agents::COMPACTION_AGENT;
+use crate::compaction::{
+    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, is_overflow,
+    max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
+};
+use crate::processor::Processor;
+use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
+
+impl Run<'_> {
+    /// Before a call: if the last finished (non-summary) step already filled the window, compact first.
+    pub(super) fn overflow_before_call(&mut self, latest: &Latest) -> Result<Option<Flow>, RunError> {
+        let Some(index) = latest.last_finished else { return Ok(None) };
+        let Message::Assistant(info) = &self.history[index].info else { return Ok(None) };
+        if info.summary || info.error.is_some() {
+            return Ok(None);
+        }
+        let (tokens, model_ref) = (info.tokens, info.model.clone());
+        let model = self.resolve_model(&model_ref)?;
+        if !is_overflow(&tokens, &model.limits, &self.services.config.compaction) {
+            return Ok(None);
+        }
+        let Some(user_index) = latest.last_user else { return Ok(None) };
+        let Message::User(user) = &self.history[user_index].info else { return Ok(None) };
+        let user = user.clone();
+        self.request_compaction(&user, true, false, request_size(&tokens)).map(Some)
+    }
+
+    /// Writes a compaction request (a user message with a `compaction` part) for the loop to process.
+    pub(super) fn request_compaction(
+        &mut self,
+        user: &UserMessage,
+        auto: bool,
+        overflow: bool,
+        trigger_size: u64,
+    ) -> Result<Flow, RunError> {
+        if auto {
+            if self.breaker.no_progress >= MAX_NO_PROGRESS_COMPACTIONS {
+                let model = self.resolve_model(&user.model)?;
+                let usable = usable(&model.limits, &self.services.config.compaction);
+                return Ok(Flow::Stop(StopReason::Error(self.breaker_error(&model, trigger_size, usable))));
+            }
+            self.breaker.pending_check = Some(trigger_size);
+        }
+        let message = new_compaction_request(&self.session.id, user, auto, overflow);
+        self.services.save_message(&message.info);
+        for part in &message.parts {
+            self.services.save_part(part);
+        }
+        self.history.push(message);
+        Ok(Flow::Continue)
+    }
+
+    /// Processes the compaction request at `index` into a summary.
+    pub(super) async fn summarize(&mut self, index: usize) -> Result<Flow, RunError> {
+        let request_message = &self.history[index];
+        let Message::User(request_user) = &request_message.info else {
+            return Err(RunError::Input("internal: compaction request is not a user message".into()));
+        };
+        let request_user = request_user.clone();
+        let part = request_message.parts.iter().find_map(|p| p.as_compaction()).cloned().unwrap_or_default();
+
+        let agent = self.agent(COMPACTION_AGENT)?;
+        let model_ref = agent.model.clone().unwrap_or_else(|| request_user.model.clone());
+        let model = self.resolve_model(&model_ref)?;
+        // What the summary may see: the visible history before the request, without an earlier
+        // compaction pair (whose summary becomes the anchor).
+        let visible = visible_history(&self.history[..index]);
+        let (previous, mut source): (Option<String>, Vec<&MessageWithParts>) = match visible.as_slice() {
+            [first, second, rest @ ..]
+                if first.parts.iter().any(|p| p.as_compaction().is_some())
+                    && second.info.as_assistant().is_some_and(|a| a.summary) =>
+            {
+                (Some(summary_text(second)), rest.to_vec())
+            }
+            _ => (None, visible.clone()),
+        };
+        let mut replay: Option<MessageWithParts> = None;
+        if part.overflow {
+            let real_user = source.iter().rposition(|m| {
+                matches!(m.info, Message::User(_)) && !m.parts.iter().any(|p| p.as_compaction().is_some())
+            });
+            if let Some(position) = real_user.filter(|p| *p > 0) {
+                replay = Some(source[position].clone());
+                source.truncate(position);
+            }
+        }
+
+        let compaction = self.services.config.compaction.clone();
+        let budget = tail_budget(usable(&model.limits, &compaction), compaction.preserve_recent_tokens);
+        let tail = select_tail(&source, compaction.tail_turns, budget, &model.reference);
+        let head: Vec<&MessageWithParts> =
+            source.iter().copied().filter(|m| !tail.contains(m.info.id())).collect();
+        let options =
+            ProjectionOptions { strip_media: true, tool_output_max_chars: Some(SUMMARY_TOOL_OUTPUT_CHARS) };
+        let mut messages = to_provider_messages(&head, &model.reference, options);
+        messages.push(ChatMessage::User(vec![UserContent::Text(summary_prompt(previous.as_deref()))]));
+        let request = ProviderRequest {
+            model: model.api_id.clone(),
+            system: vec![SUMMARY_SYSTEM_PROMPT.to_owned()],
+            messages,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            max_output_tokens: Some(max_output(&model.limits)),
+            temperature: None,
+            session_id: Some(self.session.id.to_string()),
+        };
+        let estimate = estimate_request_tokens(&request);
+        let ctx = self.turn_context(&agent, &model, false, true, estimate);
+        let mut summary = self.new_assistant(&request_user, &agent.name, &model);
+        summary.summary = true;
+        let mut processor = Processor::new(ctx, summary);
+        let end = self.attempts(&mut processor, &model, request).await;
+        let error = match (end.error, end.overflow) {
+            (_, true) => Some(AssistantError::ContextOverflow {
+                message: if replay.is_some() {
+                    "Conversation history too large to compact - exceeds model context limit".into()
+                } else {
+                    "Session too large to compact - context exceeds model limit even after stripping media"
+                        .into()
+                },
+                body: None,
+            }),
+            (Some(error), false) => Some(error),
+            (None, false) if end.halted.is_some() => {
+                Some(AssistantError::Unknown { message: end.halted.clone().unwrap_or_default() })
+            }
+            (None, false) => None,
+        };
+        processor.complete(error.clone());
+        self.record_assistant(MessageWithParts {
+            info: Message::Assistant(processor.message.clone()),
+            parts: std::mem::take(&mut processor.parts),
+        });
+        if let Some(error) = error {
+            return Ok(Flow::Stop(if error.is_aborted() {
+                StopReason::Interrupted
+            } else {
+                StopReason::Error(error)
+            }));
+        }
+
+        self.record_tail(index, tail);
+        if part.auto {
+            let follow_up = match replay {
+                Some(original) => replayed_message(&self.session.id, &original),
+                None => continue_message(&self.session.id, &request_user, part.overflow),
+            };
+            self.services.save_message(&follow_up.info);
+            for part in &follow_up.parts {
+                self.services.save_part(part);
+            }
+            self.history.push(follow_up);
+        }
+        self.services.bus.publish(EventPayload::SessionCompacted { session_id: self.session.id.clone() });
+        Ok(Flow::Continue)
+    }
+
+    /// Stores the tail on the compaction part as explicit ids.
+    fn record_tail(&mut self, index: usize, tail: Vec<MessageId>) {
+        let Some(part) = self.history[index].parts.iter_mut().find(|p| p.as_compaction().is_some()) else {
+            return;
+        };
+        if let PartKind::Compaction(compaction) = &mut part.kind {
+            compaction.tail_start_id = tail.first().cloned();
+            compaction.tail = tail;
+        }
+        self.services.save_part(part);
+    }
+}
+
+fn user_info(session_id: &codeloop_types::SessionId, like: &UserMessage) -> UserMessage {
+    UserMessage {
+        id: MessageId::new(),
+        session_id: session_id.clone(),
+        time: MessageTime { created: now_ms(), completed: None },
+        agent: like.agent.clone(),
+        model: like.model.clone(),
+        system: None,
+        format: None,
+    }
+}
+
+pub fn new_compaction_request(
+    session_id: &codeloop_types::SessionId,
+    like: &UserMessage,
+    auto: bool,
+    overflow: bool,
+) -> MessageWithParts {
+    let info = user_info(session_id, like);
+    let part = Part::new(
+        session_id.clone(),
+        info.id.clone(),
+        PartKind::Compaction(CompactionPart { auto, overflow, tail_start_id: None, tail: Vec::new() }),
+    );
+    MessageWithParts { info: Message::User(info), parts: vec![part] }
+}
+
+fn continue_message(
+    session_id: &codeloop_types::SessionId,
+    like: &UserMessage,
+    overflow: bool,
+) -> MessageWithParts {
+    let info = user_info(session_id, like);
+    let text =
+        if overflow { format!("{OVERFLOW_MEDIA_NOTE}{CONTINUE_TEXT}") } else { CONTINUE_TEXT.to_owned() };
+    let mut part = Part::synthetic_text(session_id.clone(), info.id.clone(), text);
+    if let PartKind::Text(text) = &mut part.kind {
+        text.metadata = Some(serde_json::json!({ "compaction_continue": true }));
+    }
+    MessageWithParts { info: Message::User(info), parts: vec![part] }
+}
+
+/// A copy of the user message whose request overflowed, with media replaced by a note.
+fn replayed_message(session_id: &codeloop_types::SessionId, original: &MessageWithParts) -> MessageWithParts {
+    let Message::User(like) = &original.info else {
+        return continue_message(session_id, &fallback_user(original), true);
+    };
+    let mut info = user_info(session_id, like);
+    info.system = like.system.clone();
+    info.format = like.format.clone();
+    let parts = original
+        .parts
+        .iter()
+        .map(|part| {
+            let kind = match &part.kind {
+                PartKind::File(file) if !file.mime.starts_with("text/") => {
+                    PartKind::Text(codeloop_types::TextPart {
+                        text: format!(
+                            "[Attached {}: {}]",
+                            file.mime,
+                            file.filename.as_deref().unwrap_or("file")
+                        ),
+                        synthetic: true,
+                        ..Default::default()
+                    })
+                }
+                other => other.clone(),
+            };
+            Part::new(session_id.clone(), info.id.clone(), kind)
+        })
+        .collect();
+    MessageWithParts { info: Message::User(info), parts }
+}
+
+fn fallback_user(message: &MessageWithParts) -> UserMessage {
+    let assistant = message.info.as_assistant();
+    UserMessage {
+        id: message.info.id().clone(),
+        session_id: message.info.session_id().clone(),
+        time: MessageTime { created: now_ms(), completed: None },
+        agent: assistant.map(|a| a.agent.clone()).unwrap_or_else(|| crate::agents::DEFAULT_AGENT.into()),
+        model: assistant
+            .map(|a| a.model.clone())
+            .unwrap_or_else(|| codeloop_types::ModelRef::new("unknown", "unknown")),
+        system: None,
+        format: None,
+    }
+}

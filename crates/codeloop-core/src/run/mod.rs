@@ -1,0 +1,350 @@
+//! The run loop (DESIGN.md §1, §4 "Run loop"): one provider call per iteration, in the order
+//! load history → exit? → pending compaction? → overflow? → build request → process.
+//!
+//! Owns: when to call again, stop, or compact; step limits; retries; the circuit breaker.
+//! Must not: parse wire formats or re-read the whole session every step — history is loaded once per run
+//! and appended to in memory.
+
+mod compact;
+mod turn;
+
+pub use compact::new_compaction_request;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use codeloop_store::{MessageWithParts, Store};
+use codeloop_types::{
+    AssistantError, AssistantMessage, EventPayload, Finish, Message, MessageId, ModelRef, PartKind, Session,
+    SessionId, SessionStatus, ToolState,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::doom_loop::DoomLoopGuard;
+use crate::input::{PromptInput, create_user_message};
+use crate::instructions::ProjectInfo;
+use crate::models::ResolvedModel;
+use crate::services::Services;
+
+/// Why a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StopReason {
+    /// The model finished its answer.
+    Completed,
+    /// The run was interrupted.
+    Interrupted,
+    /// A permission was rejected or could not be asked, or the doom-loop guard stopped the run.
+    Blocked(String),
+    /// An error was recorded on the last message (provider, overflow, circuit breaker…).
+    Error(AssistantError),
+    /// The agent's step limit was reached.
+    StepLimit(u32),
+}
+
+/// The result every caller of a run receives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutcome {
+    pub session_id: SessionId,
+    /// The last assistant message of the run.
+    pub message: Option<AssistantMessage>,
+    pub stop: StopReason,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RunError {
+    #[error("session {0} not found")]
+    SessionNotFound(SessionId),
+    #[error("{0}")]
+    Busy(String),
+    #[error("{0}")]
+    Input(String),
+    #[error("{0}")]
+    Model(String),
+    #[error("storage error: {0}")]
+    Store(String),
+}
+
+impl From<codeloop_store::StoreError> for RunError {
+    fn from(error: codeloop_store::StoreError) -> Self {
+        match error {
+            codeloop_store::StoreError::SessionBusy(_) => RunError::Busy(error.to_string()),
+            other => RunError::Store(other.to_string()),
+        }
+    }
+}
+
+/// Input steered into an active run: applied at the next step boundary.
+#[derive(Default)]
+pub struct Inbox {
+    steer: Mutex<Vec<PromptInput>>,
+}
+
+impl Inbox {
+    pub fn push(&self, input: PromptInput) {
+        self.steer.lock().unwrap_or_else(|e| e.into_inner()).push(input);
+    }
+
+    pub fn take(&self) -> Vec<PromptInput> {
+        std::mem::take(&mut *self.steer.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.steer.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+}
+
+/// The newest messages that decide what the loop does next, by position in the ordered history.
+struct Latest {
+    last_user: Option<usize>,
+    last_assistant: Option<usize>,
+    /// Newest assistant message with a finish reason.
+    last_finished: Option<usize>,
+    /// A compaction request that no summary answered yet.
+    pending_compaction: Option<usize>,
+}
+
+impl Latest {
+    fn find(history: &[MessageWithParts]) -> Latest {
+        let mut latest =
+            Latest { last_user: None, last_assistant: None, last_finished: None, pending_compaction: None };
+        let mut answered: std::collections::HashSet<&MessageId> = std::collections::HashSet::new();
+        for (index, message) in history.iter().enumerate() {
+            match &message.info {
+                Message::User(_) => latest.last_user = Some(index),
+                Message::Assistant(info) => {
+                    latest.last_assistant = Some(index);
+                    if info.finish.is_some() {
+                        latest.last_finished = Some(index);
+                    }
+                    answered.insert(&info.parent_id);
+                }
+            }
+        }
+        latest.pending_compaction = history
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, m)| {
+                matches!(m.info, Message::User(_))
+                    && m.parts.iter().any(|p| p.as_compaction().is_some())
+                    && !answered.contains(m.info.id())
+            })
+            .map(|(i, _)| i);
+        latest
+    }
+
+    /// The exit rule: the newest assistant answers the newest user, finished with something other than
+    /// tool-calls/unknown, and made no tool calls (the "finish=stop but tool calls" quirk continues).
+    fn should_exit(&self, history: &[MessageWithParts]) -> bool {
+        let (Some(user), Some(assistant)) = (self.last_user, self.last_assistant) else { return false };
+        if assistant < user {
+            return false;
+        }
+        let message = &history[assistant];
+        let Message::Assistant(info) = &message.info else { return false };
+        if matches!(info.finish, None | Some(Finish::ToolCalls) | Some(Finish::Unknown)) {
+            return false;
+        }
+        !message.parts.iter().any(|p| match &p.kind {
+            PartKind::Tool(tool) => !tool.state.is_interrupted(),
+            _ => false,
+        })
+    }
+}
+
+/// Tracks compactions in one run so a conversation that cannot be made to fit stops instead of
+/// compacting forever.
+#[derive(Debug, Default)]
+struct Breaker {
+    /// Size of the request that triggered the last automatic compaction, while its first follow-up is
+    /// pending.
+    pending_check: Option<u64>,
+    no_progress: u32,
+}
+
+/// Compactions in a row that did not shrink the context before the run stops.
+pub const MAX_NO_PROGRESS_COMPACTIONS: u32 = 3;
+
+/// One run of a session.
+pub(crate) struct Run<'a> {
+    services: Arc<Services>,
+    session: Session,
+    history: Vec<MessageWithParts>,
+    project: ProjectInfo,
+    cancel: CancellationToken,
+    inbox: &'a Inbox,
+    doom: DoomLoopGuard,
+    step: u32,
+    systems: HashMap<String, Vec<String>>,
+    models: HashMap<ModelRef, ResolvedModel>,
+    breaker: Breaker,
+}
+
+/// Runs a session until the model is done, blocked, interrupted or failing.
+pub(crate) async fn run_session(
+    services: Arc<Services>,
+    session_id: &SessionId,
+    cancel: CancellationToken,
+    inbox: &Inbox,
+) -> Result<RunOutcome, RunError> {
+    // The caller (the coordinator) holds the session's lock. Input it just recorded must be readable.
+    services.writer.flush().await?;
+    services.store.recover(Some(session_id))?;
+    let session = services
+        .store
+        .get_session(session_id)?
+        .ok_or_else(|| RunError::SessionNotFound(session_id.clone()))?;
+    let history = services.store.load_history(session_id)?;
+    let project = ProjectInfo::discover(std::path::Path::new(&session.directory));
+    let mut run = Run {
+        services: services.clone(),
+        session,
+        history,
+        project,
+        cancel,
+        inbox,
+        doom: DoomLoopGuard::default(),
+        step: 0,
+        systems: HashMap::new(),
+        models: HashMap::new(),
+        breaker: Breaker::default(),
+    };
+    services
+        .bus
+        .publish(EventPayload::SessionStatus { session_id: session_id.clone(), status: SessionStatus::Busy });
+    let result = run.drive().await;
+    if services.config.compaction.prune {
+        run.prune();
+    }
+    if let Err(e) = services.writer.flush().await {
+        tracing::error!("could not persist the end of the run: {e}");
+    }
+    services
+        .bus
+        .publish(EventPayload::SessionStatus { session_id: session_id.clone(), status: SessionStatus::Idle });
+    services.bus.publish(EventPayload::SessionIdle { session_id: session_id.clone() });
+    let stop = result?;
+    if let StopReason::Error(error) = &stop {
+        services.bus.publish(EventPayload::SessionError {
+            session_id: Some(session_id.clone()),
+            error: error.clone(),
+        });
+    }
+    if let StopReason::Blocked(message) = &stop {
+        services.bus.publish(EventPayload::SessionError {
+            session_id: Some(session_id.clone()),
+            error: AssistantError::Unknown { message: message.clone() },
+        });
+    }
+    Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })
+}
+
+/// What an iteration decided.
+enum Flow {
+    Continue,
+    Stop(StopReason),
+}
+
+impl Run<'_> {
+    async fn drive(&mut self) -> Result<StopReason, RunError> {
+        loop {
+            self.apply_steer()?;
+            if self.cancel.is_cancelled() {
+                return Ok(StopReason::Interrupted);
+            }
+            let latest = Latest::find(&self.history);
+            if latest.last_user.is_none() {
+                return Err(RunError::Input("the session has no user message to answer".into()));
+            }
+            if latest.should_exit(&self.history) {
+                return Ok(StopReason::Completed);
+            }
+            if let Some(index) = latest.pending_compaction {
+                match self.summarize(index).await? {
+                    Flow::Continue => continue,
+                    Flow::Stop(reason) => return Ok(reason),
+                }
+            }
+            if let Some(flow) = self.overflow_before_call(&latest)? {
+                match flow {
+                    Flow::Continue => continue,
+                    Flow::Stop(reason) => return Ok(reason),
+                }
+            }
+            self.step += 1;
+            match self.turn(latest.last_user.unwrap_or(0)).await? {
+                Flow::Continue => {}
+                Flow::Stop(reason) => return Ok(reason),
+            }
+        }
+    }
+
+    /// Persists steered input and appends it to the in-memory history.
+    fn apply_steer(&mut self) -> Result<(), RunError> {
+        for input in self.inbox.take() {
+            let message = create_user_message(&self.services, &mut self.session, &input)?;
+            self.history.push(message);
+        }
+        Ok(())
+    }
+
+    fn last_assistant(&self) -> Option<&AssistantMessage> {
+        self.history.iter().rev().find_map(|m| m.info.as_assistant())
+    }
+
+    fn resolve_model(&mut self, model: &ModelRef) -> Result<ResolvedModel, RunError> {
+        if let Some(resolved) = self.models.get(model) {
+            return Ok(resolved.clone());
+        }
+        let resolved = self.services.models.resolve(model).map_err(|e| RunError::Model(e.to_string()))?;
+        if !resolved.known {
+            tracing::warn!(
+                "model {model} is not in the catalogue; assuming a {}-token context and {}-token output. Set [provider.{}.models.\"{}\"] context and output in your config.",
+                resolved.limits.context,
+                resolved.limits.output,
+                model.provider_id,
+                model.model_id
+            );
+        }
+        self.models.insert(model.clone(), resolved.clone());
+        Ok(resolved)
+    }
+
+    /// Adds a finished assistant message to the history and the session totals.
+    fn record_assistant(&mut self, message: MessageWithParts) {
+        for part in &message.parts {
+            if let PartKind::StepFinish(step) = &part.kind {
+                self.session.tokens.accumulate(&step.tokens);
+                self.session.cost += step.cost;
+            }
+        }
+        self.session.time.updated = codeloop_types::now_ms();
+        self.services.save_session(&self.session);
+        self.history.push(message);
+    }
+
+    /// Hides old tool outputs from the model after the run (DESIGN.md §4 "Prune").
+    fn prune(&mut self) {
+        let visible = crate::projection::visible_history(&self.history);
+        let ids: Vec<(MessageId, usize)> = crate::compaction::prune_candidates(&visible)
+            .into_iter()
+            .map(|(m, p)| (visible[m].info.id().clone(), p))
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let now = codeloop_types::now_ms();
+        for (message_id, part_index) in ids {
+            let Some(message) = self.history.iter_mut().find(|m| m.info.id() == &message_id) else {
+                continue;
+            };
+            let Some(part) = message.parts.get_mut(part_index) else { continue };
+            if let Some(tool) = part.as_tool_mut()
+                && matches!(tool.state, ToolState::Completed(_))
+                && tool.state.mark_compacted(now).is_ok()
+            {
+                self.services.save_part(part);
+            }
+        }
+    }
+}

@@ -1,0 +1,383 @@
+//! One normal turn: build the request from the in-memory history, call the provider through the
+//! processor with bounded retries, and decide what comes next.
+
+use std::sync::Arc;
+
+use codeloop_provider::{ChatMessage, ProviderError, ProviderRequest, ToolChoice, ToolSpec, UserContent};
+use codeloop_store::MessageWithParts;
+use codeloop_tools::ProjectPaths;
+use codeloop_types::{
+    AssistantError, AssistantMessage, EventPayload, Finish, Message, MessagePath, PermissionRule,
+    SessionStatus, UserMessage, now_ms,
+};
+
+use super::{Flow, Run, RunError, StopReason};
+use crate::agents::Agent;
+use crate::compaction::{max_output, overflow_threshold, request_size, usable};
+use crate::instructions::{instruction_files, system_prompt};
+use crate::models::ResolvedModel;
+use crate::permission::disabled;
+use crate::processor::{AttemptEnd, Processor, Signal, TurnContext};
+use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
+use crate::retry::{RetryDecision, RetryPolicy};
+
+/// Sent as the last message on the final allowed step, with no tools offered.
+pub const MAX_STEPS_TEXT: &str = "The maximum number of steps for this task has been reached and tools are now disabled. Do not call any tool. Reply in text only: say that the step limit was reached, summarise what was done, list what remains, and recommend the next steps.";
+
+/// Tools whose permission key differs from their name.
+fn permission_key(tool: &str) -> &str {
+    match tool {
+        "write" | "apply_patch" => "edit",
+        other => other,
+    }
+}
+
+/// What a finished attempt loop produced.
+pub(super) struct TurnEnd {
+    pub error: Option<AssistantError>,
+    /// The provider said the request does not fit.
+    pub overflow: bool,
+    pub halted: Option<String>,
+}
+
+impl Run<'_> {
+    pub(super) fn agent(&self, name: &str) -> Result<Agent, RunError> {
+        self.services.agents.get(name).cloned().ok_or_else(|| {
+            let available: Vec<&str> = self.services.agents.keys().map(String::as_str).collect();
+            RunError::Input(format!(
+                "Agent not found: \"{name}\". Available agents: {}",
+                available.join(", ")
+            ))
+        })
+    }
+
+    /// Permission rules after the built-in defaults: agent, config, session.
+    pub(super) fn layers(&self, agent: &Agent) -> Arc<Vec<PermissionRule>> {
+        let mut rules = agent.permission.clone();
+        rules.extend(self.services.config.permission.0.iter().cloned());
+        rules.extend(self.session.permission.iter().cloned());
+        Arc::new(rules)
+    }
+
+    pub(super) fn turn_context(
+        &self,
+        agent: &Agent,
+        model: &ResolvedModel,
+        tools_enabled: bool,
+        summary: bool,
+        estimated_input_tokens: u64,
+    ) -> Arc<TurnContext> {
+        let compaction = &self.services.config.compaction;
+        Arc::new(TurnContext {
+            services: self.services.clone(),
+            project: ProjectPaths {
+                directory: self.project.directory.clone(),
+                root: self.project.root.clone(),
+            },
+            project_key: self.project.root.display().to_string(),
+            layers: self.layers(agent),
+            pricing: model.pricing,
+            overflow_at: if summary { None } else { overflow_threshold(&model.limits, compaction) },
+            tools_enabled,
+            summary,
+            estimated_input_tokens,
+        })
+    }
+
+    /// The system blocks for an agent, computed once per run so every step sends the same prefix.
+    fn system(&mut self, agent: &Agent, model: &ResolvedModel) -> Vec<String> {
+        let key = format!("{}\u{0}{}", agent.name, model.reference);
+        if let Some(system) = self.systems.get(&key) {
+            return system.clone();
+        }
+        let files = instruction_files(
+            &self.project,
+            self.services.global_instructions.as_deref(),
+            &self.services.config.instructions,
+        );
+        let system = system_prompt(
+            agent.prompt.as_deref(),
+            &model.reference.to_string(),
+            &self.project,
+            self.session.time.created,
+            &files,
+        );
+        self.systems.insert(key, system.clone());
+        system
+    }
+
+    fn tool_specs(&self, agent: &Agent) -> Vec<ToolSpec> {
+        let layers = self.layers(agent);
+        let defaults = self.services.permissions.defaults();
+        self.services
+            .tool_specs
+            .iter()
+            .filter(|spec| !disabled(permission_key(&spec.name), [defaults, layers.as_slice()]))
+            .cloned()
+            .collect()
+    }
+
+    fn build_request(
+        &mut self,
+        agent: &Agent,
+        model: &ResolvedModel,
+        user: &UserMessage,
+        last_step: bool,
+    ) -> ProviderRequest {
+        let visible = visible_history(&self.history);
+        let mut messages = to_provider_messages(&visible, &model.reference, ProjectionOptions::default());
+        if last_step {
+            messages.push(ChatMessage::User(vec![UserContent::Text(MAX_STEPS_TEXT.into())]));
+        }
+        let mut system = self.system(agent, model);
+        if let Some(extra) = &user.system {
+            system.push(extra.clone());
+        }
+        let tools = if last_step { Vec::new() } else { self.tool_specs(agent) };
+        ProviderRequest {
+            model: model.api_id.clone(),
+            system,
+            messages,
+            tool_choice: if last_step { ToolChoice::None } else { ToolChoice::Auto },
+            tools,
+            max_output_tokens: Some(max_output(&model.limits)),
+            temperature: agent.temperature.or(model.temperature),
+            session_id: Some(self.session.id.to_string()),
+        }
+    }
+
+    pub(super) fn new_assistant(
+        &self,
+        parent: &UserMessage,
+        agent: &str,
+        model: &ResolvedModel,
+    ) -> AssistantMessage {
+        AssistantMessage::new(
+            self.session.id.clone(),
+            parent.id.clone(),
+            agent,
+            model.reference.clone(),
+            MessagePath {
+                cwd: self.project.directory.display().to_string(),
+                root: self.project.root.display().to_string(),
+            },
+        )
+    }
+
+    /// A normal provider turn answering the user message at `user_index`.
+    pub(super) async fn turn(&mut self, user_index: usize) -> Result<Flow, RunError> {
+        let Message::User(user) = &self.history[user_index].info else {
+            return Err(RunError::Input("internal: the last user message is not a user message".into()));
+        };
+        let user = user.clone();
+        let agent = self.agent(&user.agent)?;
+        let model = self.resolve_model(&user.model)?;
+        let last_step = agent.steps.is_some_and(|steps| self.step >= steps);
+        let request = self.build_request(&agent, &model, &user, last_step);
+        let estimate = estimate_request_tokens(&request);
+        let ctx = self.turn_context(&agent, &model, !last_step, false, estimate);
+        let mut processor = Processor::new(ctx, self.new_assistant(&user, &agent.name, &model));
+        let end = self.attempts(&mut processor, &model, request).await;
+        let compaction = self.services.config.compaction.clone();
+
+        let mut error = end.error;
+        let mut compact = processor.needs_compaction();
+        if end.overflow {
+            compact = compaction.auto;
+            if !compaction.auto {
+                error = Some(AssistantError::ContextOverflow {
+                    message: format!(
+                        "The conversation no longer fits {}'s context window and automatic compaction is off ([compaction] auto = false). Run `codeloop session compact {}` and then continue, or start a new session.",
+                        model.reference, self.session.id
+                    ),
+                    body: None,
+                });
+            }
+        }
+        if error.is_none() && processor.message.finish == Some(Finish::ContentFilter) {
+            error = Some(AssistantError::ContentFilter {
+                message: "The response was blocked by the provider's content filter".into(),
+            });
+        }
+        processor.complete(error.clone());
+        let blocked = processor.blocked.clone().or(end.halted);
+        let signal = if compact { Signal::Compact } else { processor.signal() };
+        let tokens = processor.message.tokens;
+        self.record_assistant(MessageWithParts {
+            info: Message::Assistant(processor.message.clone()),
+            parts: std::mem::take(&mut processor.parts),
+        });
+
+        // Circuit breaker: the first request after a compaction must fit.
+        if let Some(trigger) = self.breaker.pending_check.take() {
+            let size = request_size(&tokens);
+            let usable = usable(&model.limits, &compaction);
+            if end.overflow || (usable > 0 && size >= usable) {
+                return Ok(Flow::Stop(StopReason::Error(self.breaker_error(
+                    &model,
+                    size.max(trigger),
+                    usable,
+                ))));
+            }
+            if size * 10 > trigger * 8 {
+                self.breaker.no_progress += 1;
+            } else {
+                self.breaker.no_progress = 0;
+            }
+        }
+
+        if let Some(message) = blocked {
+            return Ok(Flow::Stop(StopReason::Blocked(message)));
+        }
+        match signal {
+            Signal::Compact => {
+                let trigger =
+                    if end.overflow { usable(&model.limits, &compaction) } else { request_size(&tokens) };
+                self.request_compaction(&user, true, end.overflow, trigger)
+            }
+            Signal::Stop => Ok(Flow::Stop(match error {
+                Some(error) if error.is_aborted() => StopReason::Interrupted,
+                Some(error) => StopReason::Error(error),
+                None => StopReason::Completed,
+            })),
+            Signal::Continue if last_step => Ok(Flow::Stop(StopReason::StepLimit(self.step))),
+            Signal::Continue => Ok(Flow::Continue),
+        }
+    }
+
+    pub(super) fn breaker_error(&self, model: &ResolvedModel, size: u64, usable: u64) -> AssistantError {
+        AssistantError::ContextOverflow {
+            message: format!(
+                "The context still does not fit {}'s window after compacting ({size} tokens, {usable} usable). Stopping instead of compacting again: start a new session, remove large attachments, or use a model with a larger context window.",
+                model.reference
+            ),
+            body: None,
+        }
+    }
+
+    /// Calls the provider with bounded retries (DESIGN.md §4 "Retry"). Status `retry` is published before
+    /// each wait; an interrupt cuts the wait.
+    pub(super) async fn attempts(
+        &mut self,
+        processor: &mut Processor,
+        model: &ResolvedModel,
+        request: ProviderRequest,
+    ) -> TurnEnd {
+        let mut policy = RetryPolicy::new(self.services.config.retry.clone());
+        loop {
+            let first_part = processor.part_count();
+            let end = processor
+                .attempt(model.provider.as_ref(), request.clone(), &self.cancel, &mut self.doom)
+                .await;
+            let error = match end {
+                AttemptEnd::Finished => return TurnEnd { error: None, overflow: false, halted: None },
+                AttemptEnd::Aborted => {
+                    return TurnEnd { error: Some(AssistantError::aborted()), overflow: false, halted: None };
+                }
+                AttemptEnd::Halted(message) => {
+                    let error = processor.summary_halt_error(&message);
+                    return TurnEnd { error, overflow: false, halted: Some(message) };
+                }
+                AttemptEnd::Failed(error) => error,
+            };
+            if error.is_context_overflow() {
+                return TurnEnd { error: Some(to_assistant_error(&error)), overflow: true, halted: None };
+            }
+            match policy.next(&error) {
+                RetryDecision::Wait { delay, attempt } => {
+                    processor.discard_attempt_text(first_part);
+                    let message = error.short_reason();
+                    let next = now_ms() + delay.as_millis() as i64;
+                    self.services.bus.publish(EventPayload::SessionStatus {
+                        session_id: self.session.id.clone(),
+                        status: SessionStatus::Retry {
+                            attempt,
+                            max_attempts: policy.max_attempts(),
+                            message,
+                            next,
+                        },
+                    });
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.cancel.cancelled() => {
+                            return TurnEnd { error: Some(AssistantError::aborted()), overflow: false, halted: None };
+                        }
+                    }
+                    self.services.bus.publish(EventPayload::SessionStatus {
+                        session_id: self.session.id.clone(),
+                        status: SessionStatus::Busy,
+                    });
+                }
+                RetryDecision::GiveUp { reason } => {
+                    let mut error = to_assistant_error(&error);
+                    if let Some(reason) = reason {
+                        append_reason(&mut error, &reason);
+                    }
+                    return TurnEnd { error: Some(error), overflow: false, halted: None };
+                }
+            }
+        }
+    }
+}
+
+impl Processor {
+    /// A halt during a summary is an error on the summary; other halts (permission blocks) are not.
+    fn summary_halt_error(&self, message: &str) -> Option<AssistantError> {
+        if self.blocked.is_some() {
+            None
+        } else {
+            Some(AssistantError::Unknown { message: message.to_owned() })
+        }
+    }
+}
+
+fn append_reason(error: &mut AssistantError, reason: &str) {
+    match error {
+        AssistantError::Api { message, .. }
+        | AssistantError::ProviderAuth { message, .. }
+        | AssistantError::ContextOverflow { message, .. }
+        | AssistantError::OutputLength { message }
+        | AssistantError::Aborted { message }
+        | AssistantError::ContentFilter { message }
+        | AssistantError::Unknown { message } => {
+            message.push_str(" (");
+            message.push_str(reason);
+            message.push(')');
+        }
+    }
+}
+
+/// Maps a provider failure to the error recorded on the message.
+pub(crate) fn to_assistant_error(error: &ProviderError) -> AssistantError {
+    match error {
+        ProviderError::Auth { provider, .. } => {
+            AssistantError::ProviderAuth { message: error.to_string(), provider_id: provider.clone() }
+        }
+        ProviderError::ContextOverflow { message, body } => {
+            AssistantError::ContextOverflow { message: message.clone(), body: body.clone() }
+        }
+        ProviderError::Api { status, body, retryable, .. } => AssistantError::Api {
+            message: error.to_string(),
+            status: *status,
+            retryable: *retryable,
+            body: body.clone(),
+        },
+        ProviderError::Connection { .. }
+        | ProviderError::HeadersTimeout(_)
+        | ProviderError::IdleTimeout(_)
+        | ProviderError::Stream { .. } => {
+            AssistantError::Api { message: error.to_string(), status: None, retryable: true, body: None }
+        }
+        ProviderError::ContentFilter { .. } => AssistantError::ContentFilter { message: error.to_string() },
+        ProviderError::Config { .. } => AssistantError::Unknown { message: error.to_string() },
+    }
+}
+
+/// The request size in tokens, estimated as characters / 4, for providers that report no usage.
+pub(crate) fn estimate_request_tokens(request: &ProviderRequest) -> u64 {
+    let system: usize = request.system.iter().map(String::len).sum();
+    let messages: usize = request.messages.iter().map(crate::compaction::chat_chars).sum();
+    let tools: usize =
+        request.tools.iter().map(|t| t.description.len() + t.parameters.to_string().len()).sum();
+    ((system + messages + tools) as u64).div_ceil(4)
+}

@@ -1,0 +1,68 @@
+//! The shared dependencies of every run: store, writer, bus, tools, permissions, models, config.
+//! Built once by the [`crate::Engine`] and passed down as data (no globals).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use codeloop_store::{SqliteStore, Store, StoreWriter, Write};
+use codeloop_tools::{OutputLimits, ToolRegistry};
+use codeloop_types::{EventPayload, Message, Part, Session};
+
+use crate::Bus;
+use crate::agents::Agent;
+use crate::config::Config;
+use crate::models::Models;
+use crate::permission::PermissionEngine;
+
+pub struct Services {
+    pub config: Config,
+    pub store: Arc<SqliteStore>,
+    pub writer: StoreWriter,
+    pub bus: Bus,
+    pub tools: Arc<ToolRegistry>,
+    /// Provider-side tool definitions, generated once.
+    pub tool_specs: Vec<codeloop_provider::ToolSpec>,
+    pub permissions: PermissionEngine,
+    pub models: Models,
+    pub agents: std::collections::BTreeMap<String, Agent>,
+    pub data_dir: PathBuf,
+    /// Where truncated tool outputs are saved in full.
+    pub tool_output_dir: PathBuf,
+    /// A global `AGENTS.md` (e.g. `~/.config/codeloop/AGENTS.md`).
+    pub global_instructions: Option<PathBuf>,
+}
+
+impl Services {
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+
+    pub fn limits(&self) -> OutputLimits {
+        OutputLimits {
+            max_lines: self.config.tool_output.max_lines,
+            max_bytes: self.config.tool_output.max_bytes,
+        }
+    }
+
+    /// Persists a part (batched by the writer) and tells watchers.
+    pub fn save_part(&self, part: &Part) {
+        self.writer.send(Write::Part(part.clone()));
+        self.bus
+            .publish(EventPayload::PartUpdated { session_id: part.session_id.clone(), part: part.clone() });
+    }
+
+    /// Persists a message and tells watchers.
+    pub fn save_message(&self, message: &Message) {
+        self.writer.send(Write::Message(message.clone()));
+        self.bus.publish(EventPayload::MessageUpdated {
+            session_id: message.session_id().clone(),
+            info: message.clone(),
+        });
+    }
+
+    pub fn save_session(&self, session: &Session) {
+        self.writer.send(Write::Session(session.clone()));
+        self.bus
+            .publish(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
+    }
+}

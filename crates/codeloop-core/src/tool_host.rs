@@ -1,0 +1,66 @@
+//! The engine side of [`ToolHost`]: permission asks under the run's layered rules, live progress routed
+//! to the processor that owns the part, and the session's todo list.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ToolFailure, ToolHost, ToolOutput};
+use codeloop_types::{EventPayload, PermissionRule, SessionId, Todo, ToolCallRef};
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::permission::AskContext;
+use crate::services::Services;
+
+/// What running tools tell the processor.
+#[derive(Debug)]
+pub enum ToolEvent {
+    Progress { call_id: String, title: Option<String>, metadata: Option<Value> },
+    Done { call_id: String, result: Result<ToolOutput, ToolFailure> },
+}
+
+pub struct RunToolHost {
+    pub services: Arc<Services>,
+    pub session_id: SessionId,
+    /// Agent, config and session rules, in that order.
+    pub layers: Arc<Vec<PermissionRule>>,
+    /// The project key approvals are saved under (the worktree root).
+    pub project: String,
+    pub events: mpsc::UnboundedSender<ToolEvent>,
+}
+
+#[async_trait]
+impl ToolHost for RunToolHost {
+    async fn ask(&self, call: &CallInfo, ask: PermissionAsk) -> Result<(), PermissionError> {
+        let layers: [&[PermissionRule]; 1] = [&self.layers];
+        let ctx = AskContext {
+            session_id: &self.session_id,
+            project: &self.project,
+            layers: &layers,
+            tool: Some(ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() }),
+        };
+        self.services.permissions.ask(ctx, ask).await
+    }
+
+    fn progress(&self, call: &CallInfo, title: Option<String>, metadata: Option<Value>) {
+        let _ = self.events.send(ToolEvent::Progress { call_id: call.call_id.clone(), title, metadata });
+    }
+
+    async fn set_todos(&self, _call: &CallInfo, todos: Vec<Todo>) -> Result<(), String> {
+        self.services.store.as_ref().set_todos_checked(&self.session_id, &todos)?;
+        self.services.bus.publish(EventPayload::TodoUpdated { session_id: self.session_id.clone(), todos });
+        Ok(())
+    }
+}
+
+/// Small adapter so the store error reads well as a tool failure.
+trait TodoStore {
+    fn set_todos_checked(&self, session: &SessionId, todos: &[Todo]) -> Result<(), String>;
+}
+
+impl TodoStore for codeloop_store::SqliteStore {
+    fn set_todos_checked(&self, session: &SessionId, todos: &[Todo]) -> Result<(), String> {
+        codeloop_store::Store::set_todos(self, session, todos)
+            .map_err(|e| format!("could not save the todo list: {e}"))
+    }
+}
