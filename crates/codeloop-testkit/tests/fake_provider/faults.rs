@@ -187,3 +187,13 @@ async fn chunk_delay_slows_the_stream_down() {
     assert_eq!(events.len(), 6);
     assert!(started.elapsed() >= Duration::from_millis(100), "took {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn a_reset_deep_into_a_long_stream_still_delivers_every_chunk_before_it() {
+    let reply = Reply::text("word ".repeat(20_000)).with_text_chunks(20_000);
+    let (_provider, host) = start(vec![Fault::reset(reply, 15_000).into()]).await;
+    let response = post(&format!("{host}/v1/chat/completions"), &request_body(true)).await;
+    let (text, error) = collect(response).await;
+    assert!(error.is_some());
+    assert_eq!(parse_sse(&text).len(), 15_000);
+}
