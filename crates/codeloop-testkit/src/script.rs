@@ -84,7 +84,7 @@ pub struct ScriptUsage {
 }
 
 /// A failure, observed by the client the way real providers fail.
-/// JSON: `{"kind": "status", "status": 429, "headers": [["retry-after", "1"]], "body": ""}`,
+/// JSON: `{"kind": "status", "status": 429, "headers": {"retry-after": "1"}, "body": ""}`,
 /// `{"kind": "reset", "reply": {...}, "after_chunks": 3}` (same shape for truncated, malformed, stall),
 /// `{"kind": "error_event", "reply": {...}, "after_chunks": 3, "error": {...}}`.
 /// A "chunk" is one SSE event as sent (`data:` record, or `event:` + `data:` pair).
@@ -94,7 +94,8 @@ pub enum Fault {
     /// A plain HTTP error. An empty body is replaced by an error body in the request's format.
     Status {
         status: u16,
-        #[serde(default)]
+        /// `[["name", "value"], ...]`, or `{"name": "value"}` in JSON.
+        #[serde(default, deserialize_with = "header_pairs")]
         headers: Vec<(String, String)>,
         #[serde(default)]
         body: String,
@@ -139,6 +140,20 @@ pub enum Fault {
     },
 }
 
+/// Headers as `[name, value]` pairs (repeatable, ordered) or as an object.
+fn header_pairs<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Headers {
+        Pairs(Vec<(String, String)>),
+        Map(std::collections::BTreeMap<String, String>),
+    }
+    Ok(match Headers::deserialize(d)? {
+        Headers::Pairs(pairs) => pairs,
+        Headers::Map(map) => map.into_iter().collect(),
+    })
+}
+
 fn default_stream_error() -> Value {
     serde_json::json!({"type": "overloaded_error", "message": "Overloaded"})
 }
@@ -148,7 +163,7 @@ fn default_stream_error() -> Value {
 pub enum ScriptError {
     #[error("cannot read script {path}: {source}")]
     Read { path: String, source: std::io::Error },
-    #[error("invalid script{}: {source} (expected {{\"turns\": [{{\"reply\": {{...}}}} | {{\"fault\": {{\"kind\": ...}}}}]}} or a bare array of turns)", path.as_deref().map(|p| format!(" {p}")).unwrap_or_default())]
+    #[error("invalid script{}: {source}", path.as_deref().map(|p| format!(" {p}")).unwrap_or_default())]
     Parse { path: Option<String>, source: serde_json::Error },
 }
 

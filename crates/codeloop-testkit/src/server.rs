@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::post;
 use axum::serve::ListenerExt;
@@ -192,38 +192,34 @@ fn router(shared: Arc<Shared>) -> Router {
 
 type AppState = State<Arc<Shared>>;
 
-async fn chat(State(s): AppState, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&s, Some(Format::Chat), method, uri, headers, body)
+async fn chat(State(shared): AppState, request: Request) -> Response {
+    handle(&shared, Some(Format::Chat), request).await
 }
 
-async fn responses(
-    State(s): AppState,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    handle(&s, Some(Format::Responses), method, uri, headers, body)
+async fn responses(State(shared): AppState, request: Request) -> Response {
+    handle(&shared, Some(Format::Responses), request).await
 }
 
-async fn messages(State(s): AppState, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&s, Some(Format::Anthropic), method, uri, headers, body)
+async fn messages(State(shared): AppState, request: Request) -> Response {
+    handle(&shared, Some(Format::Anthropic), request).await
 }
 
-async fn unknown(State(s): AppState, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&s, None, method, uri, headers, body)
+async fn unknown(State(shared): AppState, request: Request) -> Response {
+    handle(&shared, None, request).await
 }
 
 /// Records the request, takes the next turn and answers it. `format` is `None` for unknown paths,
 /// which are recorded but answered 404 without using a turn.
-fn handle(
-    shared: &Shared,
-    format: Option<Format>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+async fn handle(shared: &Shared, format: Option<Format>, request: Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => body,
+        Err(err) => {
+            let message = format!("fake provider: cannot read the request body: {err}");
+            return json_response(400, own_error_body(&message));
+        }
+    };
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let path = uri.path().to_owned();
     let (model, recorded) = match shared.recording {
         Recording::Full => {
@@ -251,7 +247,7 @@ fn handle(
         Ok(taken) => taken,
         Err(served) => {
             let message = format!("fake provider: script exhausted after {served} turns");
-            return json_response(400, exhausted_body(&message));
+            return json_response(400, own_error_body(&message));
         }
     };
     let info = RequestInfo { format, turn: number, model: &model, body_len: body.len() };
@@ -305,7 +301,8 @@ fn record(method: &Method, path: &str, headers: &HeaderMap, body: Value) -> Reco
     }
 }
 
-fn exhausted_body(message: &str) -> String {
+/// OpenAI's error shape without a code: what the fake provider says about itself.
+fn own_error_body(message: &str) -> String {
     serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string()
 }
 

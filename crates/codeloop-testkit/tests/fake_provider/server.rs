@@ -192,6 +192,8 @@ fn the_example_script_parses_to_the_builder_form() {
 
     let round_trip = Script::from_json(&serde_json::to_string(&expected).unwrap()).unwrap();
     assert_eq!(round_trip, expected);
+    let map_headers = r#"[{"fault": {"kind": "status", "status": 429, "headers": {"retry-after": "1"}}}]"#;
+    assert_eq!(Script::from_json(map_headers).unwrap(), Script::new([Fault::rate_limited(1)]));
     let bare = Script::from_json(r#"[{"reply": {"text": "hi"}}]"#).unwrap();
     assert_eq!(bare, Script::new([Reply::text("hi")]));
     let error = Script::from_json(r#"{"turns": [{"answer": {}}]}"#).unwrap_err();
