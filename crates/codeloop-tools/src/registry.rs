@@ -12,7 +12,7 @@ use crate::tools::{
     ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillTool, TodoWriteTool,
     WriteTool,
 };
-use crate::truncate::{Keep, exceeds, truncate_output};
+use crate::truncate::{Keep, truncate_output};
 use crate::{Tool, ToolContext, ToolFailure, ToolOutput, ToolSpec};
 
 /// Name of the repair target for bad calls; never offered to the model.
@@ -128,20 +128,16 @@ impl ToolRegistry {
     }
 }
 
-/// Applies the output limits. A tool that set `metadata.truncated` has limited its output itself and keeps
-/// its flag; its output is still cut as a safety net should it exceed the limits anyway.
+/// Applies the output limits unless the tool already did (it set `metadata.truncated`).
 async fn finish(mut output: ToolOutput, ctx: &ToolContext) -> ToolOutput {
     let mut metadata = match std::mem::take(&mut output.metadata) {
         Value::Object(map) => map,
         Value::Null => Map::new(),
         other => Map::from_iter([("value".to_string(), other)]),
     };
-    let self_limited = metadata.contains_key("truncated");
-    if !self_limited || exceeds(&output.output, ctx.limits) {
+    if !metadata.contains_key("truncated") {
         let cut = truncate_output(&output.output, ctx.limits, &ctx.tool_output_dir, Keep::Head).await;
-        if cut.truncated || !self_limited {
-            metadata.insert("truncated".to_string(), json!(cut.truncated));
-        }
+        metadata.insert("truncated".to_string(), json!(cut.truncated));
         if let Some(path) = &cut.output_path {
             metadata.insert("outputPath".to_string(), json!(path.to_string_lossy()));
         }

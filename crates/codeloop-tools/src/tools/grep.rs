@@ -16,6 +16,7 @@ use super::walk::{Hidden, walker};
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
 use crate::text::cut_chars;
+use crate::truncate::{Keep, truncate_output};
 use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
 
 const LIMIT: usize = 100;
@@ -112,7 +113,18 @@ impl Tool for GrepTool {
                 return Err(ToolFailure::Cancelled);
             }
         };
-        Ok(render(&params.pattern, results))
+        let mut output = render(&params.pattern, results);
+        // 100 matches of up to 2000 chars can exceed the output limits; this tool sets `truncated` itself,
+        // so it applies them too.
+        let cut = truncate_output(&output.output, ctx.limits, &ctx.tool_output_dir, Keep::Head).await;
+        if cut.truncated {
+            output.output = cut.content;
+            output.metadata["truncated"] = json!(true);
+            if let Some(path) = cut.output_path {
+                output.metadata["outputPath"] = json!(path.to_string_lossy());
+            }
+        }
+        Ok(output)
     }
 }
 

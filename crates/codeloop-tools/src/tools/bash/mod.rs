@@ -46,6 +46,7 @@ struct Params {
     /// The command to execute.
     command: String,
     /// Timeout in milliseconds (default 120000).
+    #[schemars(range(min = 1))]
     timeout: Option<u64>,
     /// Working directory (default: the project directory).
     workdir: Option<String>,

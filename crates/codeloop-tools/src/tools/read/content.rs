@@ -105,7 +105,17 @@ pub(crate) async fn list_directory(
     }
     entries.sort();
     let start = offset - 1;
-    let page: Vec<String> = entries.iter().skip(start).take(limit).cloned().collect();
+    let mut bytes = 0;
+    let page: Vec<String> = entries
+        .iter()
+        .skip(start)
+        .take(limit)
+        .take_while(|name| {
+            bytes += name.len() + 1;
+            bytes <= MAX_BYTES
+        })
+        .cloned()
+        .collect();
     let truncated = start + page.len() < entries.len();
     let footer = if truncated {
         format!(

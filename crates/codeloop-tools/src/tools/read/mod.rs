@@ -34,8 +34,10 @@ struct Params {
     /// Absolute path, or relative to the project directory.
     file_path: String,
     /// Line (or entry) number to start from, 1-based.
+    #[schemars(range(min = 1))]
     offset: Option<usize>,
     /// Maximum number of lines (or entries) to return (default 2000).
+    #[schemars(range(min = 1))]
     limit: Option<usize>,
 }
 

@@ -1,0 +1,93 @@
+//! apply_patch: add, update, delete, move; one ask for all files; nothing written when any hunk fails.
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use crate::common::Env;
+
+#[tokio::test]
+async fn apply_patch_adds_updates_deletes_and_moves() {
+    let env = Env::new();
+    env.write("src/lib.rs", "fn one() {}\nfn two() {}\nfn three() {}\n");
+    env.write("old.txt", "bye\n");
+    env.write("src/name.rs", "const NAME: &str = \"a\";\n");
+    let patch = "*** Begin Patch
+*** Add File: docs/new.md
++# New
++text
+*** Update File: src/lib.rs
+@@ fn one() {}
+-fn two() {}
++fn two() { println!(\"2\"); }
+ fn three() {}
+*** Delete File: old.txt
+*** Update File: src/name.rs
+*** Move to: src/renamed.rs
+@@
+-const NAME: &str = \"a\";
++const NAME: &str = \"b\";
+*** End Patch";
+    let out = env.ok("apply_patch", json!({"patchText": patch})).await;
+    assert_eq!(
+        out.output,
+        "Success. Updated the following files:\nA docs/new.md\nM src/lib.rs\nD old.txt\nM src/renamed.rs"
+    );
+    assert_eq!(env.read("docs/new.md"), "# New\ntext\n");
+    assert_eq!(env.read("src/lib.rs"), "fn one() {}\nfn two() { println!(\"2\"); }\nfn three() {}\n");
+    assert!(!env.path("old.txt").exists());
+    assert!(!env.path("src/name.rs").exists());
+    assert_eq!(env.read("src/renamed.rs"), "const NAME: &str = \"b\";\n");
+
+    let asks = env.asks_for("edit");
+    assert_eq!(asks.len(), 1);
+    assert_eq!(
+        asks[0].patterns,
+        vec!["docs/new.md", "old.txt", "src/lib.rs", "src/name.rs", "src/renamed.rs"]
+    );
+    assert_eq!(asks[0].always, vec!["*"]);
+}
+
+#[tokio::test]
+async fn apply_patch_writes_nothing_when_one_hunk_fails() {
+    let env = Env::new();
+    env.write("a.txt", "alpha\n");
+    env.write("b.txt", "beta\n");
+    let patch = "*** Begin Patch
+*** Update File: a.txt
+-alpha
++ALPHA
+*** Add File: c.txt
++new
+*** Update File: b.txt
+-not in the file
++x
+*** End Patch";
+    let message = env.fail("apply_patch", json!({"patchText": patch})).await;
+    assert!(
+        message.starts_with("apply_patch verification failed: Failed to find expected lines in b.txt"),
+        "{message}"
+    );
+    assert_eq!(env.read("a.txt"), "alpha\n");
+    assert_eq!(env.read("b.txt"), "beta\n");
+    assert!(!env.path("c.txt").exists());
+    assert!(env.asks().is_empty());
+}
+
+#[tokio::test]
+async fn apply_patch_rejects_a_malformed_envelope() {
+    let env = Env::new();
+    let message = env.fail("apply_patch", json!({"patchText": "*** Update File: a.txt\n-x\n+y"})).await;
+    assert!(message.contains("*** Begin Patch"), "{message}");
+    let empty = env.fail("apply_patch", json!({"patchText": "*** Begin Patch\n*** End Patch"})).await;
+    assert_eq!(empty, "patch rejected: empty patch");
+}
+
+#[tokio::test]
+async fn denied_apply_patch_changes_nothing() {
+    let env = Env::new();
+    env.write("a.txt", "alpha\n");
+    env.deny("edit");
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n-alpha\n+beta\n*** End Patch";
+    assert!(env.run("apply_patch", json!({"patchText": patch})).await.is_err());
+    assert_eq!(env.read("a.txt"), "alpha\n");
+}

@@ -1,0 +1,159 @@
+//! read: numbered lines, offset/limit, long lines, binary refusal, directories, missing files, images and
+//! its permission asks.
+
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use crate::common::Env;
+
+fn numbered(n: usize) -> String {
+    (1..=n).map(|i| format!("line {i}\n")).collect()
+}
+
+#[tokio::test]
+async fn read_numbers_lines_and_reports_the_end() {
+    let env = Env::new();
+    let path = env.write("a.txt", "alpha\r\nbeta\n");
+    let out = env.ok("read", json!({"filePath": "a.txt"})).await;
+    assert_eq!(
+        out.output,
+        format!(
+            "<path>{}</path>\n<type>file</type>\n<content>\n1: alpha\n2: beta\n\n(End of file - total 2 lines)\n</content>",
+            path.display()
+        )
+    );
+    assert_eq!(out.title, "a.txt");
+    assert_eq!(out.metadata, json!({"preview": "alpha\nbeta", "truncated": false}));
+}
+
+#[tokio::test]
+async fn read_pages_with_offset_and_limit() {
+    let env = Env::new();
+    env.write("n.txt", numbered(10));
+    let out = env.ok("read", json!({"filePath": "n.txt", "offset": 3, "limit": 2})).await;
+    assert!(
+        out.output.contains(
+            "<content>\n3: line 3\n4: line 4\n\n(Showing lines 3-4 of 10. Use offset=5 to continue.)"
+        ),
+        "{}",
+        out.output
+    );
+    assert_eq!(out.metadata["truncated"], json!(true));
+}
+
+#[tokio::test]
+async fn read_offset_past_the_end_fails() {
+    let env = Env::new();
+    env.write("n.txt", numbered(3));
+    let message = env.fail("read", json!({"filePath": "n.txt", "offset": 10})).await;
+    assert_eq!(message, "Offset 10 is out of range for this file (3 lines)");
+}
+
+#[tokio::test]
+async fn read_cuts_long_lines() {
+    let env = Env::new();
+    env.write("long.txt", format!("{}\nshort\n", "x".repeat(2500)));
+    let out = env.ok("read", json!({"filePath": "long.txt"})).await;
+    assert!(
+        out.output.contains(&format!("1: {}... (line truncated to 2000 chars)\n2: short", "x".repeat(2000)))
+    );
+}
+
+#[tokio::test]
+async fn read_caps_output_at_50_kib() {
+    let env = Env::new();
+    env.write("big.txt", format!("{}\n", "y".repeat(1000)).repeat(100));
+    let out = env.ok("read", json!({"filePath": "big.txt"})).await;
+    assert!(
+        out.output.contains("(Output capped at 50 KB. Showing lines 1-51. Use offset=52 to continue.)"),
+        "{}",
+        &out.output[out.output.len() - 200..]
+    );
+}
+
+#[tokio::test]
+async fn read_refuses_binary_files() {
+    let env = Env::new();
+    let path = env.write("blob.dat2", b"abc\0def");
+    let message = env.fail("read", json!({"filePath": "blob.dat2"})).await;
+    assert_eq!(message, format!("Cannot read binary file: {}", path.display()));
+    env.write("archive.zip", "looks like text");
+    assert!(
+        env.fail("read", json!({"filePath": "archive.zip"})).await.starts_with("Cannot read binary file")
+    );
+}
+
+#[tokio::test]
+async fn read_lists_directories_sorted_with_slashes() {
+    let env = Env::new();
+    env.write("dir/b.txt", "");
+    env.write("dir/a.txt", "");
+    env.write("dir/sub/c.txt", "");
+    let out = env.ok("read", json!({"filePath": "dir"})).await;
+    assert!(
+        out.output
+            .contains("<type>directory</type>\n<entries>\na.txt\nb.txt\nsub/\n\n(3 entries)\n</entries>"),
+        "{}",
+        out.output
+    );
+    let page = env.ok("read", json!({"filePath": "dir", "offset": 2, "limit": 1})).await;
+    assert!(
+        page.output.contains("<entries>\nb.txt\n\n(Showing entries 2-2 of 3. Use offset=3 to continue.)"),
+        "{}",
+        page.output
+    );
+}
+
+#[tokio::test]
+async fn read_suggests_similar_names_for_missing_files() {
+    let env = Env::new();
+    env.write("config.json", "{}");
+    env.write("unrelated.rs", "");
+    let message = env.fail("read", json!({"filePath": "config.jsn"})).await;
+    assert_eq!(
+        message,
+        format!(
+            "File not found: {}\n\nDid you mean one of these?\n{}",
+            env.path("config.jsn").display(),
+            env.path("config.json").display()
+        )
+    );
+}
+
+#[tokio::test]
+async fn read_returns_images_as_attachments() {
+    let env = Env::new();
+    env.write("pic.png", b"\x89PNG\r\n\x1a\n\0\0rest");
+    let out = env.ok("read", json!({"filePath": "pic.png"})).await;
+    assert_eq!(out.output, "Image read successfully");
+    assert_eq!(out.attachments.len(), 1);
+    assert_eq!(out.attachments[0].mime, "image/png");
+    assert!(out.attachments[0].url.starts_with("data:image/png;base64,iVBORw0KGgo"));
+}
+
+#[tokio::test]
+async fn read_asks_with_the_relative_path() {
+    let env = Env::new();
+    env.write("src/main.rs", "fn main() {}\n");
+    env.ok("read", json!({"filePath": env.path("src/main.rs").display().to_string()})).await;
+    let asks = env.asks();
+    assert_eq!(asks.len(), 1);
+    assert_eq!(asks[0].permission, "read");
+    assert_eq!(asks[0].patterns, vec!["src/main.rs"]);
+    assert_eq!(asks[0].always, vec!["*"]);
+}
+
+#[tokio::test]
+async fn read_outside_the_project_asks_external_directory_first() {
+    let env = Env::new();
+    let outside = tempfile::tempdir().unwrap();
+    let file = outside.path().join("notes.txt");
+    std::fs::write(&file, "hi").unwrap();
+    env.deny("external_directory");
+    let result = env.run("read", json!({"filePath": file.display().to_string()})).await;
+    assert!(result.is_err());
+    let asks = env.asks();
+    assert_eq!(asks.len(), 1);
+    assert_eq!(asks[0].permission, "external_directory");
+    assert_eq!(asks[0].patterns, vec![format!("{}/*", outside.path().display())]);
+}
