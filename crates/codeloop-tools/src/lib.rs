@@ -6,6 +6,7 @@
 //! the project directory without an `external_directory` permission.
 
 mod context;
+mod lenient;
 mod locks;
 mod paths;
 mod registry;

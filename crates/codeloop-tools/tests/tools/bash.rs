@@ -214,3 +214,31 @@ async fn bash_does_not_wait_for_detached_processes_holding_the_pipe() {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
 }
+
+#[tokio::test]
+async fn bash_timeout_escalates_to_sigkill_when_term_is_ignored() {
+    let env = Env::new();
+    let started = Instant::now();
+    let out = env
+        .ok("bash", json!({"command": "trap '' TERM; sleep 30 & echo $! > pid; wait", "timeout": 200}))
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(6), "took {:?}", started.elapsed());
+    assert!(out.output.contains("exceeding timeout 200 ms"));
+    assert!(wait_dead(&read_pids(&env.path("pid")), Duration::from_secs(5)));
+}
+
+#[tokio::test]
+async fn bash_asks_external_directory_for_redirections_outside_the_project() {
+    let env = Env::new();
+    let outside = tempfile::tempdir().unwrap();
+    env.deny("external_directory");
+    let target = outside.path().join("out.txt");
+    let result =
+        env.run("bash", json!({"command": format!("echo hi > {} 2>/dev/null", target.display())})).await;
+    assert!(result.is_err());
+    assert!(!target.exists());
+    assert_eq!(
+        env.asks_for("external_directory")[0].patterns,
+        vec![format!("{}/*", outside.path().display())]
+    );
+}

@@ -46,6 +46,7 @@ struct Params {
     /// The command to execute.
     command: String,
     /// Timeout in milliseconds (default 120000).
+    #[serde(default, deserialize_with = "crate::lenient::opt_u64")]
     #[schemars(range(min = 1))]
     timeout: Option<u64>,
     /// Working directory (default: the project directory).
@@ -149,7 +150,7 @@ fn render(
         Ending::TimedOut | Ending::Aborted => Value::Null,
     };
     let mut metadata = json!({
-        "output": text,
+        "output": output::metadata_preview(&text),
         "exit": exit,
         "description": description,
         "truncated": out.truncated,
@@ -172,6 +173,12 @@ async fn ask_permissions(
         external.insert(paths::external_pattern(cwd, PathKind::Directory));
     }
     for command in commands {
+        let targets = command.redirect_targets.iter().filter(|t| !is_dynamic(t) && !t.starts_with("/dev/"));
+        for path in targets.map(|t| paths::resolve_from(cwd, t)) {
+            if !paths::is_inside_project(ctx, &path) {
+                external.insert(paths::external_pattern(&path, PathKind::File));
+            }
+        }
         for path in path_arguments(cwd, &command.words) {
             if !paths::is_inside_project(ctx, &path) {
                 let kind = if command.words[0] == "cd" || command.words[0] == "pushd" || path.is_dir() {
@@ -216,7 +223,7 @@ fn path_arguments(cwd: &Path, words: &[String]) -> Vec<std::path::PathBuf> {
         operands.next();
     }
     operands
-        .filter(|w| !w.contains('$') && !w.contains('`') && w.as_str() != "-")
+        .filter(|w| !is_dynamic(w) && w.as_str() != "-")
         .filter_map(|w| {
             let literal = match w.find(['*', '?', '[']) {
                 Some(idx) => {
@@ -227,6 +234,11 @@ fn path_arguments(cwd: &Path, words: &[String]) -> Vec<std::path::PathBuf> {
             Some(paths::resolve_from(cwd, literal))
         })
         .collect()
+}
+
+/// A word whose value is only known when the shell runs it.
+fn is_dynamic(word: &str) -> bool {
+    word.contains('$') || word.contains('`')
 }
 
 #[cfg(test)]

@@ -11,6 +11,15 @@ use crate::truncate::{Keep, cut, exceeds, spill, spill_path};
 /// How much of the output the live progress shows (reference: last 30 000 chars).
 const LIVE_CHARS: usize = 30_000;
 
+/// The last [`LIVE_CHARS`] characters of `text`: what `metadata.output` carries, live and at the end.
+pub(crate) fn metadata_preview(text: &str) -> &str {
+    let count = text.chars().count();
+    match text.char_indices().nth(count.saturating_sub(LIVE_CHARS)) {
+        Some((start, _)) => &text[start..],
+        None => text,
+    }
+}
+
 pub(crate) struct OutputSink {
     limits: OutputLimits,
     dir: PathBuf,
@@ -73,9 +82,7 @@ impl OutputSink {
 
     /// The last [`LIVE_CHARS`] characters, for live progress.
     pub(crate) fn live(&self) -> String {
-        let text = String::from_utf8_lossy(&self.tail);
-        let count = text.chars().count();
-        text.chars().skip(count.saturating_sub(LIVE_CHARS)).collect()
+        metadata_preview(&String::from_utf8_lossy(&self.tail)).to_string()
     }
 
     /// The output as the model sees it: the tail within the limits, prefixed with where the full output is

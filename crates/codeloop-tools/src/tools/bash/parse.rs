@@ -10,6 +10,8 @@ pub(crate) struct SimpleCommand {
     pub text: String,
     /// Unquoted words without leading keywords, assignments and redirections.
     pub words: Vec<String>,
+    /// Files the command redirects to or from (`> out.txt` → `out.txt`).
+    pub redirect_targets: Vec<String>,
 }
 
 /// Splits `script` into its simple commands, in source order (substitutions first).
@@ -30,7 +32,14 @@ struct Word {
     value: String,
     start: usize,
     end: usize,
-    redirect: bool,
+    kind: WordKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WordKind {
+    Plain,
+    Operator,
+    Target,
 }
 
 struct Scanner<'a> {
@@ -40,7 +49,8 @@ struct Scanner<'a> {
     out: Vec<SimpleCommand>,
     words: Vec<Word>,
     word: Option<Word>,
-    target_next: bool,
+    /// What the next word is, when a redirection operator decided it.
+    next_kind: Option<WordKind>,
     heredocs: Vec<(String, bool)>,
 }
 
@@ -53,7 +63,7 @@ impl<'a> Scanner<'a> {
             out: Vec::new(),
             words: Vec::new(),
             word: None,
-            target_next: false,
+            next_kind: None,
             heredocs: Vec::new(),
         }
     }
@@ -114,7 +124,7 @@ impl<'a> Scanner<'a> {
             value: String::new(),
             start: at,
             end: at,
-            redirect: false,
+            kind: WordKind::Plain,
         });
         word.value.push(c);
         word.end = at + c.len_utf8();
@@ -125,15 +135,14 @@ impl<'a> Scanner<'a> {
         let end = self.byte_at(pos);
         let start = self.byte_at(self.pos);
         let word =
-            self.word.get_or_insert_with(|| Word { value: String::new(), start, end, redirect: false });
+            self.word.get_or_insert_with(|| Word { value: String::new(), start, end, kind: WordKind::Plain });
         word.end = end;
     }
 
     fn end_word(&mut self) {
         if let Some(mut word) = self.word.take() {
-            if self.target_next {
-                word.redirect = true;
-                self.target_next = false;
+            if let Some(kind) = self.next_kind.take() {
+                word.kind = kind;
             }
             self.words.push(word);
         }
@@ -256,11 +265,14 @@ impl<'a> Scanner<'a> {
             }
             let delimiter = self.heredoc_delimiter();
             self.heredocs.push((delimiter, strip_tabs));
+        } else if op == "<<<" {
+            // A here-string's word is data, not a file.
+            self.next_kind = Some(WordKind::Operator);
         } else {
-            self.target_next = true;
+            self.next_kind = Some(WordKind::Target);
         }
         let end = self.byte_at(self.pos);
-        self.words.push(Word { value: op, start, end, redirect: true });
+        self.words.push(Word { value: op, start, end, kind: WordKind::Operator });
     }
 
     fn heredoc_delimiter(&mut self) -> String {
@@ -296,14 +308,20 @@ impl<'a> Scanner<'a> {
 
     fn end_command(&mut self) {
         self.end_word();
-        self.target_next = false;
+        self.next_kind = None;
         let words = std::mem::take(&mut self.words);
         let Some(last) = words.last() else { return };
         let mut first = None;
         let mut command_words = Vec::new();
+        let mut redirect_targets = Vec::new();
         for (idx, word) in words.iter().enumerate() {
-            if word.redirect {
-                continue;
+            match word.kind {
+                WordKind::Operator => continue,
+                WordKind::Target => {
+                    redirect_targets.push(word.value.clone());
+                    continue;
+                }
+                WordKind::Plain => {}
             }
             if first.is_none() {
                 if HEADERS.contains(&word.value.as_str()) {
@@ -318,7 +336,7 @@ impl<'a> Scanner<'a> {
         }
         let Some(first) = first else { return };
         let text = self.src[words[first].start.min(last.end)..last.end].trim().to_string();
-        self.out.push(SimpleCommand { text, words: command_words });
+        self.out.push(SimpleCommand { text, words: command_words, redirect_targets });
     }
 }
 
@@ -361,7 +379,13 @@ mod tests {
         let cmds = split_commands("cargo test 2>&1 > out.txt");
         assert_eq!(cmds[0].text, "cargo test 2>&1 > out.txt");
         assert_eq!(cmds[0].words, vec!["cargo", "test"]);
+        assert_eq!(cmds[0].redirect_targets, vec!["out.txt"]);
         assert_eq!(words("ls &> /dev/null"), vec![vec!["ls"]]);
+        let here = split_commands("bc <<< /abs");
+        assert_eq!(
+            (here[0].words.clone(), here[0].redirect_targets.clone()),
+            (vec!["bc".to_string()], vec![])
+        );
     }
 
     #[test]

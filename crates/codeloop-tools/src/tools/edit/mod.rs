@@ -32,6 +32,7 @@ struct Params {
     /// The replacement (must differ from oldString).
     new_string: String,
     /// Replace every occurrence (default false).
+    #[serde(default, deserialize_with = "crate::lenient::opt_bool")]
     replace_all: Option<bool>,
 }
 

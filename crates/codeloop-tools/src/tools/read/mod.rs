@@ -34,9 +34,11 @@ struct Params {
     /// Absolute path, or relative to the project directory.
     file_path: String,
     /// Line (or entry) number to start from, 1-based.
+    #[serde(default, deserialize_with = "crate::lenient::opt_usize")]
     #[schemars(range(min = 1))]
     offset: Option<usize>,
     /// Maximum number of lines (or entries) to return (default 2000).
+    #[serde(default, deserialize_with = "crate::lenient::opt_usize")]
     #[schemars(range(min = 1))]
     limit: Option<usize>,
 }
