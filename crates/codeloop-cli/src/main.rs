@@ -1,1 +1,109 @@
-fn main() {}
+//! `codeloop`: the command-line program (DESIGN.md §5). Parses arguments, loads config, opens the engine
+//! and renders its events. Everything else lives in the library crates.
+
+mod demo;
+mod env;
+mod models;
+mod permissions;
+mod render;
+mod run;
+mod serve;
+mod session;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "codeloop",
+    version,
+    about = "A coding agent runtime: streams a model's answer, runs its tools under a permission policy, and keeps the conversation inside the model's context window.",
+    after_help = "Data lives in $CODELOOP_DATA_DIR (default ~/.local/share/codeloop).\nConfig: ~/.config/codeloop/config.toml, then codeloop.toml / .codeloop/config.toml in the project, then $CODELOOP_CONFIG.\nTry `codeloop demo` for an offline run that needs no API key."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Send a message to the agent and stream its answer (tool activity goes to stderr).
+    Run(run::RunArgs),
+    /// Serve the HTTP API and the `GET /event` SSE stream.
+    Serve(serve::ServeArgs),
+    /// List, show, export, delete or compact stored sessions.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
+    /// List the model catalogue with context limits and prices.
+    Models(models::ModelsArgs),
+    /// Run an offline demo: a scripted model fixes a small project through the real pipeline.
+    Demo(demo::DemoArgs),
+    /// List or revoke saved "always" permission approvals.
+    #[command(subcommand)]
+    Permissions(permissions::PermissionsCommand),
+}
+
+/// `--format` of commands that print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Format {
+    #[default]
+    Text,
+    Json,
+}
+
+/// What `run` does with permission questions when no terminal can answer them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnAsk {
+    Deny,
+    Allow,
+}
+
+/// Exit code of an interrupted run (128 + SIGINT).
+pub const EXIT_INTERRUPTED: u8 = 130;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    env::init_tracing();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Session(command) => session::session(command).await,
+            Command::Models(args) => models::models(args),
+            Command::Demo(args) => demo::demo(args).await,
+            Command::Permissions(command) => permissions::permissions(command),
+        }
+    });
+    // Don't wait for stray blocking tasks (e.g. a tool that ignores cancellation) at exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--dir` or the current directory.
+pub fn project_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let dir = match dir {
+        Some(dir) => dir,
+        None => std::env::current_dir()?,
+    };
+    let dir =
+        dir.canonicalize().map_err(|e| anyhow::anyhow!("cannot use directory {}: {e}", dir.display()))?;
+    if !dir.is_dir() {
+        anyhow::bail!("{} is not a directory", dir.display());
+    }
+    Ok(dir)
+}

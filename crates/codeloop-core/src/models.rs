@@ -253,3 +253,29 @@ mod tests {
         assert_eq!(pricing.output, 2.0);
     }
 }
+
+/// One row of `codeloop models`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CatalogueEntry {
+    pub reference: ModelRef,
+    pub limits: ModelLimits,
+    pub pricing: ModelPricing,
+}
+
+/// Every model the built-in catalogue and the config know, sorted by `provider/model`.
+pub fn catalogue(config: &Config) -> Vec<CatalogueEntry> {
+    let mut entries: std::collections::BTreeMap<String, CatalogueEntry> =
+        builtin_catalogue().into_iter().map(|e| (e.reference.to_string(), e)).collect();
+    for (provider, settings) in &config.provider {
+        for (model, overrides) in &settings.models {
+            let reference = ModelRef::new(provider.clone(), model.clone());
+            let (limits, pricing) = merge_model(catalogue_entry(provider, model), overrides);
+            entries.insert(reference.to_string(), CatalogueEntry { reference, limits, pricing });
+        }
+    }
+    entries.into_values().collect()
+}
+
+fn builtin_catalogue() -> Vec<CatalogueEntry> {
+    Vec::new()
+}

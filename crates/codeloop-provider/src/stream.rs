@@ -56,11 +56,13 @@ where
         idle_timeout,
         timer: None,
         fresh: true,
+        rest: Bytes::new(),
     };
     Box::pin(Decoding {
         events: Box::pin(body.eventsource()),
         decoder,
         pending: VecDeque::new(),
+        out: Vec::new(),
         done: false,
     })
 }
@@ -72,12 +74,14 @@ struct Decoding {
     events: SseEvents,
     decoder: Box<dyn Decoder>,
     pending: VecDeque<Result<StreamEvent, ProviderError>>,
+    /// The decoder's output buffer, kept to reuse its allocation.
+    out: Vec<StreamEvent>,
     done: bool,
 }
 
 impl Decoding {
-    fn push(&mut self, out: &mut Vec<StreamEvent>, result: Result<(), ProviderError>) {
-        self.pending.extend(out.drain(..).map(Ok));
+    fn push(&mut self, result: Result<(), ProviderError>) {
+        self.pending.extend(self.out.drain(..).map(Ok));
         if let Err(error) = result {
             self.pending.push_back(Err(error));
             self.done = true;
@@ -93,7 +97,6 @@ impl Stream for Decoding {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut out = Vec::new();
         loop {
             if let Some(item) = this.pending.pop_front() {
                 return Poll::Ready(Some(item));
@@ -104,16 +107,16 @@ impl Stream for Decoding {
             match this.events.as_mut().poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Ok(event))) => {
-                    let result = this.decoder.event(&event.event, &event.data, &mut out);
-                    this.push(&mut out, result);
+                    let result = this.decoder.event(&event.event, &event.data, &mut this.out);
+                    this.push(result);
                 }
                 Poll::Ready(Some(Err(error))) => {
                     this.pending.push_back(Err(sse_error(error)));
                     this.done = true;
                 }
                 Poll::Ready(None) => {
-                    let result = this.decoder.end(&mut out);
-                    this.push(&mut out, result);
+                    let result = this.decoder.end(&mut this.out);
+                    this.push(result);
                     this.done = true;
                 }
             }
@@ -164,6 +167,8 @@ struct Body<S> {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A chunk arrived since the timer was last armed.
     fresh: bool,
+    /// What is left of the last chunk, handed on one event at a time.
+    rest: Bytes,
 }
 
 impl<S, E> Body<S>
@@ -202,6 +207,31 @@ where
     }
 }
 
+/// Splits off the bytes up to and including the first event end (`\n\n` or `\n\r\n`), or the whole
+/// chunk if there is none. eventsource-stream copies its unparsed buffer once per line, so a large
+/// read (many events at once, as from a fast local server) costs quadratic time unless it is fed one
+/// event at a time. Any split is safe: the parser handles arbitrary chunk boundaries.
+fn next_event(rest: &mut Bytes) -> Bytes {
+    let bytes = rest.as_ref();
+    let mut end = bytes.len();
+    let mut i = 0;
+    while let Some(offset) = bytes[i..].iter().position(|&b| b == b'\n') {
+        let at = i + offset;
+        match bytes.get(at + 1..) {
+            Some([b'\n', ..]) => {
+                end = at + 2;
+                break;
+            }
+            Some([b'\r', b'\n', ..]) => {
+                end = at + 3;
+                break;
+            }
+            _ => i = at + 1,
+        }
+    }
+    rest.split_to(end)
+}
+
 impl<S, E> Stream for Body<S>
 where
     S: Stream<Item = Result<Bytes, E>>,
@@ -212,11 +242,14 @@ where
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
+            if !this.rest.is_empty() {
+                return Poll::Ready(Some(Ok(next_event(&mut this.rest))));
+            }
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.fresh = true;
                     if let Some(chunk) = this.strip_bom(chunk) {
-                        return Poll::Ready(Some(Ok(chunk)));
+                        this.rest = chunk;
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {

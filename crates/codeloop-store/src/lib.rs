@@ -5,6 +5,19 @@
 //! and crash recovery on open.
 //! Must not: hold business rules (when to compact, what to retry); it stores what it is given.
 
+mod history;
+mod lock;
+mod recovery;
+mod rows;
+mod schema;
+mod sqlite;
+mod writer;
+
+pub use lock::SessionLock;
+pub use schema::SCHEMA_VERSION;
+pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
+pub use writer::{Flush, StoreWriter};
+
 use codeloop_types::{Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
 use serde::{Deserialize, Serialize};
 
@@ -72,10 +85,15 @@ pub enum StoreError {
         "session {0} is already running in another codeloop process; wait for it to finish or stop it first"
     )]
     SessionBusy(SessionId),
-    #[error("the database schema version {found} is newer than this codeloop understands ({supported}); upgrade codeloop")]
+    #[error(
+        "the database schema version {found} is newer than this codeloop understands ({supported}); upgrade codeloop"
+    )]
     SchemaTooNew { found: i64, supported: i64 },
     #[error("the store writer has stopped: {0}")]
     WriterStopped(String),
+    /// Writes queued through the [`StoreWriter`] failed since the previous flush (each was logged).
+    #[error("{count} queued store write(s) failed; first error: {first}")]
+    WriteFailed { count: usize, first: String },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -5,7 +5,10 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "name")]
 pub enum AssistantError {
     /// Missing or rejected credentials.
-    ProviderAuth { message: String, provider_id: String },
+    ProviderAuth {
+        message: String,
+        provider_id: String,
+    },
     /// An HTTP or stream error from the provider.
     Api {
         message: String,
@@ -22,12 +25,20 @@ pub enum AssistantError {
         body: Option<String>,
     },
     /// The answer hit the output token limit.
-    OutputLength { message: String },
+    OutputLength {
+        message: String,
+    },
     /// The run was interrupted, or the process died mid-turn.
-    Aborted { message: String },
+    Aborted {
+        message: String,
+    },
     /// The provider blocked the answer.
-    ContentFilter { message: String },
-    Unknown { message: String },
+    ContentFilter {
+        message: String,
+    },
+    Unknown {
+        message: String,
+    },
 }
 
 impl AssistantError {

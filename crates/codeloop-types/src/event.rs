@@ -100,7 +100,12 @@ pub enum SessionStatus {
     Idle,
     Busy,
     /// Waiting before the next attempt; `next` is when it starts (epoch ms).
-    Retry { attempt: u32, max_attempts: u32, message: String, next: Millis },
+    Retry {
+        attempt: u32,
+        max_attempts: u32,
+        message: String,
+        next: Millis,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -17,7 +17,7 @@ mod tool_state;
 pub use error::AssistantError;
 pub use event::{Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus};
 pub use ids::{MessageId, PartId, PermissionId, SessionId, ascending_id, descending_id};
-pub use message::{AssistantMessage, Finish, Message, MessageTime, MessagePath, UserMessage};
+pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{
     AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,
     StepFinishPart, StepStartPart, SubtaskPart, TextPart, ToolPart,

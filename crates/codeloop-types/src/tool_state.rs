@@ -173,7 +173,11 @@ impl ToolState {
     }
 
     /// Live progress from inside a running tool.
-    pub fn progress(&mut self, title: Option<String>, metadata: Option<Value>) -> Result<(), TransitionError> {
+    pub fn progress(
+        &mut self,
+        title: Option<String>,
+        metadata: Option<Value>,
+    ) -> Result<(), TransitionError> {
         match self {
             ToolState::Running(r) => {
                 if title.is_some() {

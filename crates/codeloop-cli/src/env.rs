@@ -1,0 +1,69 @@
+//! The program's edge: environment variables, default paths, config loading and engine construction.
+//! Library crates never read the environment; this module passes what they need in.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use codeloop_core::config::{Config, ConfigSources};
+use codeloop_core::instructions::ProjectInfo;
+use codeloop_core::permission::AskPolicy;
+use codeloop_core::{Engine, EngineOptions};
+
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CODELOOP_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn home() -> Option<PathBuf> {
+    std::env::home_dir()
+}
+
+/// `$CODELOOP_DATA_DIR`, else `$XDG_DATA_HOME/codeloop`, else `~/.local/share/codeloop`.
+pub fn data_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("CODELOOP_DATA_DIR").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(dir) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Ok(PathBuf::from(dir).join("codeloop"));
+    }
+    let home = home().context("cannot find the home directory: set CODELOOP_DATA_DIR")?;
+    Ok(home.join(".local/share/codeloop"))
+}
+
+/// `$XDG_CONFIG_HOME/codeloop`, else `~/.config/codeloop`.
+pub fn config_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join("codeloop"));
+    }
+    home().map(|h| h.join(".config/codeloop"))
+}
+
+/// Loads config for a project directory; prints warnings (unknown keys) to stderr.
+pub fn load_config(project: Option<&Path>) -> anyhow::Result<Config> {
+    let info = project.map(ProjectInfo::discover);
+    let sources = ConfigSources {
+        global: config_dir().map(|d| d.join("config.toml")),
+        project_dir: project.map(Path::to_owned),
+        project_root: info.map(|i| i.root),
+        explicit: std::env::var_os("CODELOOP_CONFIG").filter(|c| !c.is_empty()).map(PathBuf::from),
+    };
+    let loaded = sources.load()?;
+    for warning in &loaded.warnings {
+        eprintln!("warning: {warning}");
+    }
+    Ok(loaded.config)
+}
+
+/// Opens the engine on the data directory.
+pub fn open_engine(config: Config, ask_policy: AskPolicy) -> anyhow::Result<Engine> {
+    let data_dir = data_dir()?;
+    let mut options = EngineOptions::new(&data_dir, config);
+    options.ask_policy = ask_policy;
+    options.global_instructions = config_dir().map(|d| d.join("AGENTS.md"));
+    Engine::open(options).with_context(|| format!("cannot open the data directory {}", data_dir.display()))
+}

@@ -1,0 +1,56 @@
+//! `codeloop models`: the model catalogue with limits and prices.
+
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::render::group;
+use crate::{Format, env};
+
+#[derive(Args, Debug)]
+pub struct ModelsArgs {
+    /// Only models of this provider.
+    pub provider: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+}
+
+pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
+    let config = env::load_config(std::env::current_dir().ok().as_deref())?;
+    let entries = codeloop_core::models::catalogue(&config);
+    let entries: Vec<_> = entries
+        .into_iter()
+        .filter(|e| args.provider.as_deref().is_none_or(|p| e.reference.provider_id == p))
+        .collect();
+    if args.format == Format::Json {
+        let list: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "id": e.reference.to_string(),
+                    "limit": {"context": e.limits.context, "input": e.limits.input, "output": e.limits.output},
+                    "cost": {"input": e.pricing.input, "output": e.pricing.output,
+                             "cache_read": e.pricing.cache_read, "cache_write": e.pricing.cache_write},
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  (USD per 1M tokens)",
+        "model", "context", "output", "input", "output", "cached"
+    );
+    for e in entries {
+        println!(
+            "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}",
+            e.reference.to_string(),
+            group(e.limits.context),
+            group(e.limits.output),
+            e.pricing.input,
+            e.pricing.output,
+            e.pricing.cache_read
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,59 @@
+//! `codeloop permissions list|revoke`: saved "always" approvals, per project.
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use codeloop_core::config::action_name;
+use codeloop_core::permission::AskPolicy;
+
+use crate::env;
+
+#[derive(Subcommand, Debug)]
+pub enum PermissionsCommand {
+    /// List saved approvals (all projects, or one with --dir).
+    List {
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// Revoke a saved approval by its number (from `list`).
+    Revoke { id: i64 },
+}
+
+pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
+    let config = env::load_config(None)?;
+    let engine = env::open_engine(config, AskPolicy::Deny)?;
+    let store = engine.store();
+    match command {
+        PermissionsCommand::List { dir } => {
+            let project = match dir {
+                Some(dir) => {
+                    let dir = crate::project_dir(Some(dir))?;
+                    Some(codeloop_core::instructions::ProjectInfo::discover(&dir).root.display().to_string())
+                }
+                None => None,
+            };
+            let approvals = store.list_approvals(project.as_deref())?;
+            if approvals.is_empty() {
+                eprintln!("no saved approvals");
+            }
+            for a in approvals {
+                println!(
+                    "{:>4}  {} {} → {}  ({})",
+                    a.id,
+                    a.rule.permission,
+                    a.rule.pattern,
+                    action_name(a.rule.action),
+                    a.project
+                );
+            }
+        }
+        PermissionsCommand::Revoke { id } => {
+            if store.revoke_approval(id)? {
+                eprintln!("revoked approval {id}");
+            } else {
+                anyhow::bail!("no saved approval with number {id}: see codeloop permissions list");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,246 @@
+//! `codeloop run`: send one message, stream the answer, exit with a code that says how it ended
+//! (0 finished, 1 error, 130 interrupted).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use codeloop_core::permission::{AskPolicy, Reply};
+use codeloop_core::{Delivery, Engine, PromptInput, RunOutcome, StopReason};
+use codeloop_store::SessionFilter;
+use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::render::Renderer;
+use crate::{EXIT_INTERRUPTED, Format, OnAsk, env, project_dir};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Model as provider/model, e.g. openai/gpt-4.1 (default: `model` in config).
+    #[arg(long, short)]
+    pub model: Option<String>,
+    /// Continue the most recent session in this directory.
+    #[arg(long = "continue", short = 'c', conflicts_with = "session")]
+    pub continue_last: bool,
+    /// Continue a specific session.
+    #[arg(long, short)]
+    pub session: Option<String>,
+    /// text: the answer on stdout, activity on stderr; json: one bus event per line.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub format: Format,
+    /// Project directory (default: the current directory).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Agent to use (build, plan, or one from config).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Answer for permission questions when no terminal can ask (default: deny).
+    #[arg(long, value_enum)]
+    pub on_ask: Option<OnAsk>,
+    /// Drive a running `codeloop serve` at this URL instead of running in-process.
+    #[arg(long)]
+    pub attach: Option<String>,
+    /// The message. Read from stdin when omitted and stdin is not a terminal.
+    pub message: Vec<String>,
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let message = message_text(&args.message)?;
+    if let Some(url) = &args.attach {
+        return crate::serve::attach(url, &args, message).await;
+    }
+    let dir = project_dir(args.dir.clone())?;
+    let model: Option<ModelRef> = match &args.model {
+        Some(text) => Some(text.parse().map_err(|e| anyhow::anyhow!("{e}"))?),
+        None => None,
+    };
+    let interactive =
+        args.on_ask.is_none() && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let policy = match (args.on_ask, interactive) {
+        (Some(OnAsk::Allow), _) => AskPolicy::Allow,
+        (Some(OnAsk::Deny), _) => AskPolicy::Deny,
+        (None, true) => AskPolicy::Wait,
+        (None, false) => AskPolicy::Deny,
+    };
+    let config = env::load_config(Some(&dir))?;
+    let engine = env::open_engine(config, policy)?;
+    let session = pick_session(&engine, &args, &dir, model.clone())?;
+    let input = PromptInput { model, agent: args.agent.clone(), ..PromptInput::text(message) };
+    let outcome = drive(&engine, &session.id, input, args.format, interactive).await?;
+    Ok(exit_code(&outcome))
+}
+
+fn message_text(words: &[String]) -> anyhow::Result<String> {
+    let mut text = words.join(" ");
+    if text.trim().is_empty() && !std::io::stdin().is_terminal() {
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .context("cannot read the message from stdin")?;
+    }
+    if text.trim().is_empty() {
+        anyhow::bail!("nothing to send: give a message, e.g. codeloop run \"make the failing test pass\"");
+    }
+    Ok(text)
+}
+
+fn pick_session(
+    engine: &Engine,
+    args: &RunArgs,
+    dir: &std::path::Path,
+    model: Option<ModelRef>,
+) -> anyhow::Result<Session> {
+    if let Some(id) = &args.session {
+        return Ok(engine.session(&SessionId::from(id.as_str()))?);
+    }
+    if args.continue_last {
+        let filter = SessionFilter {
+            directory: Some(dir.display().to_string()),
+            limit: Some(1),
+            ..Default::default()
+        };
+        return engine.sessions(&filter)?.into_iter().next().with_context(|| {
+            format!("no session to continue in {}: run without --continue first", dir.display())
+        });
+    }
+    Ok(engine.create_session(dir, args.agent.as_deref(), model, None)?)
+}
+
+/// Runs the prompt while rendering events; Ctrl+C / SIGTERM abort cleanly.
+pub async fn drive(
+    engine: &Engine,
+    session: &SessionId,
+    input: PromptInput,
+    format: Format,
+    interactive: bool,
+) -> anyhow::Result<RunOutcome> {
+    let mut events = engine.bus().subscribe();
+    let mut renderer = Renderer::new(format, session.clone());
+    let asker = interactive.then(|| spawn_asker(engine.clone(), session.clone()));
+    let prompt = engine.prompt(session, input, Delivery::Queue);
+    tokio::pin!(prompt);
+    let mut interrupted = false;
+    let mut terminate = signal_terminate();
+    let result = loop {
+        tokio::select! {
+            result = &mut prompt => break result,
+            event = events.recv() => match event {
+                Ok(event) => renderer.event(&event),
+                Err(RecvError::Lagged(skipped)) => renderer.lagged(skipped),
+                Err(RecvError::Closed) => {}
+            },
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                interrupted = true;
+                eprintln!("\ninterrupting…");
+                let engine = engine.clone();
+                let session = session.clone();
+                tokio::spawn(async move { engine.abort(&session).await });
+            }
+            _ = terminate.recv(), if !interrupted => {
+                interrupted = true;
+                let engine = engine.clone();
+                let session = session.clone();
+                tokio::spawn(async move { engine.abort(&session).await });
+            }
+        }
+    };
+    // Everything the run published is already queued: render it before the summary.
+    while let Ok(event) = events.try_recv() {
+        renderer.event(&event);
+    }
+    if let Some(asker) = asker {
+        asker.abort();
+    }
+    let outcome = result?;
+    if let Some(message) = &outcome.message {
+        if let Ok(history) = engine.history(session) {
+            if let Some(last) = history.iter().find(|m| m.info.id() == &message.id) {
+                renderer.catch_up(&last.parts);
+            }
+        }
+    }
+    let totals = engine.session(session).ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
+    renderer.summary(&outcome, totals);
+    engine.flush().await?;
+    Ok(outcome)
+}
+
+fn signal_terminate() -> tokio::sync::mpsc::Receiver<()> {
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    if let Ok(mut sigterm) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        tokio::spawn(async move {
+            while sigterm.recv().await.is_some() {
+                if tx.send(()).await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
+/// Asks permission questions on the terminal.
+fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()> {
+    let mut events = engine.bus().subscribe();
+    tokio::spawn(async move {
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(RecvError::Lagged(_)) => continue,
+                Err(RecvError::Closed) => return,
+            };
+            if let EventPayload::PermissionAsked(request) = &event.payload {
+                if request.session_id != session {
+                    continue;
+                }
+                let request = request.clone();
+                let answer = tokio::task::spawn_blocking(move || ask_terminal(&request)).await;
+                if let Ok((id, reply)) = answer {
+                    let _ = engine.reply_permission(&id, reply);
+                }
+            }
+        }
+    })
+}
+
+fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, Reply) {
+    let what = request.patterns.join(", ");
+    eprint!(
+        "\npermission: {} {what}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
+        request.permission,
+        request.always.join(", ")
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let reply = match line.trim().to_lowercase().as_str() {
+        "o" | "once" | "y" | "yes" => Reply { reply: PermissionReply::Once, message: None },
+        "a" | "always" => Reply { reply: PermissionReply::Always, message: None },
+        "m" | "message" => {
+            eprint!("  message for the model > ");
+            let mut message = String::new();
+            let _ = std::io::stdin().read_line(&mut message);
+            Reply { reply: PermissionReply::Reject, message: Some(message.trim().to_owned()) }
+        }
+        _ => Reply { reply: PermissionReply::Reject, message: None },
+    };
+    (request.id.clone(), reply)
+}
+
+pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
+    match &outcome.stop {
+        StopReason::Completed => ExitCode::SUCCESS,
+        StopReason::StepLimit(steps) => {
+            eprintln!("warning: stopped at the step limit ({steps} steps)");
+            ExitCode::SUCCESS
+        }
+        StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        StopReason::Blocked(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+        StopReason::Error(error) => {
+            eprintln!("error: {}", error.message());
+            ExitCode::FAILURE
+        }
+    }
+}

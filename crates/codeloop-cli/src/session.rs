@@ -1,0 +1,196 @@
+//! `codeloop session list|show|export|delete|compact`.
+
+use std::collections::HashSet;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use codeloop_core::permission::AskPolicy;
+use codeloop_core::projection::hidden_ids;
+use codeloop_store::{MessageWithParts, SessionFilter};
+use codeloop_types::{Message, MessageId, PartKind, SessionId, ToolState, date_of};
+use serde_json::json;
+
+use crate::render::{group, summarize_input};
+use crate::{Format, env};
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// List sessions, most recently updated first.
+    List {
+        /// Include child (subagent) sessions.
+        #[arg(long)]
+        all: bool,
+        /// Only sessions in this directory.
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Show a session's conversation, including tool calls and messages hidden from the model.
+    Show { id: String },
+    /// Print a session with every message and part as JSON.
+    Export { id: String },
+    /// Delete a session, its children and everything stored for them.
+    Delete { id: String },
+    /// Summarise a session now, so its next turn starts from the summary.
+    Compact { id: String },
+}
+
+pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
+    let config = env::load_config(None)?;
+    let engine = env::open_engine(config, AskPolicy::Deny)?;
+    match command {
+        SessionCommand::List { all, dir, format } => {
+            let directory = match dir {
+                Some(dir) => Some(crate::project_dir(Some(dir))?.display().to_string()),
+                None => None,
+            };
+            let sessions =
+                engine.sessions(&SessionFilter { include_children: all, directory, ..Default::default() })?;
+            if format == Format::Json {
+                println!("{}", serde_json::to_string_pretty(&sessions)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            if sessions.is_empty() {
+                eprintln!("no sessions yet: start one with codeloop run \"…\"");
+            }
+            for s in sessions {
+                let tokens = s.tokens.input + s.tokens.output + s.tokens.reasoning + s.tokens.cache.read;
+                println!(
+                    "{}  {}  {:>10} tok  ${:.4}  {}  {}",
+                    s.id,
+                    date_of(s.time.updated),
+                    group(tokens),
+                    s.cost,
+                    s.title,
+                    s.directory
+                );
+            }
+        }
+        SessionCommand::Show { id } => {
+            let id = SessionId::from(id);
+            let session = engine.session(&id)?;
+            let history = engine.history(&id)?;
+            let hidden = hidden_ids(&history);
+            println!("{}  {}", session.id, session.title);
+            println!("directory: {}", session.directory);
+            if let Some(model) = &session.model {
+                println!("model: {model}");
+            }
+            println!(
+                "tokens: {} in · {} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
+                group(session.tokens.input),
+                group(session.tokens.output),
+                group(session.tokens.reasoning),
+                group(session.tokens.cache.read),
+                group(session.tokens.cache.write),
+                session.cost
+            );
+            for message in &history {
+                print_message(message, &hidden);
+            }
+        }
+        SessionCommand::Export { id } => {
+            let id = SessionId::from(id);
+            let session = engine.session(&id)?;
+            let history = engine.history(&id)?;
+            let hidden = hidden_ids(&history);
+            let messages: Vec<serde_json::Value> = history
+                .iter()
+                .map(|m| {
+                    let mut value = json!({"info": m.info, "parts": m.parts});
+                    if hidden.contains(m.info.id()) {
+                        value["hidden"] = json!(true);
+                    }
+                    value
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&json!({"info": session, "messages": messages}))?);
+        }
+        SessionCommand::Delete { id } => {
+            let id = SessionId::from(id);
+            if engine.delete_session(&id)? {
+                eprintln!("deleted {id}");
+            } else {
+                anyhow::bail!("session {id} not found");
+            }
+        }
+        SessionCommand::Compact { id } => {
+            let id = SessionId::from(id);
+            engine.session(&id)?;
+            let outcome = engine.compact(&id).await?;
+            engine.flush().await?;
+            match &outcome.stop {
+                codeloop_core::StopReason::Completed => eprintln!("compacted {id}"),
+                _ => return Ok(crate::run::exit_code(&outcome)),
+            }
+        }
+    }
+    engine.flush().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
+    let marker = if hidden.contains(message.info.id()) { "  [hidden from the model]" } else { "" };
+    match &message.info {
+        Message::User(_) => println!("\n── user{marker}"),
+        Message::Assistant(a) => {
+            let mut line = format!("\n── assistant ({}", a.model);
+            if a.summary {
+                line.push_str(", summary");
+            }
+            if let Some(finish) = a.finish {
+                line.push_str(&format!(", {}", finish.as_str()));
+            }
+            line.push_str(&format!(
+                ", {} in / {} out, ${:.4})",
+                group(a.tokens.input),
+                group(a.tokens.output),
+                a.cost
+            ));
+            println!("{line}{marker}");
+            if let Some(error) = &a.error {
+                println!("  error: {}", error);
+            }
+        }
+    }
+    for part in &message.parts {
+        match &part.kind {
+            PartKind::Text(text) if !text.ignored => println!("{}", text.text),
+            PartKind::Reasoning(r) if !r.text.is_empty() => println!("  (thinking) {}", first_line(&r.text)),
+            PartKind::Tool(tool) => {
+                let input = summarize_input(&tool.tool, tool.state.input());
+                match &tool.state {
+                    ToolState::Completed(done) => {
+                        let pruned = if done.time.compacted.is_some() {
+                            " [output cleared for the model]"
+                        } else {
+                            ""
+                        };
+                        println!("  ✓ {} {input}{pruned}", tool.tool);
+                        for line in done.output.lines().take(3) {
+                            println!("    {line}");
+                        }
+                    }
+                    ToolState::Error(error) => {
+                        println!("  ✗ {} {input}: {}", tool.tool, first_line(&error.error))
+                    }
+                    other => println!("  … {} {input} ({})", tool.tool, other.status()),
+                }
+            }
+            PartKind::Compaction(c) => {
+                println!(
+                    "  [compaction request{}{}]",
+                    if c.auto { ", automatic" } else { "" },
+                    if c.overflow { ", overflow" } else { "" }
+                )
+            }
+            PartKind::File(f) => println!("  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or("")),
+            _ => {}
+        }
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}

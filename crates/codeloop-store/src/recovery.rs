@@ -1,0 +1,103 @@
+//! Crash recovery (DESIGN.md §4 "Store and recovery"): settles what a dead run left open.
+//!
+//! Tool parts still `pending`/`running` become `error "Tool execution aborted"` with
+//! `metadata.interrupted = true`; assistant messages without `time.completed` get `Aborted` (unless they
+//! already carry an error) and `time.completed = now`. Only sessions whose run lock can be taken are
+//! touched, so a live run in another process is left alone.
+//! Owns: finding those rows (through the partial indexes) and rewriting them in one transaction per session.
+//! Must not: touch settled parts or messages, or anything a live run holds.
+
+use codeloop_types::{AssistantError, Message, Millis, SessionId};
+use rusqlite::Connection;
+
+use crate::rows::{message_from_row, part_from_row, upsert_message, upsert_part};
+use crate::sqlite::SqliteStore;
+use crate::{RecoveryReport, Result, StoreError};
+
+pub(crate) const OPEN_TOOL_SESSIONS_SQL: &str =
+    "SELECT DISTINCT session_id FROM part WHERE tool_status IN ('pending', 'running')";
+pub(crate) const UNFINISHED_SESSIONS_SQL: &str =
+    "SELECT DISTINCT session_id FROM message WHERE unfinished = 1";
+
+const OPEN_TOOL_PARTS: &str = "SELECT id, message_id, session_id, data FROM part
+     WHERE session_id = ?1 AND tool_status IN ('pending', 'running')";
+const UNFINISHED_MESSAGES: &str = "SELECT id, data FROM message WHERE session_id = ?1 AND unfinished = 1";
+
+/// Sessions with anything left open, whether or not a run holds them.
+pub(crate) fn open_sessions(conn: &Connection) -> Result<Vec<SessionId>> {
+    let mut sessions = Vec::new();
+    for sql in [OPEN_TOOL_SESSIONS_SQL, UNFINISHED_SESSIONS_SQL] {
+        let mut stmt = conn.prepare_cached(sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            sessions.push(SessionId::from(row.get::<_, String>(0)?));
+        }
+    }
+    sessions.sort();
+    sessions.dedup();
+    Ok(sessions)
+}
+
+/// Recovers every session no live run holds.
+pub(crate) fn recover_unlocked(store: &SqliteStore, now: Millis) -> Result<RecoveryReport> {
+    let mut report = RecoveryReport::default();
+    for session in store.read(open_sessions)? {
+        let _lock = match store.lock_session(&session) {
+            Ok(lock) => lock,
+            Err(StoreError::SessionBusy(_)) => {
+                tracing::debug!(%session, "session is running elsewhere; recovery leaves it alone");
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
+        let one = store.write(|conn| recover_session(conn, &session, now))?;
+        report.interrupted_parts += one.interrupted_parts;
+        report.aborted_messages += one.aborted_messages;
+    }
+    if report != RecoveryReport::default() {
+        tracing::info!(
+            parts = report.interrupted_parts,
+            messages = report.aborted_messages,
+            "recovered runs left open by a crash"
+        );
+    }
+    Ok(report)
+}
+
+/// Settles one session's open parts and messages. The caller holds its lock and the write transaction.
+pub(crate) fn recover_session(conn: &Connection, session: &SessionId, now: Millis) -> Result<RecoveryReport> {
+    let mut report = RecoveryReport::default();
+    for mut part in select(conn, OPEN_TOOL_PARTS, session, part_from_row)? {
+        if let Some(tool) = part.as_tool_mut()
+            && tool.state.interrupt(now).is_ok()
+        {
+            report.interrupted_parts += 1;
+        }
+        // Rewritten even when already terminal: the status column is then brought back in line.
+        upsert_part(conn, &part)?;
+    }
+    for mut message in select(conn, UNFINISHED_MESSAGES, session, message_from_row)? {
+        if let Message::Assistant(assistant) = &mut message {
+            assistant.error.get_or_insert_with(AssistantError::aborted);
+            assistant.time.completed = Some(now);
+            report.aborted_messages += 1;
+        }
+        upsert_message(conn, &message)?;
+    }
+    Ok(report)
+}
+
+fn select<T>(
+    conn: &Connection,
+    sql: &str,
+    session: &SessionId,
+    decode: fn(&rusqlite::Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows = stmt.query([session.as_str()])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(decode(row)?);
+    }
+    Ok(out)
+}

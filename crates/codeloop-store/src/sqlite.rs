@@ -1,0 +1,381 @@
+//! [`SqliteStore`]: the [`Store`] on one SQLite file (`<data_dir>/codeloop.db`, WAL).
+//!
+//! One writer connection behind a mutex runs every write as a `BEGIN IMMEDIATE` transaction; reads use
+//! a small pool of separate connections, so under WAL a reader never waits for the writer. Two processes
+//! on one data dir share the file safely: the immediate transaction plus the busy timeout serialise their
+//! writers instead of failing with "database is locked".
+//! Owns: connections, transactions, and the `Store` methods that are not history reads.
+//! Must not: hold business rules, or block an async runtime (callers use the writer thread or
+//! `spawn_blocking`).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use codeloop_types::{MessageId, PermissionAction, PermissionRule, Session, SessionId, Todo, now_ms};
+use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
+
+use crate::lock::SessionLock;
+use crate::rows::{apply_write, decode_json, encode_json, get_session, session_from_row};
+use crate::{
+    Approval, MessageWithParts, Page, RecoveryReport, Result, SessionFilter, Store, StoreError, Write,
+    history, lock, recovery, schema,
+};
+
+/// The database file inside the data dir.
+pub const DB_FILE: &str = "codeloop.db";
+/// The folder of session lock files inside the data dir.
+pub const LOCK_DIR: &str = "locks";
+
+/// Idle read connections kept for reuse; more are opened when needed and closed afterwards.
+const MAX_IDLE_READERS: usize = 4;
+
+/// Size of the database file, for reports and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskUsage {
+    pub page_size: u64,
+    pub page_count: u64,
+    /// Pages inside the file that hold nothing (reused by later writes, or returned by vacuum).
+    pub freelist_count: u64,
+    /// Bytes in the `-wal` file not yet checkpointed into the main file.
+    pub wal_bytes: u64,
+}
+
+impl DiskUsage {
+    /// Bytes of the main file holding data.
+    pub fn used_bytes(&self) -> u64 {
+        (self.page_count - self.freelist_count.min(self.page_count)) * self.page_size
+    }
+}
+
+pub struct SqliteStore {
+    data_dir: PathBuf,
+    db_path: PathBuf,
+    lock_dir: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    last_recovery: RecoveryReport,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").field("db_path", &self.db_path).finish_non_exhaustive()
+    }
+}
+
+fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io { path: path.display().to_string(), source }
+}
+
+/// Recovers a poisoned mutex: a panic elsewhere cannot leave a connection mid-transaction, because the
+/// transaction guard rolls back while unwinding.
+fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `<data_dir>/codeloop.db`, migrates it, and recovers runs left open by a
+    /// crashed process (see [`SqliteStore::last_recovery`]).
+    pub fn open(data_dir: &Path) -> Result<SqliteStore> {
+        let lock_dir = data_dir.join(LOCK_DIR);
+        std::fs::create_dir_all(&lock_dir).map_err(io_error(&lock_dir))?;
+        let db_path = data_dir.join(DB_FILE);
+        let mut writer = Connection::open(&db_path)?;
+        schema::setup_writer(&mut writer)?;
+        let mut store = SqliteStore {
+            data_dir: data_dir.to_path_buf(),
+            db_path,
+            lock_dir,
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            last_recovery: RecoveryReport::default(),
+        };
+        store.last_recovery = recovery::recover_unlocked(&store, now_ms())?;
+        Ok(store)
+    }
+
+    /// What the recovery run by [`SqliteStore::open`] changed.
+    pub fn last_recovery(&self) -> &RecoveryReport {
+        &self.last_recovery
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn db_path(&self) -> &Path {
+        &self.db_path
+    }
+
+    /// Takes the run lock of a session for as long as the guard lives; `SessionBusy` if any process
+    /// (this one included) already holds it. Never waits.
+    pub fn lock_session(&self, id: &SessionId) -> Result<SessionLock> {
+        lock::acquire(&self.lock_dir, id)
+    }
+
+    /// Page counts of the database file (after nothing else: no checkpoint is forced).
+    pub fn disk_usage(&self) -> Result<DiskUsage> {
+        let (page_size, page_count, freelist_count) = self.read(|conn| {
+            let get = |name: &str| conn.pragma_query_value(None, name, |row| row.get::<_, i64>(0));
+            Ok((get("page_size")?, get("page_count")?, get("freelist_count")?))
+        })?;
+        let wal_path = self.db_path.with_extension("db-wal");
+        let wal_bytes = std::fs::metadata(&wal_path).map(|m| m.len()).unwrap_or(0);
+        let to_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
+        Ok(DiskUsage {
+            page_size: to_u64(page_size),
+            page_count: to_u64(page_count),
+            freelist_count: to_u64(freelist_count),
+            wal_bytes,
+        })
+    }
+
+    /// Copies the WAL into the main file and truncates it (e.g. before measuring or backing up).
+    pub fn checkpoint(&self) -> Result<()> {
+        let conn = lock_ignoring_poison(&self.writer);
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`), committing if it succeeds.
+    pub(crate) fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut conn = lock_ignoring_poison(&self.writer);
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let value = f(&tx)?;
+        tx.commit()?;
+        Ok(value)
+    }
+
+    /// Runs `f` on a read connection inside one read transaction, so multi-query reads see one snapshot.
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let pooled = lock_ignoring_poison(&self.readers).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => self.open_reader()?,
+        };
+        let result = (|| {
+            let tx = conn.unchecked_transaction()?;
+            let value = f(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        if conn.is_autocommit() {
+            let mut idle = lock_ignoring_poison(&self.readers);
+            if idle.len() < MAX_IDLE_READERS {
+                idle.push(conn);
+            }
+        }
+        result
+    }
+
+    fn open_reader(&self) -> Result<Connection> {
+        let flags =
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(&self.db_path, flags)?;
+        schema::setup_reader(&conn)?;
+        Ok(conn)
+    }
+
+    /// Every session in the tree rooted at `id` (itself first), following `parent_id`.
+    fn session_tree(conn: &Connection, id: &SessionId) -> Result<Vec<SessionId>> {
+        let mut stmt = conn.prepare_cached(
+            "WITH RECURSIVE tree (id) AS (
+                 SELECT id FROM session WHERE id = ?1
+                 UNION SELECT s.id FROM session s JOIN tree t ON s.parent_id = t.id
+             ) SELECT id FROM tree",
+        )?;
+        let ids = stmt.query_map([id.as_str()], |row| row.get::<_, String>(0))?;
+        ids.map(|id| Ok(SessionId::from(id?))).collect()
+    }
+
+    /// Returns freed pages to the file system (the file was created with `auto_vacuum = INCREMENTAL`).
+    fn release_free_pages(&self) -> Result<()> {
+        let conn = lock_ignoring_poison(&self.writer);
+        let mut stmt = conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+        Ok(())
+    }
+}
+
+fn action_name(action: PermissionAction) -> &'static str {
+    match action {
+        PermissionAction::Allow => "allow",
+        PermissionAction::Ask => "ask",
+        PermissionAction::Deny => "deny",
+    }
+}
+
+fn parse_action(id: i64, name: &str) -> Result<PermissionAction> {
+    match name {
+        "allow" => Ok(PermissionAction::Allow),
+        "ask" => Ok(PermissionAction::Ask),
+        "deny" => Ok(PermissionAction::Deny),
+        // Not valid JSON either, so this reports the row as corrupt.
+        other => decode_json("approval", &id.to_string(), other),
+    }
+}
+
+fn approval_from_row(row: &rusqlite::Row<'_>) -> Result<Approval> {
+    let id: i64 = row.get(0)?;
+    let action: String = row.get(4)?;
+    Ok(Approval {
+        id,
+        project: row.get(1)?,
+        rule: PermissionRule {
+            permission: row.get(2)?,
+            pattern: row.get(3)?,
+            action: parse_action(id, &action)?,
+        },
+        created: row.get(5)?,
+    })
+}
+
+impl Store for SqliteStore {
+    fn apply(&self, batch: &[Write]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        self.write(|conn| batch.iter().try_for_each(|write| apply_write(conn, write)))
+    }
+
+    fn get_session(&self, id: &SessionId) -> Result<Option<Session>> {
+        self.read(|conn| get_session(conn, id))
+    }
+
+    fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>> {
+        let mut sql = String::from("SELECT id, data FROM session WHERE 1");
+        let mut args: Vec<&str> = Vec::new();
+        match (&filter.parent, filter.include_children) {
+            (Some(parent), _) => {
+                args.push(parent.as_str());
+                sql.push_str(&format!(" AND parent_id = ?{}", args.len()));
+            }
+            (None, false) => sql.push_str(" AND parent_id IS NULL"),
+            (None, true) => {}
+        }
+        if let Some(directory) = &filter.directory {
+            args.push(directory);
+            sql.push_str(&format!(" AND directory = ?{}", args.len()));
+        }
+        let limit = filter.limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        sql.push_str(&format!(" ORDER BY time_updated DESC, id LIMIT {limit}"));
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query(rusqlite::params_from_iter(args.iter()))?;
+            let mut sessions = Vec::new();
+            while let Some(row) = rows.next()? {
+                sessions.push(session_from_row(row)?);
+            }
+            Ok(sessions)
+        })
+    }
+
+    fn delete_session(&self, id: &SessionId) -> Result<bool> {
+        let deleted = self.write(|conn| {
+            let tree = Self::session_tree(conn, id)?;
+            for session in &tree {
+                conn.prepare_cached("DELETE FROM todo WHERE session_id = ?1")?.execute([session.as_str()])?;
+                // Messages and parts follow through ON DELETE CASCADE.
+                conn.prepare_cached("DELETE FROM session WHERE id = ?1")?.execute([session.as_str()])?;
+            }
+            Ok(tree)
+        })?;
+        if deleted.is_empty() {
+            return Ok(false);
+        }
+        if let Err(error) = self.release_free_pages() {
+            tracing::warn!(%error, "could not release the space of a deleted session");
+        }
+        for session in &deleted {
+            lock::remove(&self.lock_dir, session);
+        }
+        Ok(true)
+    }
+
+    fn get_message(&self, id: &MessageId) -> Result<Option<MessageWithParts>> {
+        self.read(|conn| history::get_message(conn, id))
+    }
+
+    fn list_messages(&self, session: &SessionId, page: &Page) -> Result<Vec<MessageWithParts>> {
+        self.read(|conn| history::list_messages(conn, session, page))
+    }
+
+    fn load_history(&self, session: &SessionId) -> Result<Vec<MessageWithParts>> {
+        self.read(|conn| history::load_history(conn, session))
+    }
+
+    fn get_todos(&self, session: &SessionId) -> Result<Vec<Todo>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT data FROM todo WHERE session_id = ?1")?;
+            let mut rows = stmt.query([session.as_str()])?;
+            match rows.next()? {
+                Some(row) => decode_json("todo", session.as_str(), crate::rows::text(row, 0)?),
+                None => Ok(Vec::new()),
+            }
+        })
+    }
+
+    fn set_todos(&self, session: &SessionId, todos: &[Todo]) -> Result<()> {
+        let data = encode_json("todo", session.as_str(), &todos)?;
+        self.write(|conn| {
+            if todos.is_empty() {
+                conn.prepare_cached("DELETE FROM todo WHERE session_id = ?1")?.execute([session.as_str()])?;
+            } else {
+                conn.prepare_cached(
+                    "INSERT INTO todo (session_id, data) VALUES (?1, ?2)
+                     ON CONFLICT (session_id) DO UPDATE SET data = excluded.data",
+                )?
+                .execute(params![session.as_str(), data])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn add_approval(&self, project: &str, rule: &PermissionRule) -> Result<Approval> {
+        self.write(|conn| {
+            // Approving the same permission and pattern again keeps one row, with the latest action.
+            let mut stmt = conn.prepare_cached(
+                "INSERT INTO approval (project, permission, pattern, action, created) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (project, permission, pattern) DO UPDATE SET action = excluded.action
+                 RETURNING id, project, permission, pattern, action, created",
+            )?;
+            let mut rows = stmt.query(params![
+                project,
+                rule.permission,
+                rule.pattern,
+                action_name(rule.action),
+                now_ms()
+            ])?;
+            match rows.next()? {
+                Some(row) => approval_from_row(row),
+                None => Err(StoreError::Sqlite(rusqlite::Error::QueryReturnedNoRows)),
+            }
+        })
+    }
+
+    fn list_approvals(&self, project: Option<&str>) -> Result<Vec<Approval>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, project, permission, pattern, action, created FROM approval
+                 WHERE ?1 IS NULL OR project = ?1 ORDER BY id",
+            )?;
+            let mut rows = stmt.query([project])?;
+            let mut approvals = Vec::new();
+            while let Some(row) = rows.next()? {
+                approvals.push(approval_from_row(row)?);
+            }
+            Ok(approvals)
+        })
+    }
+
+    fn revoke_approval(&self, id: i64) -> Result<bool> {
+        self.write(|conn| Ok(conn.prepare_cached("DELETE FROM approval WHERE id = ?1")?.execute([id])? > 0))
+    }
+
+    fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport> {
+        match session {
+            None => recovery::recover_unlocked(self, now_ms()),
+            Some(id) => self.write(|conn| recovery::recover_session(conn, id, now_ms())),
+        }
+    }
+}
