@@ -1,3 +1,6 @@
+//! The contract between the engine and the tools: what a tool sees of its call ([`ToolContext`]), the
+//! services the engine provides ([`ToolHost`]), and what a call returns ([`ToolOutput`], [`ToolFailure`]).
+
 use std::path::PathBuf;
 use std::sync::Arc;
 

@@ -20,8 +20,10 @@ pub(crate) fn apply_chunks(original: &str, path: &str, chunks: &[Chunk]) -> Resu
             cursor = idx + 1;
         }
         if chunk.old_lines.is_empty() {
-            // Pure addition: at the end of the file.
-            replacements.push((lines.len(), 0, chunk.new_lines.clone()));
+            // Pure addition: right after its `@@` context line, or at the end of the file.
+            let at = if chunk.context.is_some() { cursor } else { lines.len() };
+            replacements.push((at, 0, chunk.new_lines.clone()));
+            cursor = at;
             continue;
         }
         let mut old: &[String] = &chunk.old_lines;
@@ -71,7 +73,7 @@ pub(crate) fn seek(lines: &[String], pattern: &[String], start: usize, end_of_fi
         lines[i..i + pattern.len()].iter().zip(pattern).all(|(a, b)| eq(a, b))
     };
     for eq in passes {
-        if end_of_file && matches_at(last_start, eq) {
+        if end_of_file && last_start >= start && matches_at(last_start, eq) {
             return Some(last_start);
         }
         if let Some(i) = (start.min(last_start + 1)..=last_start).find(|&i| matches_at(i, eq)) {
@@ -124,6 +126,14 @@ mod tests {
     fn fuzzy_passes_find_near_matches() {
         let lines: Vec<String> = ["let s = \u{201C}hi\u{201D};  "].iter().map(|s| s.to_string()).collect();
         assert_eq!(seek(&lines, &["let s = \"hi\";".to_string()], 0, false), Some(0));
+    }
+
+    #[test]
+    fn pure_additions_go_after_their_context_or_at_the_end() {
+        let after_context = apply_chunks("a\nb\n", "f", &[chunk(Some("a"), &[], &["x"])]);
+        assert_eq!(after_context, Ok("a\nx\nb\n".to_string()));
+        let at_end = apply_chunks("a\nb\n", "f", &[chunk(None, &[], &["x"])]);
+        assert_eq!(at_end, Ok("a\nb\nx\n".to_string()));
     }
 
     #[test]

@@ -410,4 +410,38 @@ mod tests {
         assert_eq!(texts("for f in a b; do echo $f; done"), vec!["echo $f"]);
         assert_eq!(texts("(cd sub && make)"), vec!["cd sub", "make"]);
     }
+
+    #[test]
+    fn malformed_scripts_do_not_panic() {
+        let samples = [
+            "echo 'unterminated",
+            "echo \"open",
+            "echo $(unclosed",
+            "echo `tick",
+            "trailing\\",
+            "cat <<",
+            "cat <<EOF",
+            "a >",
+            "2>&",
+            "é ü > ö && ß",
+            "$(",
+            "`",
+            ")(",
+            "&&||;;|&",
+            "echo ${x",
+            "<<<",
+            "'",
+            "\\\n",
+        ];
+        for script in samples {
+            let _ = split_commands(script);
+        }
+        let bytes: Vec<char> = "a'b\"c$(d)e`f`g\\h>i<j&k|l;m\n#n(o)p{q}r é".chars().collect();
+        for start in 0..bytes.len() {
+            for end in start..=bytes.len() {
+                let script: String = bytes[start..end].iter().collect();
+                let _ = split_commands(&script);
+            }
+        }
+    }
 }

@@ -234,10 +234,15 @@ fn strip_common_indent(text: &str) -> String {
     let indent = lines
         .iter()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| l.len() - l.trim_start().len())
+        .map(|l| l.len() - l.trim_start_matches([' ', '\t']).len())
         .min()
         .unwrap_or(0);
-    lines.iter().map(|l| if l.trim().is_empty() { *l } else { &l[indent..] }).collect::<Vec<_>>().join("\n")
+    // Indentation is counted in ASCII spaces and tabs, so `indent` is a char boundary of every line.
+    lines
+        .iter()
+        .map(|l| if l.trim().is_empty() { *l } else { l.get(indent..).unwrap_or(l) })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Equal once the common indentation of each side is removed.
@@ -424,5 +429,12 @@ mod tests {
         // whitespace-normalized over a single collapsed line cannot produce this, but a 3-line search
         // anchored on head/tail could only match a 12-line block: refused as disproportionate.
         assert!(is_disproportionate(&content, "head\nx\ntail"));
+    }
+
+    #[test]
+    fn unicode_indentation_does_not_panic() {
+        let content = "\u{3000}x\n  y\n";
+        let _ = replace(content, "  x\n\u{3000}y", "z", false);
+        let _ = indentation_flexible(content, "\u{3000}x\n  y");
     }
 }
