@@ -90,6 +90,8 @@ pub struct Processor {
     tool_rx: mpsc::UnboundedReceiver<ToolEvent>,
     host: Arc<RunToolHost>,
     tools_cancel: CancellationToken,
+    /// Cleanup is running: results that arrive now are of calls cut short.
+    cleaning: bool,
     /// Characters of text streamed without usage, for the estimate.
     streamed_chars: u64,
 }
@@ -122,6 +124,7 @@ impl Processor {
             tool_rx,
             host,
             tools_cancel: CancellationToken::new(),
+            cleaning: false,
             streamed_chars: 0,
         }
     }
@@ -441,7 +444,7 @@ impl Processor {
                 }
             }
         }
-        self.spawn_tool(index, call.call_id, call.name, input);
+        self.spawn_tool(call.call_id, call.name, input);
         Ok(())
     }
 
@@ -472,7 +475,7 @@ impl Processor {
         }
     }
 
-    fn spawn_tool(&mut self, index: usize, call_id: String, name: String, input: Value) {
+    fn spawn_tool(&mut self, call_id: String, name: String, input: Value) {
         let ctx = ToolContext {
             call: CallInfo {
                 session_id: self.message.session_id.clone(),
@@ -489,7 +492,6 @@ impl Processor {
         let tools = self.services().tools.clone();
         let events = self.tool_tx.clone();
         self.running.insert(call_id.clone());
-        let _ = index;
         tokio::spawn(async move {
             let result = tools.execute(&name, input, &ctx).await;
             let _ = events.send(ToolEvent::Done { call_id, result });
@@ -514,7 +516,11 @@ impl Processor {
             }
             ToolEvent::Done { call_id, result } => {
                 self.running.remove(&call_id);
-                if let Some(index) = self.calls.get(&call_id).copied() {
+                let Some(index) = self.calls.get(&call_id).copied() else { return };
+                if self.cleaning {
+                    // The turn ended while this call ran: it was cut short, whatever it reports.
+                    self.interrupt_call(index, result.ok().map(|o| o.output));
+                } else {
                     self.settle(index, result);
                 }
             }
@@ -596,6 +602,7 @@ impl Processor {
             self.write_now(index);
         }
         if !self.running.is_empty() {
+            self.cleaning = true;
             self.tools_cancel.cancel();
             let deadline = Instant::now() + CLEANUP_TOOL_WAIT;
             while !self.running.is_empty() {
@@ -610,16 +617,29 @@ impl Processor {
             self.on_tool_event(event);
         }
         self.running.clear();
-        let now = now_ms();
+        self.cleaning = false;
         let open_calls: Vec<usize> = self.calls.values().copied().collect();
         for index in open_calls {
-            let interrupted = self.tool_mut(index).is_some_and(|t| t.state.interrupt(now).is_ok());
-            if interrupted {
-                self.write_now(index);
-            }
+            self.interrupt_call(index, None);
         }
         self.flush();
         end
+    }
+
+    /// Settles a call that the end of the turn cut short as an interrupted error, keeping any output it
+    /// produced in `metadata.output` (the projection replays it).
+    fn interrupt_call(&mut self, index: usize, output: Option<String>) {
+        let now = now_ms();
+        let Some(tool) = self.tool_mut(index) else { return };
+        if tool.state.interrupt(now).is_err() {
+            return;
+        }
+        if let (Some(output), ToolState::Error(error)) = (output, &mut tool.state) {
+            if let Some(serde_json::Value::Object(metadata)) = &mut error.metadata {
+                metadata.insert("output".into(), serde_json::Value::String(output));
+            }
+        }
+        self.write_now(index);
     }
 
     /// Marks the text of a failed attempt as not for the model: the retried attempt says it again.

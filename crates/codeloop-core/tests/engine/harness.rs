@@ -1,0 +1,136 @@
+//! Builds an engine on a temp data dir and project, pointed at a fake provider.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use codeloop_core::config::{Config, CostSettings, ModelSettings, ProviderSettings};
+use codeloop_core::permission::AskPolicy;
+use codeloop_core::{Delivery, Engine, EngineOptions, PromptInput, RunOutcome};
+use codeloop_provider::WireApi;
+use codeloop_store::MessageWithParts;
+use codeloop_testkit::{FakeProvider, Script};
+use codeloop_types::{Event, EventPayload, Part, PartKind, Session, ToolState};
+use serde_json::Value;
+use tempfile::TempDir;
+
+pub struct Harness {
+    pub data: TempDir,
+    pub project: TempDir,
+    pub fake: FakeProvider,
+    pub engine: Engine,
+    pub session: Session,
+}
+
+pub fn config_for(base_url: &str) -> Config {
+    let mut models = BTreeMap::new();
+    models.insert(
+        "test".to_owned(),
+        ModelSettings {
+            context: Some(128_000),
+            output: Some(8_000),
+            cost: Some(CostSettings { input: 1.0, output: 2.0, cache_read: 0.5, cache_write: 0.0 }),
+            ..Default::default()
+        },
+    );
+    let mut config = Config { model: Some("fake/test".into()), ..Default::default() };
+    config.provider.insert(
+        "fake".into(),
+        ProviderSettings {
+            api: WireApi::OpenAiChat,
+            base_url: Some(base_url.to_owned()),
+            models,
+            ..Default::default()
+        },
+    );
+    config
+}
+
+pub fn open_engine(data: &Path, config: Config, policy: AskPolicy) -> Engine {
+    let mut options = EngineOptions::new(data, config);
+    options.ask_policy = policy;
+    options.env = Arc::new(|_| None);
+    options.skill_dirs = Some(Vec::new());
+    Engine::open(options).unwrap()
+}
+
+impl Harness {
+    pub async fn new(script: Script) -> Harness {
+        Self::with(script, AskPolicy::Deny, |_| {}).await
+    }
+
+    pub async fn with(script: Script, policy: AskPolicy, tweak: impl FnOnce(&mut Config)) -> Harness {
+        let data = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let fake = FakeProvider::start(script).await.unwrap();
+        let mut config = config_for(&fake.base_url());
+        tweak(&mut config);
+        let engine = open_engine(data.path(), config, policy);
+        let session = engine.create_session(project.path(), None, None, None).unwrap();
+        Harness { data, project, fake, engine, session }
+    }
+
+    pub async fn prompt(&self, text: &str) -> RunOutcome {
+        self.engine.prompt(&self.session.id, PromptInput::text(text), Delivery::Queue).await.unwrap()
+    }
+
+    pub fn history(&self) -> Vec<MessageWithParts> {
+        self.engine.history(&self.session.id).unwrap()
+    }
+
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.project.path().join(name), text).unwrap();
+    }
+
+    pub fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.project.path().join(name)).unwrap()
+    }
+
+    /// The `messages` array of the n-th request the fake provider received.
+    pub fn request_messages(&self, n: usize) -> Vec<Value> {
+        self.fake.requests()[n].body["messages"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Every tool part of the session, in order.
+    pub fn tool_parts(&self) -> Vec<Part> {
+        self.history()
+            .into_iter()
+            .flat_map(|m| m.parts)
+            .filter(|p| matches!(p.kind, PartKind::Tool(_)))
+            .collect()
+    }
+}
+
+/// The `role: tool` messages of a request body.
+pub fn tool_results(messages: &[Value]) -> Vec<(String, String)> {
+    messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| {
+            let content = match &m["content"] {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (m["tool_call_id"].as_str().unwrap_or_default().to_owned(), content)
+        })
+        .collect()
+}
+
+pub fn state(part: &Part) -> &ToolState {
+    &part.as_tool().unwrap().state
+}
+
+/// Waits for the first event matching `pred` (no sleeping: driven by the bus).
+pub async fn wait_for_event(
+    rx: &mut tokio::sync::broadcast::Receiver<Arc<Event>>,
+    pred: impl Fn(&EventPayload) -> bool,
+) -> Arc<Event> {
+    loop {
+        match rx.recv().await {
+            Ok(event) if pred(&event.payload) => return event,
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+            Err(e) => panic!("bus closed: {e}"),
+        }
+    }
+}

@@ -1,0 +1,8 @@
+//! Engine integration tests: the real pipeline (coordinator, run loop, processor, tools, SQLite store)
+//! against the test kit's scripted fake provider over HTTP on 127.0.0.1, in a real temp workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod harness;
+mod loop_rules;
+mod permissions;
+mod turns;

@@ -1,0 +1,109 @@
+//! Permissions: denied, allowed, asked and answered, and saved approvals across processes.
+
+use codeloop_core::config::PermissionConfig;
+use codeloop_core::permission::{AskPolicy, Reply};
+use codeloop_core::{Delivery, PromptInput, StopReason};
+use codeloop_testkit::{Reply as ScriptReply, Script, Turn};
+use codeloop_types::{EventPayload, PermissionAction, PermissionReply, PermissionRule, ToolState};
+use serde_json::json;
+
+use crate::harness::{Harness, config_for, open_engine, state, wait_for_event};
+
+fn ask_for_bash(config: &mut codeloop_core::config::Config) {
+    config.permission = PermissionConfig(vec![PermissionRule::new("bash", "*", PermissionAction::Ask)]);
+}
+
+fn bash_script() -> Script {
+    Script::new([
+        Turn::from(ScriptReply::tool_call("bash", json!({"command": "echo hi > out.txt"}))),
+        Turn::from(ScriptReply::text("wrote out.txt")),
+    ])
+}
+
+#[tokio::test]
+async fn a_headless_ask_is_denied_and_stops_the_run_with_a_clear_message() {
+    let h = Harness::with(bash_script(), AskPolicy::Deny, ask_for_bash).await;
+    let outcome = h.prompt("write out.txt").await;
+    let StopReason::Blocked(message) = &outcome.stop else { panic!("{:?}", outcome.stop) };
+    assert!(message.contains("bash") && message.contains("--on-ask allow"), "{message}");
+    assert!(!h.project.path().join("out.txt").exists(), "the command must not run");
+    assert!(matches!(state(&h.tool_parts()[0]), ToolState::Error(_)));
+    assert_eq!(h.fake.request_count(), 1);
+}
+
+#[tokio::test]
+async fn on_ask_allow_lets_the_call_through() {
+    let h = Harness::with(bash_script(), AskPolicy::Allow, ask_for_bash).await;
+    assert_eq!(h.prompt("write out.txt").await.stop, StopReason::Completed);
+    assert_eq!(h.read("out.txt"), "hi\n");
+}
+
+#[tokio::test]
+async fn a_deny_rule_is_fed_back_to_the_model_and_the_run_continues() {
+    let h = Harness::with(bash_script(), AskPolicy::Allow, |config| {
+        config.permission =
+            PermissionConfig(vec![PermissionRule::new("bash", "echo *", PermissionAction::Deny)]);
+    })
+    .await;
+    assert_eq!(h.prompt("write out.txt").await.stop, StopReason::Completed);
+    let tools = h.tool_parts();
+    let ToolState::Error(error) = state(&tools[0]) else { panic!() };
+    assert!(error.error.contains("Permission denied"), "{}", error.error);
+    assert_eq!(h.fake.request_count(), 2);
+}
+
+#[tokio::test]
+async fn an_always_approval_is_saved_and_honoured_by_a_new_process() {
+    let h = Harness::with(bash_script(), AskPolicy::Wait, ask_for_bash).await;
+    let mut events = h.engine.bus().subscribe();
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let run = tokio::spawn(async move {
+        engine.prompt(&session, PromptInput::text("write out.txt"), Delivery::Queue).await.unwrap()
+    });
+    let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
+    let EventPayload::PermissionAsked(request) = &asked.payload else { unreachable!() };
+    assert_eq!(request.permission, "bash");
+    assert_eq!(request.always, vec!["echo *".to_owned()]);
+    h.engine.reply_permission(&request.id, Reply { reply: PermissionReply::Always, message: None }).unwrap();
+    // The first reply wins.
+    assert!(
+        h.engine
+            .reply_permission(&request.id, Reply { reply: PermissionReply::Reject, message: None })
+            .is_err()
+    );
+    assert_eq!(run.await.unwrap().stop, StopReason::Completed);
+    h.engine.flush().await.unwrap();
+
+    // A new engine on the same data dir (a new process) with no one to ask: the saved approval allows it.
+    let fake = codeloop_testkit::FakeProvider::start(bash_script()).await.unwrap();
+    let mut config = config_for(&fake.base_url());
+    ask_for_bash(&mut config);
+    let Harness { data, project, engine: old, .. } = h;
+    drop(old);
+    let engine = open_engine(data.path(), config, AskPolicy::Deny);
+    let session = engine.create_session(project.path(), None, None, None).unwrap();
+    std::fs::remove_file(project.path().join("out.txt")).unwrap();
+    let outcome = engine.prompt(&session.id, PromptInput::text("again"), Delivery::Queue).await.unwrap();
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(std::fs::read_to_string(project.path().join("out.txt")).unwrap(), "hi\n");
+}
+
+#[tokio::test]
+async fn a_rejection_with_a_message_is_fed_back_to_the_model() {
+    let h = Harness::with(bash_script(), AskPolicy::Wait, ask_for_bash).await;
+    let mut events = h.engine.bus().subscribe();
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let run = tokio::spawn(async move {
+        engine.prompt(&session, PromptInput::text("write out.txt"), Delivery::Queue).await.unwrap()
+    });
+    let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
+    let EventPayload::PermissionAsked(request) = &asked.payload else { unreachable!() };
+    let reply = Reply { reply: PermissionReply::Reject, message: Some("use printf instead".into()) };
+    h.engine.reply_permission(&request.id, reply).unwrap();
+    assert_eq!(run.await.unwrap().stop, StopReason::Completed);
+    let tools = h.tool_parts();
+    let ToolState::Error(error) = state(&tools[0]) else { panic!() };
+    assert!(error.error.contains("use printf instead"), "{}", error.error);
+}

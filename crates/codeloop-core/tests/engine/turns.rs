@@ -1,0 +1,220 @@
+//! Turns, tools and interruption.
+
+use std::time::{Duration, Instant};
+
+use codeloop_core::permission::AskPolicy;
+use codeloop_core::{Delivery, PromptInput, StopReason};
+use codeloop_testkit::{Reply, Script, ScriptToolCall, ScriptUsage, Turn};
+use codeloop_types::{EventPayload, Finish, Message, PartKind, ToolState};
+use serde_json::json;
+
+use crate::harness::{Harness, state, tool_results, wait_for_event};
+
+#[tokio::test]
+async fn two_turn_tool_round_trip_edits_a_file_and_sends_the_result_back() {
+    let h = Harness::new(Script::new([
+        Turn::from(
+            Reply::tool_call(
+                "edit",
+                json!({"filePath": "hello.txt", "oldString": "wrold", "newString": "world"}),
+            )
+            .with_text("Fixing the typo.")
+            .with_usage(ScriptUsage::new(1_000, 20).with_cached(400)),
+        ),
+        Turn::from(
+            Reply::text("Done: fixed the typo.").with_usage(ScriptUsage::new(1_100, 10).with_cached(1_000)),
+        ),
+    ]))
+    .await;
+    h.write("hello.txt", "hello wrold\n");
+    let outcome = h.prompt("fix the typo in hello.txt").await;
+
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(h.read("hello.txt"), "hello world\n");
+    assert_eq!(h.fake.request_count(), 2);
+
+    let history = h.history();
+    assert_eq!(history.len(), 3, "user, assistant(tool), assistant(text)");
+    let first = &history[1];
+    let kinds: Vec<&str> = first.parts.iter().map(|p| p.kind_name()).collect();
+    assert_eq!(kinds, ["step-start", "text", "tool", "step-finish"]);
+    let ToolState::Completed(done) = state(&first.parts[2]) else { panic!("tool not completed") };
+    assert_eq!(done.output, "Edit applied successfully.");
+    let PartKind::StepFinish(step) = &first.parts[3].kind else { panic!() };
+    assert_eq!(step.reason, Finish::ToolCalls);
+    assert_eq!((step.tokens.input, step.tokens.cache.read, step.tokens.output), (600, 400, 20));
+    assert!(step.cost > 0.0);
+    let Message::Assistant(last) = &history[2].info else { panic!() };
+    assert_eq!(last.finish, Some(Finish::Stop));
+    assert!(last.time.completed.is_some());
+
+    // The second request carries the tool call and its result.
+    let messages = h.request_messages(1);
+    let results = tool_results(&messages);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].1.contains("Edit applied successfully."), "{results:?}");
+    let session = h.engine.session(&h.session.id).unwrap();
+    assert_eq!(session.tokens.cache.read, 1_400);
+}
+
+#[tokio::test]
+async fn stop_finish_with_tool_calls_continues_the_loop() {
+    let h = Harness::new(Script::new([
+        Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})).with_finish("stop")),
+        Turn::from(Reply::text("a.txt says hi")),
+    ]))
+    .await;
+    h.write("a.txt", "hi\n");
+    let outcome = h.prompt("what does a.txt say?").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 2, "the quirk must not end the run after the tool call");
+    assert!(matches!(state(&h.tool_parts()[0]), ToolState::Completed(_)));
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_run_concurrently_and_each_gets_its_result() {
+    // Each command waits until the other has started: run one after the other, both would time out.
+    let wait_for = |mine: &str, other: &str| {
+        format!(
+            "touch {mine}.started; for i in $(seq 1 200); do [ -f {other}.started ] && break; sleep 0.02; done; \
+             [ -f {other}.started ] && echo {mine}-saw-{other}"
+        )
+    };
+    let h = Harness::new(Script::new([
+        Turn::from(
+            Reply::text("Running both.")
+                .with_call(
+                    ScriptToolCall::new("bash", json!({"command": wait_for("a", "b")})).with_fragments(3),
+                )
+                .with_call(
+                    ScriptToolCall::new("bash", json!({"command": wait_for("b", "a")})).with_fragments(3),
+                ),
+        ),
+        Turn::from(Reply::text("both ran")),
+    ]))
+    .await;
+    let outcome = h.prompt("run both").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let outputs: Vec<String> = h
+        .tool_parts()
+        .iter()
+        .map(|p| match state(p) {
+            ToolState::Completed(c) => c.output.clone(),
+            other => panic!("not completed: {other:?}"),
+        })
+        .collect();
+    assert!(outputs[0].contains("a-saw-b"), "{outputs:?}");
+    assert!(outputs[1].contains("b-saw-a"), "{outputs:?}");
+    let results = tool_results(&h.request_messages(1));
+    assert_eq!(results.len(), 2);
+    assert_ne!(results[0].0, results[1].0, "each call has its own result");
+}
+
+#[tokio::test]
+async fn a_running_tool_is_marked_interrupted_when_the_run_is_aborted() {
+    let h = Harness::new(Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "sleep 30"}))),
+        Turn::from(Reply::text("ok, stopped")),
+    ]))
+    .await;
+    let mut events = h.engine.bus().subscribe();
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let run = tokio::spawn(async move {
+        engine.prompt(&session, PromptInput::text("sleep"), Delivery::Queue).await.unwrap()
+    });
+    wait_for_event(&mut events, |p| {
+        matches!(p, EventPayload::PartUpdated { part, .. }
+            if part.as_tool().is_some_and(|t| matches!(t.state, ToolState::Running(_))))
+    })
+    .await;
+    let started = Instant::now();
+    h.engine.abort(&h.session.id).await;
+    let elapsed = started.elapsed();
+    let outcome = run.await.unwrap();
+    assert_eq!(outcome.stop, StopReason::Interrupted);
+    // 250 ms cleanup wait plus the process-group kill; far below the 30 s the command wanted.
+    assert!(elapsed < Duration::from_secs(5), "abort took {elapsed:?}");
+
+    let tool = &h.tool_parts()[0];
+    assert!(state(tool).is_interrupted(), "{:?}", state(tool));
+    let history = h.history();
+    let Message::Assistant(aborted) = &history[1].info else { panic!() };
+    assert!(aborted.error.as_ref().is_some_and(|e| e.is_aborted()));
+    assert!(aborted.time.completed.is_some());
+
+    // The next request pairs the interrupted call with an error result.
+    let outcome = h.prompt("never mind").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let results = tool_results(&h.request_messages(1));
+    assert_eq!(results.len(), 1);
+    assert!(results[0].1.contains("aborted"), "{results:?}");
+}
+
+#[tokio::test]
+async fn unknown_tools_and_invalid_arguments_reach_the_model_as_errors() {
+    let h = Harness::new(Script::new([
+        Turn::from(
+            Reply::text("Trying things.")
+                .with_call(ScriptToolCall::new("teleport", json!({"to": "mars"})))
+                .with_call(ScriptToolCall::new(
+                    "read",
+                    codeloop_testkit::Arguments::raw("{\"filePath\": \"a.t"),
+                ))
+                .with_call(ScriptToolCall::new("read", json!({"path": "wrong-field"}))),
+        ),
+        Turn::from(Reply::text("I will fix my calls.")),
+    ]))
+    .await;
+    let outcome = h.prompt("go").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let errors: Vec<String> = h
+        .tool_parts()
+        .iter()
+        .map(|p| match state(p) {
+            ToolState::Error(e) => e.error.clone(),
+            other => panic!("expected an error: {other:?}"),
+        })
+        .collect();
+    assert!(errors[0].contains("teleport"), "{errors:?}");
+    assert!(errors[1].contains("arguments provided to the tool are invalid"), "{errors:?}");
+    assert!(errors[2].contains("invalid arguments"), "{errors:?}");
+    let results = tool_results(&h.request_messages(1));
+    assert_eq!(results.len(), 3);
+}
+
+#[tokio::test]
+async fn steered_input_joins_the_next_step_of_the_active_run() {
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call("bash", json!({"command": "sleep 0.3; echo done"}))),
+            Turn::from(Reply::text("saw both")),
+        ]),
+        AskPolicy::Deny,
+        |_| {},
+    )
+    .await;
+    let mut events = h.engine.bus().subscribe();
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let first = tokio::spawn(async move {
+        engine.prompt(&session, PromptInput::text("first"), Delivery::Queue).await.unwrap()
+    });
+    wait_for_event(&mut events, |p| {
+        matches!(p, EventPayload::PartUpdated { part, .. }
+            if part.as_tool().is_some_and(|t| matches!(t.state, ToolState::Running(_))))
+    })
+    .await;
+    let steered = h
+        .engine
+        .prompt(&h.session.id, PromptInput::text("also check the logs"), Delivery::Steer)
+        .await
+        .unwrap();
+    let first = first.await.unwrap();
+    assert_eq!(first.message, steered.message, "a steering caller joins the same run");
+    assert_eq!(h.fake.request_count(), 2);
+    let second = h.request_messages(1);
+    let texts: Vec<String> =
+        second.iter().filter(|m| m["role"] == "user").map(|m| m["content"].to_string()).collect();
+    assert!(texts.last().unwrap().contains("also check the logs"), "{texts:?}");
+}
