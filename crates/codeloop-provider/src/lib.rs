@@ -13,6 +13,7 @@ mod http;
 mod json;
 mod media;
 pub mod openai_chat;
+pub mod openai_responses;
 mod request;
 mod stream;
 
@@ -80,7 +81,8 @@ impl WireApi {
                 request,
                 openai_chat::MaxTokensField::for_endpoint(base_url, &request.model),
             ),
-            WireApi::OpenAiResponses | WireApi::Anthropic => serde_json::Value::Null,
+            WireApi::OpenAiResponses => openai_responses::build_body(request),
+            WireApi::Anthropic => serde_json::Value::Null,
         }
     }
 
@@ -88,7 +90,8 @@ impl WireApi {
     pub fn decoder(self) -> Box<dyn Decoder> {
         match self {
             WireApi::OpenAiChat => Box::new(openai_chat::ChatDecoder::new()),
-            WireApi::OpenAiResponses | WireApi::Anthropic => Box::new(openai_chat::ChatDecoder::new()),
+            WireApi::OpenAiResponses => Box::new(openai_responses::ResponsesDecoder::new()),
+            WireApi::Anthropic => Box::new(openai_chat::ChatDecoder::new()),
         }
     }
 }

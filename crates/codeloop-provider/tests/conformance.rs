@@ -65,6 +65,7 @@ struct Call {
     id: String,
     name: String,
     input: Option<Result<Value, String>>,
+    metadata: Option<Value>,
     streamed: String,
 }
 
@@ -147,6 +148,7 @@ fn summarise(items: &[Item]) -> Summary {
                 let entry = &mut s.calls[slot];
                 assert_eq!(entry.name, call.name);
                 entry.input = Some(call.input.clone().map_err(|e| e.raw));
+                entry.metadata = call.metadata.clone();
             }
             StreamEvent::FinishStep { raw_finish, usage, .. } => {
                 assert!(open_text.is_empty() && open_reasoning.is_empty(), "blocks open at FinishStep");
@@ -232,6 +234,32 @@ fn check(name: &str, api: WireApi, expected: &Value, s: &Summary) {
     };
     assert_eq!(reasoning, expected["reasoning"].as_str().unwrap_or(""), "{name}: reasoning");
 
+    // What must be sent back with reasoning: encrypted content, signatures, redacted data.
+    let metadata = |format: &str, key: &str| -> Vec<String> {
+        s.reasoning_metadata.iter().filter_map(|m| m[format][key].as_str().map(str::to_owned)).collect()
+    };
+    if let Some(n) = expected.get("encrypted_reasoning_items").and_then(Value::as_u64) {
+        assert_eq!(metadata("openai", "encrypted_content").len() as u64, n, "{name}: encrypted reasoning");
+    }
+    let strings = |key: &str| -> Vec<String> {
+        expected
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect()
+    };
+    if api == WireApi::Anthropic {
+        assert_eq!(metadata("anthropic", "signature"), strings("thinking_signatures"), "{name}: signatures");
+        assert_eq!(
+            metadata("anthropic", "redacted_data"),
+            strings("redacted_thinking_data"),
+            "{name}: redacted"
+        );
+    }
+
     let calls = expected["tool_calls"].as_array().unwrap();
     assert_eq!(s.calls.len(), calls.len(), "{name}: tool call count {:?}", s.calls);
     for (call, want) in s.calls.iter().zip(calls) {
@@ -241,6 +269,10 @@ fn check(name: &str, api: WireApi, expected: &Value, s: &Summary) {
         assert_eq!(call.name, want["name"].as_str().unwrap(), "{name}: call name");
         let raw = want["arguments_raw"].as_str().unwrap_or("");
         assert_eq!(call.streamed, raw, "{name}: streamed arguments of {}", call.id);
+        if let Some(item_id) = want.get("item_id").and_then(Value::as_str) {
+            let got = call.metadata.as_ref().and_then(|m| m["openai"]["item_id"].as_str());
+            assert_eq!(got, Some(item_id), "{name}: Responses item id kept for echoing back");
+        }
         let input = call.input.clone().expect("call completed");
         if want.get("arguments_valid_json") == Some(&Value::Bool(false)) {
             assert_eq!(input, Err(raw.to_owned()), "{name}: invalid arguments are kept raw");
@@ -297,6 +329,11 @@ fn run_folder(folder: &str, count: usize) {
 #[test]
 fn openai_chat_fixtures_match_expected() {
     run_folder("openai-chat", 27);
+}
+
+#[test]
+fn openai_responses_fixtures_match_expected() {
+    run_folder("openai-responses", 11);
 }
 
 fn fixture_bytes(name: &str) -> Vec<u8> {
