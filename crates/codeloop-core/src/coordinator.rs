@@ -68,7 +68,7 @@ impl Coordinator {
                         Next::WaitThenRetry(entry.done.subscribe())
                     }
                     Some(entry) => Next::Await(entry.done.subscribe()),
-                    None => match self.inner.start(&mut sessions, session, None) {
+                    None => match self.inner.start(&mut sessions, session, None, None) {
                         Ok(rx) => Next::Await(rx),
                         Err(e) => Next::Failed(e),
                     },
@@ -114,9 +114,11 @@ impl Coordinator {
                         }
                     }
                     None => {
+                        // The caller that starts the run gets its own turn's outcome, like queued callers.
                         let input = input.take().unwrap_or_default();
-                        match self.inner.start(&mut sessions, session, Some(input)) {
-                            Ok(rx) => Next::Await(rx),
+                        let (reply, rx) = oneshot::channel();
+                        match self.inner.start(&mut sessions, session, Some(input), Some(reply)) {
+                            Ok(_) => Next::AwaitOwn(rx),
                             Err(e) => Next::Failed(e),
                         }
                     }
@@ -139,7 +141,7 @@ impl Coordinator {
         match sessions.get(session) {
             Some(entry) => entry.pending_wake.store(true, Ordering::SeqCst),
             None => {
-                if let Err(e) = self.inner.start(&mut sessions, session, None) {
+                if let Err(e) = self.inner.start(&mut sessions, session, None, None) {
                     tracing::warn!("could not start a run for {session}: {e}");
                 }
             }
@@ -182,6 +184,7 @@ impl Inner {
         sessions: &mut HashMap<SessionId, Arc<Entry>>,
         session: &SessionId,
         input: Option<PromptInput>,
+        reply: Option<oneshot::Sender<RunResult>>,
     ) -> Result<watch::Receiver<Option<RunResult>>, RunError> {
         let lock = self.services.store.lock_session(session)?;
         if let Some(input) = input {
@@ -200,7 +203,7 @@ impl Inner {
         sessions.insert(session.clone(), entry.clone());
         let inner = self.clone();
         let session = session.clone();
-        tokio::spawn(async move { inner.drive(session, entry, None).await });
+        tokio::spawn(async move { inner.drive(session, entry, reply).await });
         Ok(rx)
     }
 
