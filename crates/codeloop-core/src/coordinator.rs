@@ -43,7 +43,14 @@ struct Entry {
     pending_wake: AtomicBool,
     stopping: AtomicBool,
     done: watch::Sender<Option<RunResult>>,
-    _lock: SessionLock,
+    /// The session's cross-process lock, released (under the sessions map lock) when the entry ends.
+    lock: Mutex<Option<SessionLock>>,
+}
+
+impl Entry {
+    fn release(&self) {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
 }
 
 enum Next {
@@ -198,7 +205,7 @@ impl Inner {
             pending_wake: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             done,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
         });
         sessions.insert(session.clone(), entry.clone());
         let inner = self.clone();
@@ -232,14 +239,13 @@ impl Inner {
             }
             let mut sessions = self.lock();
             if entry.stopping.load(Ordering::SeqCst) {
+                entry.release();
                 sessions.remove(&session);
                 let queue: VecDeque<Queued> =
                     std::mem::take(&mut *entry.queue.lock().unwrap_or_else(|e| e.into_inner()));
                 let woken = entry.pending_wake.load(Ordering::SeqCst) || !entry.inbox.is_empty();
                 let leftover = entry.inbox.take();
-                // The entry (and its lock) must be gone before a successor takes the lock.
                 let _ = entry.done.send(Some(result));
-                drop(entry);
                 if !queue.is_empty() || woken {
                     self.start_successor(&mut sessions, &session, queue, leftover);
                 }
@@ -258,6 +264,7 @@ impl Inner {
                         drop(sessions);
                         if entry.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
                             let mut sessions = self.lock();
+                            entry.release();
                             sessions.remove(&session);
                             let _ = entry.done.send(Some(result));
                             return;
@@ -266,6 +273,7 @@ impl Inner {
                     }
                 },
                 None => {
+                    entry.release();
                     sessions.remove(&session);
                     let _ = entry.done.send(Some(result));
                     return;
@@ -316,7 +324,7 @@ impl Inner {
             pending_wake: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             done,
-            _lock: lock,
+            lock: Mutex::new(Some(lock)),
         });
         sessions.insert(session.clone(), entry.clone());
         let inner = self.clone();

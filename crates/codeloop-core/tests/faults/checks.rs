@@ -7,11 +7,11 @@ use codeloop_store::MessageWithParts;
 use codeloop_types::{Message, PartKind};
 use serde_json::Value;
 
-/// Every tool call in stored history is terminal (completed or error) and appears once in the session;
+/// Every tool call in stored history is terminal (completed or error) and appears once in its message;
 /// no text or reasoning is left open; every assistant message is completed.
 pub fn assert_settled(history: &[MessageWithParts]) {
-    let mut calls: HashMap<&str, usize> = HashMap::new();
     for message in history {
+        let mut calls: HashMap<&str, usize> = HashMap::new();
         if let Message::Assistant(info) = &message.info {
             assert!(info.time.completed.is_some(), "assistant message {} was left open", info.id);
         }
@@ -36,9 +36,9 @@ pub fn assert_settled(history: &[MessageWithParts]) {
                 _ => {}
             }
         }
+        let repeated: Vec<_> = calls.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(repeated.is_empty(), "call ids stored more than once in {}: {repeated:?}", message.info.id());
     }
-    let repeated: Vec<_> = calls.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(repeated.is_empty(), "call ids stored more than once: {repeated:?}");
 }
 
 /// In every request body, each assistant tool call is answered by exactly one `role: tool` message

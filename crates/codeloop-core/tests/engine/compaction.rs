@@ -1,0 +1,350 @@
+//! Context management: overflow, summary with an explicit tail, anchored updates, replay after a provider
+//! overflow, prune, `auto = false`, and the circuit breaker. Request shapes are pinned with insta.
+
+use codeloop_core::config::ModelSettings;
+use codeloop_core::permission::AskPolicy;
+use codeloop_core::{StopReason, projection};
+use codeloop_testkit::{Fault, Reply, Script, ScriptToolCall, ScriptUsage, Turn};
+use codeloop_types::{AssistantError, Message, ToolState};
+use serde_json::{Value, json};
+
+use crate::harness::Harness;
+
+/// 50 000-token window, 4 000 output: usable = 46 000.
+fn small_window(config: &mut codeloop_core::config::Config) {
+    let model = config.provider.get_mut("fake").unwrap().models.get_mut("test").unwrap();
+    *model = ModelSettings { context: Some(50_000), output: Some(4_000), ..model.clone() };
+}
+
+fn text(text: &str, input: u64) -> Turn {
+    Turn::from(Reply::text(text).with_usage(ScriptUsage::new(input, 20)))
+}
+
+const SUMMARY: &str = "## Objective\nShip the feature.\n\n## Important details\n- none\n\n## Work state\n### Completed\n- turn one\n### Active\n- (none)\n### Blocked\n- (none)\n\n## Next move\n1. continue\n\n## Relevant files\n- a.txt: notes";
+
+/// The request's messages with the temp project path and long contents made stable for snapshots.
+fn shape(h: &Harness, n: usize) -> Value {
+    let project = h.project.path().canonicalize().unwrap().display().to_string();
+    let mut messages = Value::Array(h.request_messages(n));
+    redact(&mut messages, &project);
+    messages
+}
+
+fn redact(value: &mut Value, project: &str) {
+    match value {
+        Value::String(s) => {
+            let replaced = s.replace(project, "[PROJECT]");
+            *s = if replaced.len() > 400 {
+                format!(
+                    "{}… [{} chars]",
+                    &replaced[..replaced.char_indices().nth(120).map_or(replaced.len(), |(i, _)| i)],
+                    replaced.len()
+                )
+            } else {
+                replaced
+            };
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact(v, project)),
+        Value::Object(map) => map.values_mut().for_each(|v| redact(v, project)),
+        _ => {}
+    }
+}
+
+fn summaries(h: &Harness) -> usize {
+    h.history().iter().filter(|m| m.info.as_assistant().is_some_and(|a| a.summary)).count()
+}
+
+#[tokio::test]
+async fn overflow_at_a_step_compacts_with_an_explicit_tail_and_continues() {
+    let h = Harness::with(
+        Script::new([
+            text("Noted: task one.", 1_000),
+            text("Noted: task two.", 2_000),
+            Turn::from(
+                Reply::tool_call("read", json!({"filePath": "a.txt"}))
+                    .with_usage(ScriptUsage::new(3_000, 20)),
+            ),
+            text("Read it; the notes are long.", 47_000),
+            text(SUMMARY, 5_000),
+            text("Continuing after the summary.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    h.write("a.txt", "notes\n");
+    h.prompt("task one").await;
+    h.prompt("task two").await;
+    let outcome = h.prompt("task three: read a.txt").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 6);
+    assert_eq!(summaries(&h), 1);
+
+    // The summary request: head only, no tools, the template prompt last.
+    let summary_request = &h.fake.requests()[4].body;
+    assert!(summary_request.get("tools").is_none_or(|t| t.as_array().is_none_or(|t| t.is_empty())));
+    insta::assert_json_snapshot!("summary_request_with_tail", shape(&h, 4));
+    // After: [compaction question, summary, tail…, continue].
+    insta::assert_json_snapshot!("request_after_summary_with_tail", shape(&h, 5));
+
+    // The tail is stored as explicit ids and nothing was deleted.
+    let history = h.history();
+    let compaction = history.iter().flat_map(|m| &m.parts).find_map(|p| p.as_compaction()).unwrap();
+    assert!(!compaction.tail.is_empty());
+    assert_eq!(compaction.tail_start_id.as_ref(), compaction.tail.first());
+    let hidden = projection::hidden_ids(&history);
+    assert!(!hidden.is_empty(), "older messages are hidden from the model");
+    assert_eq!(history.len(), 11, "every message is still stored");
+}
+
+#[tokio::test]
+async fn a_second_compaction_updates_the_previous_summary() {
+    let h = Harness::with(
+        Script::new([
+            text("one", 1_000),
+            text("two", 1_000),
+            text("three", 47_000),
+            text(SUMMARY, 5_000),
+            text("continuing", 6_000),
+            text("four", 47_000),
+            text(&SUMMARY.replace("turn one", "turns one to four"), 5_000),
+            text("continuing again", 6_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    h.prompt("one").await;
+    h.prompt("two").await;
+    h.prompt("three").await;
+    h.prompt("four").await;
+    assert_eq!(summaries(&h), 2);
+    let second_summary = h.request_messages(6);
+    let prompt = second_summary.last().unwrap()["content"].to_string();
+    assert!(prompt.contains("<previous-summary>") && prompt.contains("Ship the feature."), "{prompt}");
+    insta::assert_json_snapshot!("anchored_second_summary_request", shape(&h, 6));
+    insta::assert_json_snapshot!("request_after_second_summary", shape(&h, 7));
+}
+
+#[tokio::test]
+async fn a_provider_overflow_error_compacts_and_replays_the_last_user_message() {
+    let h = Harness::with(
+        Script::new([
+            text("one", 1_000),
+            text("two", 1_000),
+            Turn::from(Fault::context_overflow()),
+            text(SUMMARY, 5_000),
+            text("Answering the replayed request.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    h.prompt("one").await;
+    h.prompt("two").await;
+    let outcome = h.prompt("three, with a huge paste").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 5);
+    let after = h.request_messages(4);
+    let last = after.last().unwrap()["content"].to_string();
+    assert!(last.contains("three, with a huge paste"), "the request is replayed: {last}");
+    insta::assert_json_snapshot!("request_after_overflow_replay", shape(&h, 4));
+}
+
+#[tokio::test]
+async fn auto_false_never_compacts_and_a_provider_overflow_stops_with_instructions() {
+    let h = Harness::with(
+        Script::new([text("huge but fine", 49_000), Turn::from(Fault::context_overflow())]),
+        AskPolicy::Deny,
+        |config| {
+            small_window(config);
+            config.compaction.auto = false;
+        },
+    )
+    .await;
+    assert_eq!(h.prompt("one").await.stop, StopReason::Completed);
+    let outcome = h.prompt("two").await;
+    let StopReason::Error(AssistantError::ContextOverflow { message, .. }) = &outcome.stop else {
+        panic!("{:?}", outcome.stop)
+    };
+    assert!(message.contains("codeloop session compact"), "{message}");
+    assert_eq!(h.fake.request_count(), 2, "no summary request on any path");
+    assert_eq!(summaries(&h), 0);
+}
+
+#[tokio::test]
+async fn the_circuit_breaker_stops_a_session_whose_every_request_overflows() {
+    let h = Harness::with(
+        Script::new([
+            text("one", 1_000),
+            Turn::from(Fault::context_overflow()),
+            text(SUMMARY, 5_000),
+            Turn::from(Fault::context_overflow()),
+            Turn::from(Fault::context_overflow()),
+            Turn::from(Fault::context_overflow()),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    h.prompt("one").await;
+    let outcome = h.prompt("two").await;
+    let StopReason::Error(AssistantError::ContextOverflow { message, .. }) = &outcome.stop else {
+        panic!("{:?}", outcome.stop)
+    };
+    assert!(message.contains("after compacting"), "{message}");
+    assert_eq!(h.fake.request_count(), 4, "1 + overflow + summary + overflow, then stop");
+}
+
+#[tokio::test]
+async fn usage_over_the_window_right_after_a_compaction_trips_the_breaker() {
+    let h = Harness::with(
+        Script::new([
+            text("one", 1_000),
+            text("two", 47_000),
+            text(SUMMARY, 5_000),
+            text("still huge", 47_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    h.prompt("one").await;
+    let outcome = h.prompt("two").await;
+    assert!(
+        matches!(outcome.stop, StopReason::Error(AssistantError::ContextOverflow { .. })),
+        "{:?}",
+        outcome.stop
+    );
+    assert_eq!(h.fake.request_count(), 4);
+}
+
+#[tokio::test]
+async fn a_long_session_crosses_the_window_three_times_and_finishes() {
+    let mut turns = vec![text("started", 10_000)];
+    for round in 0..3 {
+        turns.push(Turn::from(
+            Reply::tool_call("bash", json!({"command": format!("echo round {round}")}))
+                .with_usage(ScriptUsage::new(30_000, 50)),
+        ));
+        turns.push(Turn::from(
+            Reply::tool_call("read", json!({"filePath": "a.txt"})).with_usage(ScriptUsage::new(47_000, 50)),
+        ));
+        turns.push(text(SUMMARY, 4_000));
+    }
+    turns.push(text("All done.", 12_000));
+    let h = Harness::with(Script::new(turns), AskPolicy::Deny, small_window).await;
+    h.write("a.txt", "notes\n");
+    h.prompt("start").await;
+    let outcome = h.prompt("do the three rounds").await;
+    assert_eq!(outcome.stop, StopReason::Completed, "{:?}", outcome.stop);
+    assert_eq!(summaries(&h), 3);
+    let last = outcome.message.unwrap();
+    assert!(last.tokens.count() < 46_000, "the final request fits: {:?}", last.tokens);
+}
+
+#[tokio::test]
+async fn a_tool_call_during_a_summary_aborts_it_with_a_clear_error() {
+    let h = Harness::with(
+        Script::new([
+            text("one", 1_000),
+            text("two", 47_000),
+            Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"}))),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    h.prompt("one").await;
+    let outcome = h.prompt("two").await;
+    let StopReason::Error(error) = &outcome.stop else { panic!("{:?}", outcome.stop) };
+    assert!(error.message().contains("Tool call not allowed while generating summary: read"), "{error}");
+}
+
+#[tokio::test]
+async fn manual_compaction_summarises_without_continuing() {
+    let h = Harness::new(Script::new([
+        text("one", 1_000),
+        text("two", 1_000),
+        text("three", 1_000),
+        text(SUMMARY, 500),
+    ]))
+    .await;
+    h.prompt("one").await;
+    h.prompt("two").await;
+    h.prompt("three").await;
+    let outcome = h.engine.compact(&h.session.id).await.unwrap();
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 4);
+    let history = h.history();
+    let Message::Assistant(last) = &history.last().unwrap().info else { panic!("the summary is last") };
+    assert!(last.summary);
+}
+
+#[tokio::test]
+async fn prune_clears_old_outputs_but_keeps_recent_turns_skills_and_the_stored_text() {
+    // Each turn reads two ~48 KB files (~12 000 tokens each; read cuts lines over 2 000 chars).
+    let big = format!("{}\n", "x".repeat(79)).repeat(580);
+    let mut turns = Vec::new();
+    for turn in 0..5 {
+        turns.push(Turn::from(
+            Reply::text("reading")
+                .with_call(ScriptToolCall::new("read", json!({"filePath": format!("f{turn}a.txt")})))
+                .with_call(ScriptToolCall::new("read", json!({"filePath": format!("f{turn}b.txt")})))
+                .with_usage(ScriptUsage::new(1_000, 10)),
+        ));
+        turns.push(text("read both", 1_000));
+    }
+    turns.push(text("final", 1_000));
+    let h = Harness::new(Script::new(turns)).await;
+    for turn in 0..5 {
+        h.write(&format!("f{turn}a.txt"), &big);
+        h.write(&format!("f{turn}b.txt"), &big);
+    }
+    for turn in 0..5 {
+        h.prompt(&format!("read pair {turn}")).await;
+    }
+    let tools = h.tool_parts();
+    let pruned: Vec<bool> = tools
+        .iter()
+        .map(|p| match &p.as_tool().unwrap().state {
+            ToolState::Completed(c) => c.time.compacted.is_some(),
+            _ => false,
+        })
+        .collect();
+    // Newest first: turns 5 and 4 are protected; turn 3 and the later read of turn 2 fill the 40 000
+    // protected tokens; the earlier read of turn 2 and both of turn 1 are cleared.
+    assert_eq!(pruned, [true, true, true, false, false, false, false, false, false, false]);
+    // Stored outputs are unchanged.
+    let ToolState::Completed(first) = &tools[0].as_tool().unwrap().state else { panic!() };
+    assert!(first.output.contains("xxxx"));
+
+    h.prompt("and now?").await;
+    let messages = h.request_messages(10);
+    let results = crate::harness::tool_results(&messages);
+    assert_eq!(results[0].1, projection::PRUNED_OUTPUT);
+    assert_eq!(results[1].1, projection::PRUNED_OUTPUT);
+    assert_eq!(results[2].1, projection::PRUNED_OUTPUT);
+    assert!(results[3].1.contains("xxxx"));
+    insta::assert_json_snapshot!("request_after_prune", shape(&h, 10));
+}
+
+#[tokio::test]
+async fn prune_does_nothing_when_less_than_the_minimum_would_be_freed() {
+    let mut turns = Vec::new();
+    for turn in 0..3 {
+        turns.push(Turn::from(Reply::tool_call("read", json!({"filePath": format!("f{turn}.txt")}))));
+        turns.push(text("read it", 1_000));
+    }
+    let h = Harness::new(Script::new(turns)).await;
+    for turn in 0..3 {
+        h.write(&format!("f{turn}.txt"), &format!("{}\n", "y".repeat(79)).repeat(580));
+    }
+    for turn in 0..3 {
+        h.prompt(&format!("read {turn}")).await;
+    }
+    let any_pruned = h.tool_parts().iter().any(
+        |p| matches!(&p.as_tool().unwrap().state, ToolState::Completed(c) if c.time.compacted.is_some()),
+    );
+    assert!(!any_pruned, "three turns: only ~12 000 tokens beyond the protected turns");
+}
