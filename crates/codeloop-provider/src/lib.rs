@@ -6,6 +6,7 @@
 //! model catalogue (limits and prices).
 //! Must not: know about sessions, storage, tools or the run loop; retry (the run loop decides that).
 
+pub mod anthropic;
 mod assemble;
 mod error;
 mod event;
@@ -82,7 +83,7 @@ impl WireApi {
                 openai_chat::MaxTokensField::for_endpoint(base_url, &request.model),
             ),
             WireApi::OpenAiResponses => openai_responses::build_body(request),
-            WireApi::Anthropic => serde_json::Value::Null,
+            WireApi::Anthropic => anthropic::build_body(request),
         }
     }
 
@@ -91,7 +92,7 @@ impl WireApi {
         match self {
             WireApi::OpenAiChat => Box::new(openai_chat::ChatDecoder::new()),
             WireApi::OpenAiResponses => Box::new(openai_responses::ResponsesDecoder::new()),
-            WireApi::Anthropic => Box::new(openai_chat::ChatDecoder::new()),
+            WireApi::Anthropic => Box::new(anthropic::AnthropicDecoder::new()),
         }
     }
 }

@@ -25,7 +25,6 @@ pub(crate) fn kind(file: &FileContent) -> MediaKind {
 }
 
 /// The base64 payload of a `data:…;base64,` URL, with the media type it declares.
-#[allow(dead_code)] // used by the Anthropic and Responses adapters
 pub(crate) fn base64_data(url: &str) -> Option<(&str, &str)> {
     let rest = url.strip_prefix("data:")?;
     let (header, data) = rest.split_once(',')?;

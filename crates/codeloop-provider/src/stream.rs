@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use eventsource_stream::{EventStreamError, Eventsource};
 use futures::Stream;
 
@@ -57,6 +57,7 @@ where
         timer: None,
         fresh: true,
         rest: Bytes::new(),
+        partial: BytesMut::new(),
     };
     Box::pin(Decoding {
         events: Box::pin(body.eventsource()),
@@ -167,8 +168,10 @@ struct Body<S> {
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A chunk arrived since the timer was last armed.
     fresh: bool,
-    /// What is left of the last chunk, handed on one event at a time.
+    /// Complete lines not yet handed on (one event at a time).
     rest: Bytes,
+    /// The start of a line whose end has not arrived yet.
+    partial: BytesMut,
 }
 
 impl<S, E> Body<S>
@@ -205,6 +208,24 @@ where
         self.bom = Bom::Done;
         if chunk.starts_with(UTF8_BOM) { Some(chunk.slice(UTF8_BOM.len()..)) } else { Some(chunk) }
     }
+}
+
+/// Takes in a chunk: the complete lines go to `rest`, a trailing partial line is held back. The parser
+/// rescans an unfinished line from its start on every chunk, so a long line (a 30 KB search result)
+/// arriving in small pieces would cost quadratic time.
+fn take_lines(rest: &mut Bytes, partial: &mut BytesMut, chunk: Bytes) {
+    let Some(last_end) = chunk.iter().rposition(|&b| b == b'\n' || b == b'\r') else {
+        partial.extend_from_slice(&chunk);
+        return;
+    };
+    let (lines, tail) = (chunk.slice(..=last_end), chunk.slice(last_end + 1..));
+    *rest = if partial.is_empty() {
+        lines
+    } else {
+        partial.extend_from_slice(&lines);
+        partial.split().freeze()
+    };
+    partial.extend_from_slice(&tail);
 }
 
 /// Splits off the bytes up to and including the first event end (`\n\n` or `\n\r\n`), or the whole
@@ -249,13 +270,17 @@ where
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.fresh = true;
                     if let Some(chunk) = this.strip_bom(chunk) {
-                        this.rest = chunk;
+                        take_lines(&mut this.rest, &mut this.partial, chunk);
                     }
                 }
                 Poll::Ready(Some(Err(e))) => {
                     return Poll::Ready(Some(Err(BodyError::Transport(e.to_string()))));
                 }
                 Poll::Ready(None) => {
+                    // An unfinished last line goes to the parser, which drops it as the spec says.
+                    if !this.partial.is_empty() {
+                        return Poll::Ready(Some(Ok(this.partial.split().freeze())));
+                    }
                     // A body shorter than a BOM: hand over what was held back.
                     if let Bom::Checking(held) = std::mem::replace(&mut this.bom, Bom::Done)
                         && !held.is_empty()

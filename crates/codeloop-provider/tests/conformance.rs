@@ -336,6 +336,11 @@ fn openai_responses_fixtures_match_expected() {
     run_folder("openai-responses", 11);
 }
 
+#[test]
+fn anthropic_fixtures_match_expected() {
+    run_folder("anthropic-messages", 13);
+}
+
 fn fixture_bytes(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join(name)).unwrap()
 }
@@ -381,6 +386,10 @@ proptest! {
             "openai-chat/deepseek-reasoner-reasoning-then-tool-call.sse",
             "openai-chat/openrouter-claude-sonnet-4.5-reasoning-text.sse",
             "openai-chat/anthropic-compat-gateway-tool-call-index-1.sse",
+            "openai-responses/openai-o4-mini-reasoning-summary-then-text.sse",
+            "openai-responses/lmstudio-glm-4.7-flash-reasoning-text-function-call-no-deltas.sse",
+            "anthropic-messages/claude-sonnet-4-thinking-signature-tool-use.sse",
+            "anthropic-messages/claude-3-7-sonnet-max-tokens-truncated-tool-json.sse",
         ]),
     ) {
         let (folder, _) = fixture.split_once('/').unwrap();

@@ -1,0 +1,8 @@
+//! Anthropic Messages (`api = "anthropic"`): Anthropic, Vertex/Bedrock-style gateways and compatible
+//! servers.
+
+mod decode;
+mod request;
+
+pub use decode::AnthropicDecoder;
+pub use request::{DEFAULT_MAX_TOKENS, build_body};
