@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 mod assemble;
+pub mod catalogue;
 mod error;
 mod event;
 mod http;

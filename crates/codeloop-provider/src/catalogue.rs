@@ -1,0 +1,427 @@
+//! The model catalogue: limits, prices and capabilities per provider and model, in the models.dev shape
+//! (`limit {context, input?, output}`, `cost` in USD per million tokens, `reasoning`, `tool_call`,
+//! `modalities`). A built-in snapshot is embedded and parsed on first use; config entries override or
+//! extend it; unknown models get sensible limits and zero cost, marked so callers can warn.
+//!
+//! Owns: model metadata and pricing. Must not: fetch anything at run time (no network on the start path).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Usage;
+
+/// The embedded snapshot (`src/catalogue.json`).
+const BUILTIN: &str = include_str!("catalogue.json");
+
+/// Limits for a model nobody describes: a common window, a cautious output.
+pub const DEFAULT_LIMIT: Limit = Limit { context: 128_000, input: None, output: 8_192 };
+
+/// Raw input (including cached tokens) above which `context_over_200k` prices apply (reference §4.2).
+const LONG_CONTEXT_TOKENS: u64 = 200_000;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelInfo {
+    pub id: String,
+    #[serde(default)]
+    pub name: String,
+    /// The model thinks (reasoning tokens, thinking blocks).
+    #[serde(default)]
+    pub reasoning: bool,
+    #[serde(default = "yes")]
+    pub tool_call: bool,
+    /// The model accepts a temperature.
+    #[serde(default = "yes")]
+    pub temperature: bool,
+    #[serde(default)]
+    pub modalities: Modalities,
+    pub limit: Limit,
+    #[serde(default)]
+    pub cost: Cost,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Token limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limit {
+    pub context: u64,
+    /// Some models limit the input separately from the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<u64>,
+    pub output: u64,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    pub input: f64,
+    pub output: f64,
+    #[serde(default)]
+    pub cache_read: f64,
+    #[serde(default)]
+    pub cache_write: f64,
+    /// Prices when the raw input exceeds 200 000 tokens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_over_200k: Option<Box<Cost>>,
+}
+
+impl Cost {
+    /// The dollar cost of one step: reasoning at the output rate, cache reads and writes at theirs.
+    pub fn of(&self, usage: &Usage) -> f64 {
+        let raw_input = usage.input + usage.cache_read + usage.cache_write;
+        let prices = match &self.context_over_200k {
+            Some(long) if raw_input > LONG_CONTEXT_TOKENS => long,
+            _ => self,
+        };
+        (usage.input as f64 * prices.input
+            + (usage.output + usage.reasoning) as f64 * prices.output
+            + usage.cache_read as f64 * prices.cache_read
+            + usage.cache_write as f64 * prices.cache_write)
+            / 1_000_000.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Modalities {
+    pub input: Vec<Modality>,
+    pub output: Vec<Modality>,
+}
+
+impl Default for Modalities {
+    fn default() -> Self {
+        Self { input: vec![Modality::Text], output: vec![Modality::Text] }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Modality {
+    Text,
+    Image,
+    Pdf,
+    Audio,
+    Video,
+    #[serde(other)]
+    Other,
+}
+
+/// The dollar cost of a step on a model (see [`Cost::of`]).
+pub fn cost(model: &ModelInfo, usage: &Usage) -> f64 {
+    model.cost.of(usage)
+}
+
+/// What a config `[provider.NAME.models.ID]` entry may set.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelOverride {
+    pub context: Option<u64>,
+    pub input: Option<u64>,
+    pub output: Option<u64>,
+    pub cost: Option<Cost>,
+}
+
+/// Where a resolved model's data came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The catalogue entry for this provider and model.
+    Catalogue,
+    /// The same model listed under another provider: its limits and capabilities, but zero cost
+    /// (that provider's prices say nothing about this one, e.g. a local server).
+    OtherProvider(String),
+    /// Set or changed by config.
+    Config,
+    /// Nobody knows the model: [`DEFAULT_LIMIT`] and zero cost. Callers should warn.
+    Default,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    pub model: ModelInfo,
+    pub source: Source,
+}
+
+impl Resolved {
+    /// False when the limits are guesses ([`Source::Default`]).
+    pub fn is_known(&self) -> bool {
+        self.source != Source::Default
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct ProviderModels {
+    #[serde(default)]
+    name: String,
+    models: BTreeMap<String, ModelInfo>,
+}
+
+/// Models by provider. Cheap to clone (a few dozen entries) so config can extend a copy.
+#[derive(Debug, Clone, Default)]
+pub struct Catalogue {
+    providers: BTreeMap<String, ProviderModels>,
+    /// `(provider, model)` entries set by config.
+    overridden: BTreeSet<(String, String)>,
+}
+
+impl Catalogue {
+    /// The embedded snapshot, parsed once.
+    pub fn builtin() -> &'static Catalogue {
+        static BUILTIN_CATALOGUE: OnceLock<Catalogue> = OnceLock::new();
+        BUILTIN_CATALOGUE.get_or_init(|| match Catalogue::from_json(BUILTIN) {
+            Ok(catalogue) => catalogue,
+            Err(e) => {
+                // A unit test parses the snapshot, so this only happens to a broken build.
+                tracing::error!("the built-in model catalogue is invalid: {e}");
+                Catalogue::default()
+            }
+        })
+    }
+
+    /// A catalogue in the models.dev shape: `{provider: {name, models: {id: model}}}`.
+    pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
+        Ok(Self { providers: serde_json::from_str(text)?, overridden: BTreeSet::new() })
+    }
+
+    /// The entry for exactly this provider and model; dated or `-latest` ids (`claude-sonnet-4-5-20250929`,
+    /// `gpt-4o-2024-08-06`) also find their undated entry.
+    pub fn get(&self, provider: &str, model: &str) -> Option<&ModelInfo> {
+        let models = &self.providers.get(provider)?.models;
+        models.get(model).or_else(|| models.get(undated(model)))
+    }
+
+    /// The model with its source: this provider's entry, else the same model under another provider
+    /// (compared without a `vendor/` prefix, e.g. `gpt-oss-20b` on a local server), else the defaults.
+    pub fn resolve(&self, provider: &str, model: &str) -> Resolved {
+        if let Some(info) = self.get(provider, model) {
+            let overridden = self.overridden.contains(&(provider.to_owned(), info.id.clone()));
+            return Resolved {
+                model: info.clone(),
+                source: if overridden { Source::Config } else { Source::Catalogue },
+            };
+        }
+        let wanted = undated(base_name(model));
+        for (other, entry) in &self.providers {
+            if let Some(info) = entry.models.values().find(|m| undated(base_name(&m.id)) == wanted) {
+                let mut info = info.clone();
+                info.id = model.to_owned();
+                info.cost = Cost::default();
+                return Resolved { model: info, source: Source::OtherProvider(other.clone()) };
+            }
+        }
+        Resolved { model: unknown_model(model), source: Source::Default }
+    }
+
+    /// Applies a config entry: changes the model's limits or prices, or adds the model (starting from
+    /// what [`Catalogue::resolve`] knows about it).
+    pub fn set(&mut self, provider: &str, model: &str, changes: &ModelOverride) {
+        let mut info = self.resolve(provider, model).model;
+        info.id = model.to_owned();
+        if let Some(context) = changes.context {
+            info.limit.context = context;
+        }
+        if changes.input.is_some() {
+            info.limit.input = changes.input;
+        }
+        if let Some(output) = changes.output {
+            info.limit.output = output;
+        }
+        if let Some(cost) = &changes.cost {
+            info.cost = cost.clone();
+        }
+        let entry = self.providers.entry(provider.to_owned()).or_default();
+        entry.models.insert(model.to_owned(), info);
+        self.overridden.insert((provider.to_owned(), model.to_owned()));
+    }
+
+    /// Every model, as `(provider, model)`, sorted by provider then id.
+    pub fn models(&self) -> impl Iterator<Item = (&str, &ModelInfo)> {
+        self.providers.iter().flat_map(|(p, entry)| entry.models.values().map(move |m| (p.as_str(), m)))
+    }
+
+    /// A provider's display name, if the catalogue lists it.
+    pub fn provider_name(&self, provider: &str) -> Option<&str> {
+        self.providers.get(provider).map(|p| p.name.as_str()).filter(|n| !n.is_empty())
+    }
+}
+
+/// What a model nobody describes gets: [`DEFAULT_LIMIT`], zero cost, tools and temperature allowed.
+pub fn unknown_model(id: &str) -> ModelInfo {
+    ModelInfo {
+        id: id.to_owned(),
+        name: id.to_owned(),
+        reasoning: false,
+        tool_call: true,
+        temperature: true,
+        modalities: Modalities::default(),
+        limit: DEFAULT_LIMIT,
+        cost: Cost::default(),
+    }
+}
+
+/// `openai/gpt-oss-20b` → `gpt-oss-20b`.
+fn base_name(id: &str) -> &str {
+    id.rsplit('/').next().unwrap_or(id)
+}
+
+/// Drops a release suffix: `-latest`, `-20250929`, `-2024-08-06`.
+fn undated(id: &str) -> &str {
+    if let Some(stripped) = id.strip_suffix("-latest") {
+        return stripped;
+    }
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some((head, date)) = id.rsplit_once('-')
+        && date.len() == 8
+        && digits(date)
+    {
+        return head;
+    }
+    // `-YYYY-MM-DD`: three dash-separated numeric parts.
+    let mut parts = id.rsplitn(4, '-');
+    if let (Some(day), Some(month), Some(year), Some(head)) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+        && day.len() == 2
+        && month.len() == 2
+        && year.len() == 4
+        && [day, month, year].iter().all(|p| digits(p))
+    {
+        return head;
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, output: u64, reasoning: u64, cache_read: u64, cache_write: u64) -> Usage {
+        Usage { input, output, reasoning, cache_read, cache_write, total: None }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn builtin_snapshot_parses_and_lists_the_common_models() {
+        let catalogue = Catalogue::builtin();
+        for (provider, model) in [
+            ("openai", "gpt-4.1"),
+            ("openai", "gpt-4.1-mini"),
+            ("openai", "gpt-4o"),
+            ("openai", "gpt-4o-mini"),
+            ("openai", "o3"),
+            ("openai", "o4-mini"),
+            ("openai", "gpt-5"),
+            ("openai", "gpt-5-mini"),
+            ("anthropic", "claude-sonnet-4-5"),
+            ("anthropic", "claude-opus-4-1"),
+            ("anthropic", "claude-haiku-4-5"),
+            ("anthropic", "claude-3-7-sonnet"),
+            ("deepseek", "deepseek-chat"),
+            ("deepseek", "deepseek-reasoner"),
+            ("groq", "openai/gpt-oss-20b"),
+            ("groq", "openai/gpt-oss-120b"),
+            ("groq", "moonshotai/kimi-k2-instruct-0905"),
+            ("groq", "llama-3.3-70b-versatile"),
+            ("groq", "qwen/qwen3-32b"),
+        ] {
+            let info = catalogue.get(provider, model).unwrap_or_else(|| panic!("{provider}/{model}"));
+            assert!(info.limit.context > info.limit.output, "{provider}/{model}");
+            assert!(info.cost.output >= info.cost.input, "{provider}/{model}");
+        }
+        assert!(catalogue.models().count() >= 20);
+    }
+
+    #[test]
+    fn known_usage_on_a_catalogue_model_costs_the_list_price() {
+        let gpt41 = Catalogue::builtin().get("openai", "gpt-4.1").unwrap();
+        // 1M input at $2 + 1M output at $8.
+        assert!(close(cost(gpt41, &usage(1_000_000, 1_000_000, 0, 0, 0)), 10.0));
+        // 12 345 input and 678 output tokens.
+        let expected = (12_345.0 * 2.0 + 678.0 * 8.0) / 1e6;
+        assert!(close(cost(gpt41, &usage(12_345, 678, 0, 0, 0)), expected));
+    }
+
+    #[test]
+    fn cached_and_reasoning_tokens_are_priced_at_their_rates() {
+        let sonnet = Catalogue::builtin().get("anthropic", "claude-sonnet-4-5").unwrap();
+        // input $3, output $15 (reasoning too), cache read $0.30, cache write $3.75 per million.
+        let got = cost(sonnet, &usage(100_000, 20_000, 30_000, 50_000, 10_000));
+        let expected = (100_000.0 * 3.0 + 50_000.0 * 15.0 + 50_000.0 * 0.3 + 10_000.0 * 3.75) / 1e6;
+        assert!(close(got, expected), "{got} != {expected}");
+        let o4 = Catalogue::builtin().get("openai", "o4-mini").unwrap();
+        let got = cost(o4, &usage(0, 100, 900, 2_000_000, 0));
+        assert!(close(got, (1_000.0 * 4.4 + 2_000_000.0 * 0.275) / 1e6), "{got}");
+    }
+
+    #[test]
+    fn long_context_prices_apply_above_200k_input() {
+        let sonnet = Catalogue::builtin().get("anthropic", "claude-sonnet-4-5").unwrap();
+        let got = cost(sonnet, &usage(150_000, 1_000, 0, 60_000, 0));
+        let expected = (150_000.0 * 6.0 + 1_000.0 * 22.5 + 60_000.0 * 0.6) / 1e6;
+        assert!(close(got, expected), "{got} != {expected}");
+    }
+
+    #[test]
+    fn dated_ids_find_their_entry() {
+        let catalogue = Catalogue::builtin();
+        assert_eq!(catalogue.get("anthropic", "claude-sonnet-4-5-20250929").unwrap().id, "claude-sonnet-4-5");
+        assert_eq!(catalogue.get("anthropic", "claude-3-7-sonnet-latest").unwrap().id, "claude-3-7-sonnet");
+        assert_eq!(catalogue.get("openai", "gpt-4o-2024-08-06").unwrap().id, "gpt-4o");
+        assert_eq!(catalogue.get("openai", "gpt-4o-mini-2024-07-18").unwrap().id, "gpt-4o-mini");
+        assert!(catalogue.get("openai", "gpt-4").is_none());
+    }
+
+    #[test]
+    fn the_same_model_elsewhere_gives_limits_but_no_prices() {
+        let resolved = Catalogue::builtin().resolve("llamacpp", "gpt-oss-20b");
+        assert_eq!(resolved.source, Source::OtherProvider("groq".into()));
+        assert_eq!(resolved.model.limit.context, 131_072);
+        assert_eq!(resolved.model.cost, Cost::default());
+        assert_eq!(resolved.model.id, "gpt-oss-20b");
+    }
+
+    #[test]
+    fn unknown_models_get_defaults_callers_can_detect() {
+        let resolved = Catalogue::builtin().resolve("mine", "my-finetune");
+        assert!(!resolved.is_known());
+        assert_eq!(resolved.model.limit, DEFAULT_LIMIT);
+        assert_eq!(cost(&resolved.model, &usage(1_000_000, 1_000_000, 0, 0, 0)), 0.0);
+    }
+
+    #[test]
+    fn config_overrides_and_extends_entries() {
+        let mut catalogue = Catalogue::builtin().clone();
+        let cheaper = Cost { input: 1.0, output: 4.0, ..Cost::default() };
+        catalogue.set(
+            "openai",
+            "gpt-4.1",
+            &ModelOverride { output: Some(16_000), cost: Some(cheaper.clone()), ..Default::default() },
+        );
+        let resolved = catalogue.resolve("openai", "gpt-4.1");
+        assert_eq!(resolved.source, Source::Config);
+        assert_eq!(resolved.model.limit, Limit { context: 1_047_576, input: None, output: 16_000 });
+        assert_eq!(resolved.model.cost, cheaper);
+
+        catalogue.set(
+            "local",
+            "my-model",
+            &ModelOverride { context: Some(32_000), output: Some(4_000), ..Default::default() },
+        );
+        let resolved = catalogue.resolve("local", "my-model");
+        assert!(resolved.is_known());
+        assert_eq!(resolved.model.limit, Limit { context: 32_000, input: None, output: 4_000 });
+        // The built-in snapshot is untouched.
+        assert_eq!(Catalogue::builtin().resolve("openai", "gpt-4.1").source, Source::Catalogue);
+    }
+
+    #[test]
+    fn strips_release_suffixes_only() {
+        assert_eq!(undated("claude-opus-4-1-20250805"), "claude-opus-4-1");
+        assert_eq!(undated("gpt-4.1-2025-04-14"), "gpt-4.1");
+        assert_eq!(undated("kimi-k2-instruct-0905"), "kimi-k2-instruct-0905");
+        assert_eq!(undated("o3"), "o3");
+    }
+}
