@@ -68,7 +68,11 @@ fn assert_cut_text_ignored(h: &Harness, delivered_chars: usize) {
 #[tokio::test]
 async fn rate_limit_with_retry_after_zero_is_retried_at_once() {
     let (_, run) = retried_once(Fault::rate_limited(0), "rate limited", |_| {}).await;
-    assert!(run.elapsed < std::time::Duration::from_secs(2), "no backoff on retry-after: 0: {:?}", run.elapsed);
+    assert!(
+        run.elapsed < std::time::Duration::from_secs(2),
+        "no backoff on retry-after: 0: {:?}",
+        run.elapsed
+    );
 }
 
 #[tokio::test]
@@ -76,7 +80,11 @@ async fn rate_limit_waits_as_long_as_retry_after_ms_asks() {
     let fault = Fault::status(429).header("retry-after-ms", "400");
     let (_, run) = retried_once(fault, "rate limited", |_| {}).await;
     assert!(run.elapsed >= std::time::Duration::from_millis(400), "{:?}", run.elapsed);
-    assert!(run.elapsed < std::time::Duration::from_secs(2), "not the 2 s default backoff: {:?}", run.elapsed);
+    assert!(
+        run.elapsed < std::time::Duration::from_secs(2),
+        "not the 2 s default backoff: {:?}",
+        run.elapsed
+    );
 }
 
 #[tokio::test]
@@ -222,9 +230,9 @@ async fn context_overflow_with_auto_compaction_summarises_and_goes_on() {
 #[tokio::test]
 async fn a_reset_while_a_tool_call_streams_settles_the_partial_call_and_the_retry_runs_it() {
     // Role, one text chunk, the call's head and one argument fragment; then the connection drops.
-    let partial = Reply::text("Reading.")
-        .with_text_chunks(1)
-        .with_call(codeloop_testkit::ScriptToolCall::new("read", json!({"filePath": "a.txt"})).with_fragments(3));
+    let partial = Reply::text("Reading.").with_text_chunks(1).with_call(
+        codeloop_testkit::ScriptToolCall::new("read", json!({"filePath": "a.txt"})).with_fragments(3),
+    );
     let h = Harness::new(Script::new([
         Turn::from(Fault::reset(partial, 4)),
         Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"}))),

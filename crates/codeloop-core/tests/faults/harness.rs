@@ -20,7 +20,7 @@ use tokio::sync::broadcast;
 pub const KEY_ENV: &str = "CODELOOP_FAULTS_API_KEY";
 
 pub struct Harness {
-    pub data: TempDir,
+    _data: TempDir,
     pub project: TempDir,
     pub fake: FakeProvider,
     pub engine: Engine,
@@ -79,7 +79,7 @@ impl Harness {
         let engine = open_engine(data.path(), config, AskPolicy::Deny);
         let session = engine.create_session(project.path(), None, None, None).unwrap();
         std::fs::write(project.path().join("a.txt"), "hello from a.txt\n").unwrap();
-        Harness { data, project, fake, engine, session }
+        Harness { _data: data, project, fake, engine, session }
     }
 
     /// Sends `text` and waits for the run, recording what it published.
@@ -113,7 +113,9 @@ pub fn drain(mut events: broadcast::Receiver<Arc<Event>>) -> Vec<Arc<Event>> {
     loop {
         match events.try_recv() {
             Ok(event) => out.push(event),
-            Err(broadcast::error::TryRecvError::Lagged(skipped)) => panic!("the test lagged {skipped} events"),
+            Err(broadcast::error::TryRecvError::Lagged(skipped)) => {
+                panic!("the test lagged {skipped} events")
+            }
             Err(_) => return out,
         }
     }
