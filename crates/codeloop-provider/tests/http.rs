@@ -268,3 +268,63 @@ async fn stream_error_event_ends_the_stream_with_the_classified_error() {
     let last = items.last().unwrap().as_ref().unwrap_err();
     assert!(last.retryable(), "{last:?}");
 }
+
+#[tokio::test]
+async fn responses_request_is_stateless_and_streams_a_tool_call() {
+    let body = concat!(
+        "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"status\":\"in_progress\"}}\n\n",
+        "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"read\",\"arguments\":\"\"}}\n\n",
+        "event: response.function_call_arguments.delta\ndata: {\"type\":\"response.function_call_arguments.delta\",\"item_id\":\"fc_1\",\"delta\":\"{\\\"path\\\":\\\"a\\\"}\"}\n\n",
+        "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"id\":\"fc_1\",\"type\":\"function_call\",\"call_id\":\"call_1\",\"name\":\"read\",\"arguments\":\"{\\\"path\\\":\\\"a\\\"}\"}}\n\n",
+        "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"usage\":{\"input_tokens\":10,\"output_tokens\":5,\"total_tokens\":15}}}\n\n",
+    );
+    let (base, captured) = serve(sse_response(body), Then::Close).await;
+    let items = collect(WireApi::OpenAiResponses, &base).await.unwrap();
+    let captured = captured.await.unwrap();
+    assert!(captured.head.starts_with("post /v1/responses "), "{}", captured.head);
+    assert_eq!(captured.body["store"], false);
+    assert_eq!(captured.body["instructions"], "Be brief.");
+    let call = items.iter().find_map(|i| match i {
+        Ok(StreamEvent::ToolCall(call)) => Some(call.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        call.map(|c| (c.call_id, c.input)),
+        Some(("call_1".into(), Ok(serde_json::json!({"path": "a"}))))
+    );
+    assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
+}
+
+#[tokio::test]
+async fn anthropic_stream_over_http_ends_with_usage() {
+    let body = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":12,\"cache_read_input_tokens\":100,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    let (base, captured) = serve(sse_response(body), Then::Stall).await;
+    // The stream ends at message_stop even though the server keeps the connection open.
+    let items = collect(WireApi::Anthropic, &base).await.unwrap();
+    let captured = captured.await.unwrap();
+    assert_eq!(captured.body["max_tokens"], 100);
+    assert_eq!(captured.body["system"][0]["cache_control"]["type"], "ephemeral");
+    let usage = items.iter().find_map(|i| match i {
+        Ok(StreamEvent::FinishStep { usage, .. }) => *usage,
+        _ => None,
+    });
+    assert_eq!(
+        usage,
+        Some(codeloop_provider::Usage {
+            input: 12,
+            output: 3,
+            reasoning: 0,
+            cache_read: 100,
+            cache_write: 0,
+            total: None
+        })
+    );
+    assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
+}
