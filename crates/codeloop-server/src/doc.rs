@@ -1,0 +1,127 @@
+//! The OpenAPI 3.1 document served at `/doc`, built from the route table (schemas from `schemars`).
+//!
+//! Owns: turning [`Op`]s into `paths` and `components`.
+//! Must not: list routes of its own; a route exists in the document because it is registered.
+
+use serde_json::{Map, Value, json};
+
+use crate::api::ErrorBody;
+use crate::routes::{Op, Returns};
+
+/// Where `codeloop-types` values are described (they have no JSON schema of their own).
+const DATA_MODEL: &str = "a codeloop-types value serialised as JSON; see DESIGN.md §3 (data model)";
+
+pub fn openapi(ops: &[Op]) -> Value {
+    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    let error = generator.subschema_for::<ErrorBody>();
+    let mut paths: Map<String, Value> = Map::new();
+    let mut models: Vec<&'static str> = Vec::new();
+    for op in ops {
+        let mut parameters: Vec<Value> = path_params(op.path)
+            .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+            .collect();
+        if let Some(query) = op.query {
+            let schema = query(&mut generator).to_value();
+            parameters.extend(query_params(&resolve(&generator, schema)));
+        }
+        let mut operation = json!({
+            "operationId": op.id,
+            "summary": op.summary,
+            "parameters": parameters,
+            "responses": {
+                "default": {
+                    "description": "An error: 400 invalid, 401 unauthorized, 404 not found, 409 busy or already answered, 413 too large, 500",
+                    "content": {"application/json": {"schema": error.clone()}},
+                },
+            },
+        });
+        if let Some(body) = op.body {
+            operation["requestBody"] =
+                json!({"required": true, "content": {"application/json": {"schema": body(&mut generator)}}});
+        }
+        let (status, response) = match op.returns {
+            Returns::Json(schema) => ("200", content("OK", schema(&mut generator).to_value())),
+            Returns::Model(name) => {
+                models.push(name);
+                ("200", content("OK", component(name)))
+            }
+            Returns::List(name) => {
+                models.push(name);
+                ("200", content("OK", json!({"type": "array", "items": component(name)})))
+            }
+            Returns::AnyJson => ("200", content("OK", json!({}))),
+            Returns::EventStream => (
+                "200",
+                json!({"description": "text/event-stream: `id: N`, `event: message`, `data: {id, type, properties}`",
+                       "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
+            ),
+            Returns::Accepted => ("202", json!({"description": "Accepted: the run started or was queued"})),
+        };
+        operation["responses"][status] = response;
+        let item = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));
+        item[op.verb.as_str()] = operation;
+    }
+    let mut schemas = generator.take_definitions(true);
+    for name in models {
+        schemas.insert(
+            name.to_owned(),
+            json!({"type": "object", "description": format!("{name}: {DATA_MODEL}")}),
+        );
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "codeloop",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The codeloop HTTP API. With a token, send `Authorization: Bearer <token>` on every request.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    })
+}
+
+/// The schema a `$ref` into the components points at (query structs are described inline).
+fn resolve(generator: &schemars::SchemaGenerator, schema: Value) -> Value {
+    let name = schema.get("$ref").and_then(Value::as_str).and_then(|r| r.rsplit('/').next());
+    match name.and_then(|name| generator.definitions().get(name)) {
+        Some(definition) => definition.clone(),
+        None => schema,
+    }
+}
+
+fn component(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn content(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": schema}}})
+}
+
+/// `{id}` segments of an axum path.
+pub fn path_params(path: &str) -> impl Iterator<Item = &str> {
+    path.split('/').filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
+}
+
+/// A query struct's properties as OpenAPI parameters.
+fn query_params(schema: &Value) -> Vec<Value> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return Vec::new() };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let mut parameter =
+                json!({"name": name, "in": "query", "required": required.contains(&name.as_str()), "schema": property});
+            if let Some(description) = property.get("description") {
+                parameter["description"] = description.clone();
+            }
+            parameter
+        })
+        .collect()
+}

@@ -1,0 +1,147 @@
+//! Health, permission requests and replies, configuration and model catalogue (read-only).
+//!
+//! Owns: the redaction of `GET /config`: header values, credentials in URLs and any string under a
+//! secret-sounding key are replaced, so a client never sees a secret even if one was put in a config file.
+//! Must not: decide permissions (the engine's permission service does).
+
+use axum::Json;
+use axum::extract::State;
+use codeloop_core::models::catalogue;
+use codeloop_types::{PermissionId, PermissionRequest, SessionId};
+use serde_json::Value;
+
+use crate::AppState;
+use crate::api::{Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, SessionQuery};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
+
+const REDACTED: &str = "[redacted]";
+
+pub async fn health() -> Json<Health> {
+    Json(Health { healthy: true, version: env!("CARGO_PKG_VERSION").to_owned() })
+}
+
+pub async fn permissions(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<SessionQuery>,
+) -> Json<Vec<PermissionRequest>> {
+    let session = query.session.filter(|s| !s.is_empty()).map(SessionId::from);
+    Json(state.engine.pending_permissions(session.as_ref()))
+}
+
+pub async fn reply_permission(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<PermissionReplyBody>,
+) -> Result<Json<bool>, ApiError> {
+    let engine = state.engine.clone();
+    let reply = body.to_reply();
+    // An "always" reply saves the approval in the store.
+    blocking(move || Ok(engine.reply_permission(&PermissionId::from(id.as_str()), reply)?)).await?;
+    Ok(Json(true))
+}
+
+pub async fn config(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let mut value = serde_json::to_value(state.engine.config())
+        .map_err(|e| ApiError::internal(format!("cannot serialise the configuration: {e}")))?;
+    redact(&mut value, None);
+    Ok(Json(value))
+}
+
+pub async fn models(State(state): State<AppState>) -> Json<Vec<ModelEntry>> {
+    let entries = catalogue(state.engine.config())
+        .into_iter()
+        .map(|entry| ModelEntry {
+            id: entry.reference.to_string(),
+            provider_id: entry.reference.provider_id.clone(),
+            model_id: entry.reference.model_id.clone(),
+            limit: ModelLimit {
+                context: entry.limits.context,
+                input: entry.limits.input,
+                output: entry.limits.output,
+            },
+            cost: ModelCost {
+                input: entry.pricing.input,
+                output: entry.pricing.output,
+                cache_read: entry.pricing.cache_read,
+                cache_write: entry.pricing.cache_write,
+            },
+        })
+        .collect();
+    Json(entries)
+}
+
+/// Whether a string under this key may be a secret. `*_env` keys name environment variables.
+fn secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    !key.ends_with("_env")
+        && ["key", "token", "secret", "password", "authorization", "credential"]
+            .iter()
+            .any(|w| key.contains(w))
+}
+
+/// Replaces secrets in place: every value under `headers`, any string under a secret-sounding key,
+/// and the user-info part of URLs.
+fn redact(value: &mut Value, key: Option<&str>) {
+    match value {
+        Value::Object(map) => {
+            for (name, child) in map.iter_mut() {
+                if name == "headers" {
+                    if let Value::Object(headers) = child {
+                        headers.values_mut().for_each(|v| *v = Value::String(REDACTED.into()));
+                    }
+                    continue;
+                }
+                redact(child, Some(name));
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| redact(item, key)),
+        Value::String(text) => {
+            if key.is_some_and(secret_key) {
+                *text = REDACTED.into();
+            } else if let Some(clean) = strip_userinfo(text) {
+                *text = clean;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `https://user:pass@host/…` → `https://[redacted]@host/…`; `None` when there is no user-info.
+fn strip_userinfo(text: &str) -> Option<String> {
+    let (scheme, rest) = text.split_once("://")?;
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let (_, host) = rest[..authority_end].rsplit_once('@')?;
+    Some(format!("{scheme}://{REDACTED}@{host}{}", &rest[authority_end..]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_redacted() {
+        let mut config = json!({
+            "provider": {"x": {
+                "api_key_env": "X_API_KEY",
+                "base_url": "https://user:hunter2@api.example.com/v1",
+                "headers": {"Authorization": "Bearer sk-live"},
+                "api_key": "sk-live",
+            }},
+            "compaction": {"reserved_tokens": 100},
+        });
+        redact(&mut config, None);
+        assert_eq!(
+            config,
+            json!({
+                "provider": {"x": {
+                    "api_key_env": "X_API_KEY",
+                    "base_url": "https://[redacted]@api.example.com/v1",
+                    "headers": {"Authorization": REDACTED},
+                    "api_key": REDACTED,
+                }},
+                "compaction": {"reserved_tokens": 100},
+            })
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! The route table: every route is registered once, with its handler and its documentation together, so
+//! the router and the OpenAPI document (`GET /doc`) cannot drift apart.
+//!
+//! Owns: paths, methods, and what each route documents about itself.
+//! Must not: hold handler logic (see `session`, `prompt`, `misc`).
+
+mod misc;
+mod prompt;
+mod session;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::handler::Handler;
+use axum::routing::{MethodFilter, on};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+
+use crate::AppState;
+use crate::api::*;
+use crate::events;
+
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Post,
+    Patch,
+    Delete,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Post => "post",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        }
+    }
+
+    fn filter(self) -> MethodFilter {
+        match self {
+            Verb::Get => MethodFilter::GET,
+            Verb::Post => MethodFilter::POST,
+            Verb::Patch => MethodFilter::PATCH,
+            Verb::Delete => MethodFilter::DELETE,
+        }
+    }
+}
+
+/// What a successful response carries.
+#[derive(Clone, Copy)]
+pub enum Returns {
+    /// A schema the server defines.
+    Json(SchemaFn),
+    /// A `codeloop-types` value (named component with a pointer to the data model).
+    Model(&'static str),
+    /// A list of `codeloop-types` values.
+    List(&'static str),
+    /// `text/event-stream`.
+    EventStream,
+    /// Any JSON (e.g. the OpenAPI document itself).
+    AnyJson,
+    /// No body (202).
+    Accepted,
+}
+
+/// One documented route.
+#[derive(Clone, Copy)]
+pub struct Op {
+    pub verb: Verb,
+    pub path: &'static str,
+    pub id: &'static str,
+    pub summary: &'static str,
+    pub query: Option<SchemaFn>,
+    pub body: Option<SchemaFn>,
+    pub returns: Returns,
+}
+
+impl Op {
+    const fn new(verb: Verb, path: &'static str, id: &'static str, summary: &'static str) -> Op {
+        Op { verb, path, id, summary, query: None, body: None, returns: Returns::AnyJson }
+    }
+
+    fn query<T: JsonSchema>(mut self) -> Op {
+        self.query = Some(schema::<T>);
+        self
+    }
+
+    fn body<T: JsonSchema>(mut self) -> Op {
+        self.body = Some(schema::<T>);
+        self
+    }
+
+    fn json<T: JsonSchema>(mut self) -> Op {
+        self.returns = Returns::Json(schema::<T>);
+        self
+    }
+
+    fn returns(mut self, returns: Returns) -> Op {
+        self.returns = returns;
+        self
+    }
+}
+
+fn get(path: &'static str, id: &'static str, summary: &'static str) -> Op {
+    Op::new(Verb::Get, path, id, summary)
+}
+
+fn post(path: &'static str, id: &'static str, summary: &'static str) -> Op {
+    Op::new(Verb::Post, path, id, summary)
+}
+
+/// Routes and their documentation, built together.
+pub struct Api {
+    router: Router<AppState>,
+    ops: Vec<Op>,
+}
+
+impl Api {
+    fn add<H, T>(mut self, op: Op, handler: H) -> Self
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        self.router = self.router.route(op.path, on(op.verb.filter(), handler));
+        self.ops.push(op);
+        self
+    }
+
+    /// Adds `GET /doc` (documenting itself too) and returns the router and the operations.
+    pub fn finish(mut self) -> (Router<AppState>, Vec<Op>) {
+        let op = get("/doc", "doc", "This OpenAPI 3.1 document");
+        self.ops.push(op);
+        let document = Arc::new(crate::doc::openapi(&self.ops));
+        let router = self.router.route(
+            op.path,
+            on(op.verb.filter(), move || {
+                let document = document.clone();
+                async move { axum::Json((*document).clone()) }
+            }),
+        );
+        (router, self.ops)
+    }
+}
+
+/// Every route of the API.
+pub fn api() -> Api {
+    use Returns::{Accepted, EventStream, List, Model};
+    let api = Api { router: Router::new(), ops: Vec::new() };
+    api.add(get("/health", "health", "Liveness and version").json::<Health>(), misc::health)
+        .add(get("/event", "event.subscribe", "Server-Sent Events: every bus event with its id; resume with Last-Event-ID").query::<EventQuery>().returns(EventStream), events::events)
+        .add(get("/session", "session.list", "List sessions, most recently updated first").query::<SessionListQuery>().returns(List("Session")), session::list)
+        .add(post("/session", "session.create", "Create a session").body::<CreateSession>().returns(Model("Session")), session::create)
+        .add(get("/session/status", "session.status", "Sessions with an active run: id → status").returns(Returns::AnyJson), session::status)
+        .add(get("/session/{id}", "session.get", "Get a session").returns(Model("Session")), session::get)
+        .add(Op::new(Verb::Patch, "/session/{id}", "session.update", "Rename a session").body::<UpdateSession>().returns(Model("Session")), session::update)
+        .add(Op::new(Verb::Delete, "/session/{id}", "session.delete", "Delete a session and its children (409 while it runs)").returns(Returns::AnyJson), session::delete)
+        .add(get("/session/{id}/children", "session.children", "Child sessions (subtasks)").returns(List("Session")), session::children)
+        .add(get("/session/{id}/todo", "session.todo", "The session's todo list").returns(List("Todo")), session::todo)
+        .add(get("/session/{id}/message", "session.messages", "A page of messages with their parts, newest first").query::<MessageListQuery>().returns(List("MessageWithParts")), prompt::messages)
+        .add(get("/session/{id}/message/{messageID}", "session.message", "One message with its parts").returns(Model("MessageWithParts")), prompt::message)
+        .add(post("/session/{id}/message", "session.prompt", "Send a prompt and wait for the run to end (same as /prompt)").body::<PromptBody>().json::<PromptResult>(), prompt::prompt)
+        .add(post("/session/{id}/prompt", "session.prompt_sync", "Send a prompt and wait for the run to end").body::<PromptBody>().json::<PromptResult>(), prompt::prompt)
+        .add(post("/session/{id}/prompt_async", "session.prompt_async", "Send a prompt; 202 at once, the run is watched through /event and failures arrive as session.error").body::<PromptBody>().returns(Accepted), prompt::prompt_async)
+        .add(post("/session/{id}/abort", "session.abort", "Stop the active run; returns after its cleanup").json::<Aborted>(), prompt::abort)
+        .add(post("/session/{id}/compact", "session.compact", "Summarise the session now (409 while it runs)").json::<PromptResult>(), prompt::compact)
+        .add(post("/session/{id}/summarize", "session.summarize", "Same as /compact").json::<PromptResult>(), prompt::compact)
+        .add(get("/permission", "permission.list", "Pending permission requests, oldest first").query::<SessionQuery>().returns(List("PermissionRequest")), misc::permissions)
+        .add(post("/permission/{requestID}/reply", "permission.reply", "Answer a pending request; the first reply wins, later ones get 409").body::<PermissionReplyBody>().returns(Returns::AnyJson), misc::reply_permission)
+        .add(get("/config", "config.get", "The effective configuration (read-only, secrets redacted)").returns(Model("Config")), misc::config)
+        .add(get("/models", "models.list", "The model catalogue").json::<Vec<ModelEntry>>(), misc::models)
+}

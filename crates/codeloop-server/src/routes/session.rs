@@ -1,0 +1,164 @@
+//! Session routes: list, create, get, rename, delete, children, todo list, active statuses.
+//!
+//! Owns: request validation and the calls into the engine.
+//! Must not: decide what a session is allowed to do (deleting a running session, for one, is refused by
+//! the engine, not here).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use axum::Json;
+use axum::extract::State;
+use codeloop_core::{Engine, EngineError};
+use codeloop_store::SessionFilter;
+use codeloop_types::{Session, SessionId, SessionStatus, Todo};
+
+use crate::AppState;
+use crate::api::{CreateSession, SessionListQuery, UpdateSession};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
+
+/// Longest accepted title, in characters.
+const MAX_TITLE: usize = 500;
+
+/// The session, or 404.
+pub async fn load(engine: &Engine, id: &str) -> Result<Session, ApiError> {
+    let engine = engine.clone();
+    let id = SessionId::from(id);
+    blocking(move || Ok(engine.session(&id)?)).await
+}
+
+fn title(text: &str) -> Result<String, ApiError> {
+    let title = text.trim();
+    if title.is_empty() {
+        return Err(ApiError::invalid("title must not be empty"));
+    }
+    if title.chars().count() > MAX_TITLE {
+        return Err(ApiError::invalid(format!("title is longer than {MAX_TITLE} characters")));
+    }
+    Ok(title.to_owned())
+}
+
+fn limit(limit: Option<usize>) -> Result<Option<usize>, ApiError> {
+    match limit {
+        Some(0) => Err(ApiError::invalid("limit must be at least 1")),
+        other => Ok(other),
+    }
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<SessionListQuery>,
+) -> Result<Json<Vec<Session>>, ApiError> {
+    let directory = query.directory.filter(|d| !d.is_empty()).map(|d| {
+        let path = PathBuf::from(&d);
+        path.canonicalize().map(|p| p.display().to_string()).unwrap_or(d)
+    });
+    let filter = SessionFilter {
+        parent: None,
+        include_children: !query.roots.unwrap_or(false),
+        directory,
+        limit: limit(query.limit)?,
+    };
+    let engine = state.engine.clone();
+    blocking(move || Ok(engine.sessions(&filter)?)).await.map(Json)
+}
+
+pub async fn create(
+    State(state): State<AppState>,
+    ApiJson(body): ApiJson<CreateSession>,
+) -> Result<Json<Session>, ApiError> {
+    let directory = match body.directory.as_deref().filter(|d| !d.is_empty()) {
+        Some(dir) => state.options.directory.join(dir),
+        None => state.options.directory.clone(),
+    };
+    if !directory.is_dir() {
+        return Err(ApiError::invalid(format!("directory {} does not exist", directory.display())));
+    }
+    let model = body.model.as_ref().map(|m| m.to_ref()).transpose().map_err(ApiError::invalid)?;
+    let title = body.title.as_deref().map(title).transpose()?;
+    let parent = match body.parent_id.filter(|p| !p.is_empty()) {
+        Some(parent) => Some(load(&state.engine, &parent).await.map_err(|e| match e.code {
+            "not_found" => ApiError::invalid(format!("parent_id: session {parent} not found")),
+            _ => e,
+        })?),
+        None => None,
+    };
+    let engine = state.engine.clone();
+    let session = blocking(move || {
+        let mut session =
+            engine.create_session(&directory, body.agent.as_deref(), model, parent.map(|p| p.id))?;
+        if let Some(title) = title {
+            session.title = title;
+            engine.update_session(&session);
+        }
+        Ok(session)
+    })
+    .await?;
+    // Read-your-writes: a GET right after this sees the title.
+    state.engine.flush().await?;
+    Ok(Json(session))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Session>, ApiError> {
+    load(&state.engine, &id).await.map(Json)
+}
+
+pub async fn update(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<UpdateSession>,
+) -> Result<Json<Session>, ApiError> {
+    let title = title(&body.title)?;
+    let mut session = load(&state.engine, &id).await?;
+    session.title = title;
+    session.time.updated = codeloop_types::now_ms();
+    state.engine.update_session(&session);
+    state.engine.flush().await?;
+    Ok(Json(session))
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<bool>, ApiError> {
+    let engine = state.engine.clone();
+    let session = SessionId::from(id.as_str());
+    let deleted = blocking(move || match engine.delete_session(&session) {
+        Ok(deleted) => Ok(deleted),
+        // The engine refuses to delete a running session.
+        Err(EngineError::Invalid(message)) => Err(ApiError::conflict("busy", message)),
+        Err(other) => Err(other.into()),
+    })
+    .await?;
+    if !deleted {
+        return Err(ApiError::not_found(format!("session {id} not found")));
+    }
+    Ok(Json(true))
+}
+
+pub async fn children(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Vec<Session>>, ApiError> {
+    let session = load(&state.engine, &id).await?;
+    let engine = state.engine.clone();
+    let filter = SessionFilter { parent: Some(session.id), include_children: true, ..Default::default() };
+    blocking(move || Ok(engine.sessions(&filter)?)).await.map(Json)
+}
+
+pub async fn todo(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Vec<Todo>>, ApiError> {
+    let session = load(&state.engine, &id).await?;
+    let store = state.engine.store();
+    blocking(move || Ok(store.get_todos(&session.id)?)).await.map(Json)
+}
+
+pub async fn status(State(state): State<AppState>) -> Json<BTreeMap<String, SessionStatus>> {
+    let active = state.engine.coordinator().active();
+    Json(active.into_iter().map(|id| (id.to_string(), SessionStatus::Busy)).collect())
+}

@@ -1,0 +1,13 @@
+//! The server over real HTTP on 127.0.0.1: a real engine with SQLite in a temp dir and the test kit's
+//! fake provider. One binary; the behaviours live in the submodules.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
+
+#[path = "server/api.rs"]
+mod api;
+#[path = "server/security.rs"]
+mod security;
+#[path = "server/stream.rs"]
+mod stream;
+#[path = "server/support.rs"]
+mod support;
