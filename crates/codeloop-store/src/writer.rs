@@ -19,16 +19,19 @@ use tokio::sync::oneshot;
 
 use crate::{Result, Store, StoreError, Write};
 
-/// Writes queued for the writer thread and flush requests in between.
-enum Item {
-    Write(Write),
-    Flush(oneshot::Sender<Result<()>>),
-}
-
+/// What the writer thread has still to do. Flushes need no position among the writes: the thread
+/// commits everything it drained before answering any flush it drained with it.
 #[derive(Default)]
 struct Queue {
-    items: Vec<Item>,
+    writes: Vec<Write>,
+    flushes: Vec<oneshot::Sender<Result<()>>>,
     closed: bool,
+}
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.flushes.is_empty()
+    }
 }
 
 #[derive(Default)]
@@ -73,14 +76,14 @@ impl StoreWriter {
 
     /// Queues a write. Writes are applied in the order sent. Never blocks on the database.
     pub fn send(&self, write: Write) {
-        self.push(Item::Write(write));
+        self.push(|queue| queue.writes.push(write));
     }
 
     /// Resolves once everything sent before it is committed, with the first error since the previous
     /// flush if any write failed. `.await` it from async code, or [`Flush::wait`] from a plain thread.
     pub fn flush(&self) -> Flush {
         let (tx, rx) = oneshot::channel();
-        self.push(Item::Flush(tx));
+        self.push(|queue| queue.flushes.push(tx));
         Flush { rx }
     }
 
@@ -91,10 +94,10 @@ impl StoreWriter {
         flush.wait()
     }
 
-    fn push(&self, item: Item) {
+    fn push(&self, add: impl FnOnce(&mut Queue)) {
         let mut queue = self.shared.lock();
-        let was_empty = queue.items.is_empty();
-        queue.items.push(item);
+        let was_empty = queue.is_empty();
+        add(&mut queue);
         drop(queue);
         if was_empty {
             self.shared.wake.notify_one();
@@ -172,14 +175,14 @@ impl Failures {
 fn run(store: &dyn Store, shared: &Shared) {
     let mut failures = Failures::default();
     loop {
-        let (items, closed) = {
+        let (writes, flushes, closed) = {
             let mut queue = shared.lock();
-            while queue.items.is_empty() && !queue.closed {
+            while queue.is_empty() && !queue.closed {
                 queue = shared.wake.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
-            (std::mem::take(&mut queue.items), queue.closed)
+            (std::mem::take(&mut queue.writes), std::mem::take(&mut queue.flushes), queue.closed)
         };
-        process(store, items, &mut failures);
+        process(store, writes, flushes, &mut failures);
         if closed {
             break;
         }
@@ -189,15 +192,12 @@ fn run(store: &dyn Store, shared: &Shared) {
     }
 }
 
-fn process(store: &dyn Store, items: Vec<Item>, failures: &mut Failures) {
-    let mut writes = Vec::with_capacity(items.len());
-    let mut flushes = Vec::new();
-    for item in items {
-        match item {
-            Item::Write(write) => writes.push(write),
-            Item::Flush(ack) => flushes.push(ack),
-        }
-    }
+fn process(
+    store: &dyn Store,
+    writes: Vec<Write>,
+    flushes: Vec<oneshot::Sender<Result<()>>>,
+    failures: &mut Failures,
+) {
     if !writes.is_empty() {
         commit(store, &coalesce(writes), failures);
     }

@@ -60,9 +60,11 @@ fn every_part_kind_and_both_message_kinds_round_trip() {
     assert_eq!(store.get_message(answer.id()).unwrap(), Some(expected[1].clone()));
     assert_eq!(store.get_message(&"msg_missing".into()).unwrap(), None);
 
-    // And the same after reopening the file.
+    // And the same after reopening the file. The run lock keeps recovery from settling the open tool calls.
+    let _run = store.lock_session(&session.id).unwrap();
     drop(store);
     let store = open(dir.path());
+    assert_eq!(store.last_recovery(), &RecoveryReport::default());
     assert_eq!(store.load_history(&session.id).unwrap(), expected);
 }
 
@@ -79,19 +81,19 @@ fn tool_state_data_round_trips_unchanged_through_every_transition() {
 
     let mut tool = part(&answer, tool_kind("bash", pending()));
     let mut seen = Vec::new();
-    let steps: Vec<Box<dyn Fn(&mut ToolState)>> = vec![
-        Box::new(|s| s.append_raw("t\"}").unwrap()),
-        Box::new(|s| {
+    let steps: [fn(&mut ToolState); 5] = [
+        |s: &mut ToolState| s.append_raw("t\"}").unwrap(),
+        |s: &mut ToolState| {
             s.start(json!({"command": "cat", "env": {"A": "1"}, "big": 1e300, "neg": -0.5}), 7).unwrap()
-        }),
-        Box::new(|s| {
+        },
+        |s: &mut ToolState| {
             s.progress(None, Some(json!({"output": "line\n\u{0}\u{1f600}", "list": [true, null]}))).unwrap()
-        }),
-        Box::new(|s| {
+        },
+        |s: &mut ToolState| {
             s.complete("out \"quoted\"\n".into(), "cat".into(), json!({"k": [1, {"x": "y"}]}), vec![], 9)
                 .unwrap()
-        }),
-        Box::new(|s| s.mark_compacted(11).unwrap()),
+        },
+        |s: &mut ToolState| s.mark_compacted(11).unwrap(),
     ];
     for step in steps {
         step(&mut tool.as_tool_mut().unwrap().state);
@@ -679,7 +681,8 @@ fn a_killed_run_releases_its_lock_and_is_recovered() {
     let session = loop {
         let mut line = String::new();
         assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "helper exited before it was ready");
-        if let Some(id) = line.trim().strip_prefix("ready ") {
+        // libtest may print `test crash_helper_process ... ` on the same line first.
+        if let Some((_, id)) = line.trim().split_once("ready ") {
             break SessionId::from(id);
         }
     };
