@@ -151,7 +151,8 @@ impl Fixture {
         self.engine.services().clone()
     }
 
-    async fn check(&self, events: Vec<StreamEvent>, ending: Ending) -> Result<(), TestCaseError> {
+    /// Runs one attempt over `events` and completes the message, as the run loop would.
+    async fn attempt(&self, events: Vec<StreamEvent>, ending: Ending) -> (AttemptEnd, Processor) {
         let project = self.project.path().to_owned();
         let ctx = Arc::new(TurnContext {
             services: self.services(),
@@ -171,15 +172,6 @@ impl Fixture {
             ModelRef::new("fake", "test"),
             MessagePath { cwd: project.display().to_string(), root: project.display().to_string() },
         );
-        let message_id = message.id.clone();
-        let call_ids: Vec<String> = events
-            .iter()
-            .filter_map(|e| match e {
-                StreamEvent::ToolInputStart { call_id, .. } => Some(call_id.clone()),
-                StreamEvent::ToolCall(call) => Some(call.call_id.clone()),
-                _ => None,
-            })
-            .collect();
         let cancel = CancellationToken::new();
         let provider = Scripted { events: Mutex::new(Some(events)), ending, cancel: cancel.clone() };
         let request = ProviderRequest {
@@ -195,15 +187,29 @@ impl Fixture {
         let mut processor = Processor::new(ctx, message);
         let mut doom = DoomLoopGuard::default();
         let end = processor.attempt(&provider, request, &cancel, &mut doom).await;
+        let error = matches!(end, AttemptEnd::Aborted).then(AssistantError::aborted);
+        processor.complete(error);
+        self.engine.flush().await.unwrap();
+        (end, processor)
+    }
+
+    async fn check(&self, events: Vec<StreamEvent>, ending: Ending) -> Result<(), TestCaseError> {
+        let call_ids: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolInputStart { call_id, .. } => Some(call_id.clone()),
+                StreamEvent::ToolCall(call) => Some(call.call_id.clone()),
+                _ => None,
+            })
+            .collect();
+        let (end, processor) = self.attempt(events, ending).await;
+        let message_id = processor.message.id.clone();
         match (&end, ending) {
             (AttemptEnd::Aborted, Ending::Abort) | (AttemptEnd::Failed(_), Ending::Error) => {}
             (AttemptEnd::Halted(_), _) => {} // a doom loop the Deny policy refused
             (AttemptEnd::Finished, Ending::Normal) => {}
             (end, ending) => prop_assert!(false, "{ending:?} ended as {end:?}"),
         }
-        let error = matches!(end, AttemptEnd::Aborted).then(AssistantError::aborted);
-        processor.complete(error);
-        self.engine.flush().await.unwrap();
 
         // In memory: every call once, terminal; nothing open.
         let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -218,15 +224,16 @@ impl Fixture {
                 _ => {}
             }
         }
-        for id in &call_ids {
-            prop_assert_eq!(seen.get(id.as_str()).copied(), Some(1), "call {} needs exactly one part", id);
+        for (id, parts) in &seen {
+            prop_assert!(call_ids.iter().any(|c| c == id), "a part for call {} nobody made", id);
+            prop_assert_eq!(*parts, 1, "call {} has {} parts", id, parts);
         }
-        prop_assert_eq!(seen.len(), {
-            let mut unique = call_ids.clone();
-            unique.sort();
-            unique.dedup();
-            unique.len()
-        });
+        // A halt (the doom-loop guard, refused) stops reading the stream: later calls never arrive.
+        if !matches!(end, AttemptEnd::Halted(_)) {
+            for id in &call_ids {
+                prop_assert_eq!(seen.get(id.as_str()).copied(), Some(1), "call {} needs one part", id);
+            }
+        }
         prop_assert!(processor.message.time.completed.is_some());
 
         // On disk: exactly what the processor holds.
@@ -247,4 +254,33 @@ fn any_event_sequence_ends_with_every_tool_call_terminal_exactly_once() {
     if let Err(error) = result {
         panic!("{error}");
     }
+}
+
+fn bash_call(call_id: &str, command: &str) -> StreamEvent {
+    StreamEvent::ToolCall(ToolCall {
+        call_id: call_id.into(),
+        name: "bash".into(),
+        input: Ok(json!({ "command": command })),
+        metadata: None,
+    })
+}
+
+#[test]
+#[ignore = "bug: a repeated ToolCall event for a call that is still running spawns the tool a second time and counts twice in the doom-loop guard (processor.rs tool_call: ToolState::start accepts running -> running)"]
+fn a_repeated_call_event_while_the_call_runs_does_not_run_it_twice() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let fixture = runtime.block_on(async { Fixture::new() });
+    // Each execution logs as it starts; the first takes 0.3 s, long after the repeat arrived.
+    let command = "echo ran >> log.txt; sleep 0.3";
+    let events = vec![
+        StreamEvent::StartStep,
+        bash_call("call_1", command),
+        bash_call("call_1", command),
+        StreamEvent::FinishStep { finish: Finish::ToolCalls, raw_finish: None, usage: None },
+        StreamEvent::Finish,
+    ];
+    let (end, _) = runtime.block_on(fixture.attempt(events, Ending::Normal));
+    assert!(matches!(end, AttemptEnd::Finished), "{end:?}");
+    let log = std::fs::read_to_string(fixture.project.path().join("log.txt")).unwrap();
+    assert_eq!(log, "ran\n", "the command ran once per call");
 }
