@@ -9,6 +9,7 @@
 pub mod anthropic;
 mod assemble;
 pub mod catalogue;
+mod endpoint;
 mod error;
 mod event;
 mod http;
@@ -26,6 +27,7 @@ use std::time::Duration;
 use futures::Stream;
 use futures::future::BoxFuture;
 
+pub use endpoint::Endpoint;
 pub use error::{
     ProviderError, classify_http_error, classify_stream_error, looks_like_context_overflow,
     retry_after_from_headers, status_is_retryable,
@@ -79,11 +81,8 @@ impl WireApi {
     /// The JSON body this format sends for `request` (`base_url` picks OpenAI-only fields).
     pub fn body(self, request: &ProviderRequest, base_url: &str) -> serde_json::Value {
         match self {
-            WireApi::OpenAiChat => openai_chat::build_body(
-                request,
-                openai_chat::MaxTokensField::for_endpoint(base_url, &request.model),
-            ),
-            WireApi::OpenAiResponses => openai_responses::build_body(request),
+            WireApi::OpenAiChat => openai_chat::build_body(request, Endpoint::of(base_url)),
+            WireApi::OpenAiResponses => openai_responses::build_body(request, Endpoint::of(base_url)),
             WireApi::Anthropic => anthropic::build_body(request),
         }
     }

@@ -5,4 +5,4 @@ mod decode;
 mod request;
 
 pub use decode::ChatDecoder;
-pub use request::{MaxTokensField, build_body};
+pub use request::build_body;

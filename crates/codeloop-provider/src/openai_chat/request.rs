@@ -5,6 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::decode::REASONING_CONTENT_KEY;
+use crate::Endpoint;
 use crate::media::{self, MediaKind};
 use crate::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
@@ -13,31 +14,18 @@ use crate::{
 /// The text that introduces media moved out of tool results (reference §7).
 pub(crate) const TOOL_MEDIA_NOTE: &str = "Attached media from tool result:";
 
-/// Which field carries the output limit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaxTokensField {
-    /// `max_tokens`: what compatible servers understand.
-    MaxTokens,
-    /// `max_completion_tokens`: required by OpenAI's reasoning models, accepted by all of OpenAI's.
-    MaxCompletionTokens,
-}
-
-impl MaxTokensField {
-    /// OpenAI itself and its reasoning model ids get `max_completion_tokens`; other servers `max_tokens`.
-    pub fn for_endpoint(base_url: &str, model: &str) -> Self {
-        let model = model.rsplit('/').next().unwrap_or(model);
-        let reasoning_model = model.starts_with("gpt-5")
-            || model.strip_prefix('o').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
-        if base_url.contains("api.openai.com") || reasoning_model {
-            MaxTokensField::MaxCompletionTokens
-        } else {
-            MaxTokensField::MaxTokens
-        }
-    }
+/// The field that carries the output limit: `max_completion_tokens` for OpenAI itself and for its
+/// reasoning model ids anywhere (they reject `max_tokens`), else `max_tokens`, which compatible servers
+/// understand.
+fn max_tokens_field(endpoint: Endpoint, model: &str) -> &'static str {
+    let model = model.rsplit('/').next().unwrap_or(model);
+    let reasoning_model = model.starts_with("gpt-5")
+        || model.strip_prefix('o').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    if endpoint == Endpoint::OpenAi || reasoning_model { "max_completion_tokens" } else { "max_tokens" }
 }
 
 /// Builds the streaming request body.
-pub fn build_body(request: &ProviderRequest, max_tokens: MaxTokensField) -> Value {
+pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("messages".into(), Value::Array(messages(request)));
@@ -63,11 +51,11 @@ pub fn build_body(request: &ProviderRequest, max_tokens: MaxTokensField) -> Valu
         body.insert("tool_choice".into(), json!(choice));
     }
     if let Some(max) = request.max_output_tokens {
-        let field = match max_tokens {
-            MaxTokensField::MaxTokens => "max_tokens",
-            MaxTokensField::MaxCompletionTokens => "max_completion_tokens",
-        };
-        body.insert(field.into(), json!(max));
+        body.insert(max_tokens_field(endpoint, &request.model).into(), json!(max));
+    }
+    if let (Endpoint::OpenAi, Some(session)) = (endpoint, &request.session_id) {
+        // Routes a session's requests to the same prompt cache.
+        body.insert("prompt_cache_key".into(), json!(session));
     }
     if let Some(temperature) = request.temperature {
         body.insert("temperature".into(), json!(temperature));
@@ -180,26 +168,18 @@ mod tests {
 
     #[test]
     fn max_tokens_field_follows_endpoint_and_model() {
-        assert_eq!(
-            MaxTokensField::for_endpoint("https://api.openai.com/v1", "gpt-4o"),
-            MaxTokensField::MaxCompletionTokens
-        );
-        assert_eq!(
-            MaxTokensField::for_endpoint("http://127.0.0.1:8080/v1", "o4-mini"),
-            MaxTokensField::MaxCompletionTokens
-        );
-        assert_eq!(
-            MaxTokensField::for_endpoint("https://openrouter.ai/api/v1", "openai/gpt-5"),
-            MaxTokensField::MaxCompletionTokens
-        );
-        assert_eq!(
-            MaxTokensField::for_endpoint("https://api.deepseek.com", "deepseek-chat"),
-            MaxTokensField::MaxTokens
-        );
-        assert_eq!(
-            MaxTokensField::for_endpoint("http://localhost:11434/v1", "openai/gpt-oss-20b"),
-            MaxTokensField::MaxTokens
-        );
+        assert_eq!(max_tokens_field(Endpoint::OpenAi, "gpt-4o"), "max_completion_tokens");
+        assert_eq!(max_tokens_field(Endpoint::Compatible, "o4-mini"), "max_completion_tokens");
+        assert_eq!(max_tokens_field(Endpoint::Compatible, "openai/gpt-5"), "max_completion_tokens");
+        assert_eq!(max_tokens_field(Endpoint::Compatible, "deepseek-chat"), "max_tokens");
+        assert_eq!(max_tokens_field(Endpoint::Compatible, "openai/gpt-oss-20b"), "max_tokens");
+    }
+
+    #[test]
+    fn openai_gets_the_session_as_prompt_cache_key() {
+        let request = ProviderRequest { session_id: Some("ses_1".into()), ..Default::default() };
+        assert_eq!(build_body(&request, Endpoint::OpenAi)["prompt_cache_key"], "ses_1");
+        assert!(build_body(&request, Endpoint::Compatible).get("prompt_cache_key").is_none());
     }
 
     #[test]
@@ -244,7 +224,7 @@ mod tests {
             temperature: None,
             session_id: None,
         };
-        let body = build_body(&request, MaxTokensField::MaxTokens);
+        let body = build_body(&request, Endpoint::Compatible);
         assert_eq!(
             body,
             json!({

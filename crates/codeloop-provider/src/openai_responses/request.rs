@@ -4,6 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::decode::METADATA_KEY;
+use crate::Endpoint;
 use crate::media::{self, MediaKind};
 use crate::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
@@ -17,7 +18,7 @@ fn rejects_encrypted_reasoning(model: &str) -> bool {
 }
 
 /// Builds the streaming request body.
-pub fn build_body(request: &ProviderRequest) -> Value {
+pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     let instructions: Vec<&str> =
@@ -58,6 +59,10 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     }
     if let Some(temperature) = request.temperature {
         body.insert("temperature".into(), json!(temperature));
+    }
+    if let (Endpoint::OpenAi, Some(session)) = (endpoint, &request.session_id) {
+        // Routes a session's requests to the same prompt cache.
+        body.insert("prompt_cache_key".into(), json!(session));
     }
     Value::Object(body)
 }
@@ -225,7 +230,7 @@ mod tests {
             session_id: None,
         };
         assert_eq!(
-            build_body(&request),
+            build_body(&request, Endpoint::Compatible),
             json!({
                 "model": "gpt-5",
                 "instructions": "You are terse.",
@@ -269,7 +274,7 @@ mod tests {
             }])],
             ..Default::default()
         };
-        let body = build_body(&request);
+        let body = build_body(&request, Endpoint::Compatible);
         assert_eq!(body["input"], json!([]));
         assert!(body.get("include").is_none());
     }
