@@ -328,6 +328,32 @@ mod tests {
         assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
     }
 
+    fn replay(body: &[u8], chunk: usize) -> Vec<Result<StreamEvent, ProviderError>> {
+        let chunks: Vec<_> =
+            body.chunks(chunk).map(|c| Ok::<_, Infallible>(Bytes::copy_from_slice(c))).collect();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let decoder = Box::new(ChatDecoder::new());
+        runtime.block_on(decode_sse(futures::stream::iter(chunks), decoder, Duration::from_secs(1)).collect())
+    }
+
+    #[test]
+    fn every_line_ending_and_chunking_gives_the_same_events() {
+        let body = concat!(
+            ": keep-alive comment\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hé\"}}]}\n\n",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"llo\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let expected = replay(body.as_bytes(), body.len());
+        assert_eq!(expected.last(), Some(&Ok(StreamEvent::Finish)));
+        for ending in ["\r\n", "\r"] {
+            let body = body.replace('\n', ending);
+            for chunk in [1, 2, 3, 7, 64] {
+                assert_eq!(replay(body.as_bytes(), chunk), expected, "{ending:?} in chunks of {chunk}");
+            }
+        }
+    }
+
     #[test]
     fn transport_failure_is_a_connection_error() {
         let body = futures::stream::iter([Err::<Bytes, _>("connection reset by peer")]);
