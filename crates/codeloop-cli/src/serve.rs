@@ -1,10 +1,39 @@
-//! `codeloop serve` and `codeloop run --attach`.
+//! `codeloop serve` (the HTTP API and `/event` stream of codeloop-server) and `codeloop run --attach URL`
+//! (the same `run` output, driven through a running server instead of an in-process engine).
+//!
+//! Owns: the command-line edges of both — binding, signals, the token from the environment, and the
+//! HTTP client side of `run --attach`.
+//! Must not: re-implement the server or the renderer; it calls `codeloop_server::serve` and
+//! `crate::render::Renderer`.
 
+use std::collections::HashMap;
+use std::io::IsTerminal;
+use std::pin::Pin;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
+use codeloop_core::RunOutcome;
+use codeloop_core::permission::AskPolicy;
+use codeloop_server::ServerOptions;
+use codeloop_server::api::{
+    DeliveryMode, ErrorBody, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
+};
+use codeloop_types::{Event, EventPayload, MessageId, PermissionRequest, Session, SessionStatus};
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
-use crate::run::RunArgs;
+use crate::render::Renderer;
+use crate::run::{RunArgs, exit_code};
+use crate::{OnAsk, env, project_dir};
+
+/// Environment variable holding the server token (both for `serve` and `run --attach`).
+const TOKEN_ENV: &str = "CODELOOP_SERVER_TOKEN";
+/// How long `run --attach` keeps reading events after the run ended, to render its last ones.
+const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -14,16 +43,358 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 4096)]
     pub port: u16,
     /// Bearer token required on every request (or CODELOOP_SERVER_TOKEN).
-    #[arg(long, env = "CODELOOP_SERVER_TOKEN", hide_env_values = true)]
+    #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
+    /// Allow browser requests from this origin (repeatable; `*` for any). CORS is off without it.
+    #[arg(long = "cors", value_name = "ORIGIN")]
+    pub cors: Vec<String>,
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let _ = args;
-    anyhow::bail!("codeloop serve is not available in this build yet")
+    let dir = project_dir(None)?;
+    let token = args.token.filter(|t| !t.is_empty());
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
+        .await
+        .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?
+        .collect();
+    for addr in &addrs {
+        codeloop_server::check_bind(*addr, token.as_deref())?;
+    }
+    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
+        .await
+        .with_context(|| format!("cannot listen on {}:{}", args.hostname, args.port))?;
+    let addr = listener.local_addr()?;
+    let config = env::load_config(Some(&dir))?;
+    let engine = env::open_engine(config, AskPolicy::Wait)?;
+    let mut options = ServerOptions::new(&dir);
+    options.token = token;
+    options.cors_origins = args.cors;
+    let auth = if options.token.is_some() { " (Authorization: Bearer <token> required)" } else { "" };
+    eprintln!("codeloop server listening on http://{addr}{auth}");
+    codeloop_server::serve(engine, listener, options, shutdown_signal())
+        .await
+        .context("the server failed")?;
+    eprintln!("codeloop server stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate => {}
+    }
+    eprintln!("shutting down: stopping active runs…");
+}
+
+/// A running server's HTTP API.
+#[derive(Clone)]
+struct Remote {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Remote {
+    fn new(url: &str) -> anyhow::Result<Remote> {
+        let base = url.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") && !base.starts_with("https://") {
+            anyhow::bail!("--attach needs a server URL such as http://127.0.0.1:4096, got `{url}`");
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+            let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .with_context(|| format!("{TOKEN_ENV} is not a valid header value"))?;
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        let http = reqwest::Client::builder().default_headers(headers).build()?;
+        Ok(Remote { base, http })
+    }
+
+    async fn send<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> anyhow::Result<T> {
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = response.text().await.unwrap_or_default();
+            let message = serde_json::from_str::<ErrorBody>(&text).map(|e| e.error.message).unwrap_or(text);
+            anyhow::bail!("the server answered {status}: {message}");
+        }
+        response.json().await.context("the server sent an unexpected answer")
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> anyhow::Result<T> {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+    }
+
+    /// `/event?session=…`, once `server.connected` arrived (nothing published afterwards is missed).
+    async fn events(&self, session: &str) -> anyhow::Result<Events> {
+        let response = self
+            .http
+            .get(format!("{}/event", self.base))
+            .query(&[("session", session)])
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
+        if !response.status().is_success() {
+            anyhow::bail!("the server refused the event stream: {}", response.status());
+        }
+        let mut events =
+            Events { stream: Box::pin(eventsource_stream::EventStream::new(response.bytes_stream())) };
+        loop {
+            match events.next().await {
+                Incoming::Control(kind) if kind == "server.connected" => return Ok(events),
+                Incoming::End => anyhow::bail!("the server closed the event stream"),
+                _ => {}
+            }
+        }
+    }
+}
+
+type SseStream = Pin<
+    Box<
+        dyn Stream<
+                Item = Result<
+                    eventsource_stream::Event,
+                    eventsource_stream::EventStreamError<reqwest::Error>,
+                >,
+            > + Send,
+    >,
+>;
+
+struct Events {
+    stream: SseStream,
+}
+
+enum Incoming {
+    Bus(Arc<Event>),
+    /// Events were lost; the final text is caught up from the prompt's answer.
+    Resync,
+    Control(String),
+    End,
+}
+
+impl Events {
+    async fn next(&mut self) -> Incoming {
+        let Some(Ok(message)) = self.stream.next().await else { return Incoming::End };
+        let Ok(data) = serde_json::from_str::<Value>(&message.data) else {
+            return Incoming::Control(String::new());
+        };
+        let kind = data["type"].as_str().unwrap_or("").to_owned();
+        if kind == "resync" {
+            return Incoming::Resync;
+        }
+        match serde_json::from_value::<Event>(data) {
+            Ok(event) => Incoming::Bus(Arc::new(event)),
+            // Control events, or an event type from a newer server.
+            Err(_) => Incoming::Control(kind),
+        }
+    }
+}
+
+/// Knows when the events of a finished run have all arrived: a `session.status` idle after the last
+/// update of the run's final message.
+#[derive(Default)]
+struct Progress {
+    message_updates: HashMap<MessageId, u64>,
+    last_idle: u64,
+}
+
+impl Progress {
+    fn see(&mut self, event: &Event) {
+        match &event.payload {
+            EventPayload::MessageUpdated { info, .. } => {
+                self.message_updates.insert(info.id().clone(), event.id);
+            }
+            EventPayload::SessionStatus { status: SessionStatus::Idle, .. } => self.last_idle = event.id,
+            _ => {}
+        }
+    }
+
+    fn finished(&self, message: &MessageId) -> bool {
+        self.message_updates.get(message).is_some_and(|update| self.last_idle > *update)
+    }
 }
 
 pub async fn attach(url: &str, args: &RunArgs, message: String) -> anyhow::Result<ExitCode> {
-    let _ = (url, args, message);
-    anyhow::bail!("codeloop run --attach is not available in this build yet")
+    let remote = Remote::new(url)?;
+    let dir = project_dir(args.dir.clone())?;
+    let session = pick_session(&remote, args, &dir).await?;
+    let mut events = remote.events(session.id.as_str()).await?;
+    let body = PromptBody {
+        model: args.model.clone().map(ModelSpec::Text),
+        agent: args.agent.clone(),
+        delivery: Some(DeliveryMode::Queue),
+        ..PromptBody::text(message)
+    };
+    let path = format!("/session/{}/prompt", session.id);
+    let prompt = remote.post::<PromptResult>(&path, &body);
+    tokio::pin!(prompt);
+    let mut renderer = Renderer::new(args.format, session.id.clone());
+    let mut progress = Progress::default();
+    let asker = Asker::new(args.on_ask);
+    let mut interrupted = false;
+    let mut streaming = true;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let result = loop {
+        tokio::select! {
+            result = &mut prompt => break result,
+            incoming = events.next(), if streaming => match incoming {
+                Incoming::Bus(event) => {
+                    progress.see(&event);
+                    renderer.event(&event);
+                    if let EventPayload::PermissionAsked(request) = &event.payload {
+                        asker.answer(&remote, request.clone());
+                    }
+                }
+                Incoming::Resync => renderer.lagged(0),
+                Incoming::Control(_) => {}
+                Incoming::End => streaming = false,
+            },
+            _ = tokio::signal::ctrl_c(), if !interrupted => {
+                interrupted = true;
+                eprintln!("\ninterrupting…");
+                abort(&remote, session.id.as_str());
+            }
+            _ = async { match terminate.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } }, if !interrupted => {
+                interrupted = true;
+                abort(&remote, session.id.as_str());
+            }
+        }
+    };
+    let result = result?;
+    let outcome = RunOutcome {
+        session_id: session.id.clone(),
+        message: result.info.as_ref().and_then(|m| m.as_assistant()).cloned(),
+        stop: result.stop.into(),
+    };
+    if let (Some(message), true) = (&outcome.message, streaming) {
+        // The answer came back; render what the stream still carries of the run.
+        let drain = async {
+            while !progress.finished(&message.id) {
+                match events.next().await {
+                    Incoming::Bus(event) => {
+                        progress.see(&event);
+                        renderer.event(&event);
+                    }
+                    Incoming::End => return,
+                    Incoming::Resync | Incoming::Control(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_LIMIT, drain).await;
+    }
+    renderer.catch_up(&result.parts);
+    let totals = remote
+        .get::<Session>(&format!("/session/{}", session.id))
+        .await
+        .ok()
+        .map(|s| (s.tokens.input, s.tokens.output, s.cost));
+    renderer.summary(&outcome, totals);
+    Ok(exit_code(&outcome))
+}
+
+fn abort(remote: &Remote, session: &str) {
+    let remote = remote.clone();
+    let path = format!("/session/{session}/abort");
+    tokio::spawn(async move {
+        if let Err(e) = remote.post::<Value>(&path, &json!({})).await {
+            eprintln!("warning: could not abort the run: {e:#}");
+        }
+    });
+}
+
+async fn pick_session(remote: &Remote, args: &RunArgs, dir: &std::path::Path) -> anyhow::Result<Session> {
+    if let Some(id) = &args.session {
+        return remote.get(&format!("/session/{id}")).await;
+    }
+    let directory = dir.display().to_string();
+    if args.continue_last {
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/session", remote.base),
+            [("directory", directory.as_str()), ("roots", "true"), ("limit", "1")],
+        )?;
+        let sessions: Vec<Session> = remote.send(remote.http.get(url)).await?;
+        return sessions.into_iter().next().with_context(|| {
+            format!("no session to continue in {}: run without --continue first", dir.display())
+        });
+    }
+    let body = json!({"directory": directory, "agent": args.agent, "model": args.model});
+    remote.post("/session", &body).await
+}
+
+/// Answers permission questions of an attached run: on the terminal when there is one, else by
+/// `--on-ask` (default: reject, as an in-process headless run does).
+#[derive(Clone, Copy)]
+struct Asker {
+    on_ask: Option<OnAsk>,
+    interactive: bool,
+}
+
+impl Asker {
+    fn new(on_ask: Option<OnAsk>) -> Asker {
+        let interactive =
+            on_ask.is_none() && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+        Asker { on_ask, interactive }
+    }
+
+    fn answer(self, remote: &Remote, request: PermissionRequest) {
+        let remote = remote.clone();
+        let path = format!("/permission/{}/reply", request.id);
+        tokio::spawn(async move {
+            let body = match (self.on_ask, self.interactive) {
+                (Some(OnAsk::Allow), _) => PermissionReplyBody { reply: ReplyKind::Once, message: None },
+                (_, true) => match tokio::task::spawn_blocking(move || ask_terminal(&request)).await {
+                    Ok(body) => body,
+                    Err(_) => return,
+                },
+                _ => {
+                    eprintln!(
+                        "permission `{}` for {} rejected: no terminal to ask (use --on-ask allow)",
+                        request.permission,
+                        request.patterns.join(", ")
+                    );
+                    PermissionReplyBody { reply: ReplyKind::Reject, message: None }
+                }
+            };
+            // A 409 means another client answered first: nothing to do.
+            let _ = remote.post::<Value>(&path, &body).await;
+        });
+    }
+}
+
+fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
+    eprint!(
+        "\npermission: {} {}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
+        request.permission,
+        request.patterns.join(", "),
+        request.always.join(", ")
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let (reply, message) = match line.trim().to_lowercase().as_str() {
+        "o" | "once" | "y" | "yes" => (ReplyKind::Once, None),
+        "a" | "always" => (ReplyKind::Always, None),
+        "m" | "message" => {
+            eprint!("  message for the model > ");
+            let mut message = String::new();
+            let _ = std::io::stdin().read_line(&mut message);
+            (ReplyKind::Reject, Some(message.trim().to_owned()))
+        }
+        _ => (ReplyKind::Reject, None),
+    };
+    PermissionReplyBody { reply, message }
 }

@@ -7,6 +7,8 @@
 mod api;
 #[path = "server/security.rs"]
 mod security;
+#[path = "server/slow.rs"]
+mod slow;
 #[path = "server/stream.rs"]
 mod stream;
 #[path = "server/support.rs"]
