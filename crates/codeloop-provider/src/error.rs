@@ -139,6 +139,9 @@ const OVERFLOW_PHRASES: &[&str] = &[
     "greater than the context length",
 ];
 
+/// Error codes for a request or answer blocked by a content policy (OpenAI, Azure).
+const CONTENT_FILTER_CODES: &[&str] = &["\"content_filter\"", "\"content_policy_violation\""];
+
 /// True when an error text says the request did not fit, and is not really throttling.
 pub fn looks_like_context_overflow(text: &str) -> bool {
     let lower = text.to_lowercase();
@@ -195,6 +198,9 @@ pub fn classify_http_error(
     if status == 413 || code_overflow || looks_like_context_overflow(&message) {
         return ProviderError::ContextOverflow { message, body: non_empty(body) };
     }
+    if status == 400 && CONTENT_FILTER_CODES.iter().any(|c| body.contains(c)) {
+        return ProviderError::ContentFilter { message };
+    }
     ProviderError::Api {
         status: Some(status),
         message,
@@ -217,6 +223,9 @@ pub fn classify_stream_error(error: &serde_json::Value) -> ProviderError {
     let status = error.get("code").and_then(|c| c.as_u64()).map(|c| c as u16);
     if code.contains("context_length_exceeded") || looks_like_context_overflow(&message) {
         return ProviderError::ContextOverflow { message, body: Some(error.to_string()) };
+    }
+    if code.split(' ').any(|c| c == "content_filter" || c == "content_policy_violation") {
+        return ProviderError::ContentFilter { message };
     }
     let non_retryable_code =
         ["insufficient_quota", "usage_not_included", "invalid_prompt", "invalid_request"]
@@ -281,6 +290,17 @@ mod tests {
         );
         assert!(overflow.is_context_overflow());
         assert!(classify_http_error("p", None, 413, &h, "").is_context_overflow());
+    }
+
+    #[test]
+    fn content_policy_errors_are_content_filter() {
+        let body =
+            r#"{"error":{"message":"The response was filtered","code":"content_filter","status":400}}"#;
+        let e = classify_http_error("azure", None, 400, &HeaderMap::new(), body);
+        assert!(matches!(e, ProviderError::ContentFilter { .. }), "{e:?}");
+        assert!(!e.retryable());
+        let e = classify_stream_error(&serde_json::json!({"code": "content_filter", "message": "blocked"}));
+        assert!(matches!(e, ProviderError::ContentFilter { .. }), "{e:?}");
     }
 
     #[test]

@@ -5,6 +5,10 @@
 //! Messages), SSE decoding, tool-argument assembly, usage normalisation, error classification, and the
 //! model catalogue (limits and prices).
 //! Must not: know about sessions, storage, tools or the run loop; retry (the run loop decides that).
+//!
+//! Use: [`connect`] a [`ProviderConfig`], then [`Provider::stream`] a request; price a step with
+//! [`catalogue::Catalogue::resolve`] and [`catalogue::cost`]. Recorded bodies can be replayed without
+//! HTTP through [`decode_sse`] with [`WireApi::decoder`] (see `tests/conformance.rs`).
 
 pub mod anthropic;
 mod assemble;
