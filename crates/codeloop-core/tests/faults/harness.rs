@@ -93,6 +93,15 @@ impl Harness {
         Observed { outcome, events: drain(events), elapsed }
     }
 
+    /// Sends `text` and waits for the run without recording events (for runs that publish more than
+    /// the bus keeps per subscriber).
+    pub async fn prompt_unrecorded(&self, text: &str) -> RunOutcome {
+        let outcome =
+            self.engine.prompt(&self.session.id, PromptInput::text(text), Delivery::Queue).await.unwrap();
+        self.engine.flush().await.unwrap();
+        outcome
+    }
+
     pub fn history(&self) -> Vec<MessageWithParts> {
         self.engine.history(&self.session.id).unwrap()
     }

@@ -10,3 +10,4 @@ mod faults;
 mod harness;
 mod processor_props;
 mod retry;
+mod storage;
