@@ -138,12 +138,16 @@ impl ChatDecoder {
     }
 
     /// Finds the call a fragment belongs to: by index, else by id, else the latest call; a new index
-    /// or id (or a known index with a different provider id) starts a new call.
+    /// or id starts a new call. Some servers give every parallel call index 0: a different id under a
+    /// known index starts a new call once the earlier one's arguments are complete JSON (a complete
+    /// object can take no more fragments; an id that merely changes mid-call does not split it).
     fn slot(&mut self, index: Option<u64>, id: Option<&str>) -> usize {
         let found = match (index, id) {
             (Some(index), _) => self.calls.iter().rposition(|c| {
-                c.index == Some(index)
-                    && (id.is_none() || !c.provider_id || Some(c.call.call_id.as_str()) == id)
+                let other_call = c.provider_id
+                    && id.is_some_and(|id| id != c.call.call_id)
+                    && serde_json::from_str::<serde::de::IgnoredAny>(&c.call.arguments).is_ok();
+                c.index == Some(index) && !other_call
             }),
             (None, Some(id)) => self.calls.iter().rposition(|c| c.provider_id && c.call.call_id == id),
             (None, None) => self.calls.len().checked_sub(1),
@@ -441,6 +445,54 @@ mod tests {
             })
             .collect();
         assert_eq!(calls, vec![("a".into(), json!({"q": 1})), ("b".into(), json!({}))]);
+    }
+
+    fn calls(out: &[StreamEvent]) -> Vec<(String, Value)> {
+        out.iter()
+            .filter_map(|e| match e {
+                StreamEvent::ToolCall(c) => Some((c.call_id.clone(), c.input.clone().unwrap())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn parallel_calls_all_at_index_zero_are_told_apart_by_id() {
+        let (out, end) = decode(&[
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"{\"q\":"}}]}}]}"#,
+            ),
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"arguments":"1}"}}]}}]}"#,
+            ),
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"b","function":{"name":"y","arguments":"{}"}}]}}]}"#,
+            ),
+            ("message", r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#),
+            ("message", "[DONE]"),
+        ]);
+        end.unwrap();
+        assert_eq!(calls(&out), vec![("a".into(), json!({"q": 1})), ("b".into(), json!({}))]);
+    }
+
+    #[test]
+    fn an_id_changing_mid_call_does_not_split_it() {
+        let (out, end) = decode(&[
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"{\"q\":"}}]}}]}"#,
+            ),
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a2","function":{"arguments":"1}"}}]}}]}"#,
+            ),
+            ("message", r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#),
+        ]);
+        end.unwrap();
+        assert_eq!(calls(&out), vec![("a".into(), json!({"q": 1}))]);
     }
 
     #[test]
