@@ -15,7 +15,15 @@ pub(crate) fn text<'de, D>(deserializer: D) -> Result<Option<Cow<'de, str>>, D::
 where
     D: Deserializer<'de>,
 {
-    deserializer.deserialize_any(TextVisitor { keep_json: false })
+    deserializer.deserialize_any(TextVisitor { mode: Mode::Text })
+}
+
+/// Message content: a string, or (Mistral and others) a list of parts whose `text` parts are joined.
+pub(crate) fn content<'de, D>(deserializer: D) -> Result<Option<Cow<'de, str>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    deserializer.deserialize_any(TextVisitor { mode: Mode::Parts })
 }
 
 /// Tool-call arguments: a string as is, an object or array as its JSON text.
@@ -23,11 +31,22 @@ pub(crate) fn arguments<'de, D>(deserializer: D) -> Result<Option<Cow<'de, str>>
 where
     D: Deserializer<'de>,
 {
-    deserializer.deserialize_any(TextVisitor { keep_json: true })
+    deserializer.deserialize_any(TextVisitor { mode: Mode::Json })
+}
+
+/// What a non-string value reads as.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Absent.
+    Text,
+    /// Its JSON text.
+    Json,
+    /// The joined `text` of a list of content parts.
+    Parts,
 }
 
 struct TextVisitor {
-    keep_json: bool,
+    mode: Mode,
 }
 
 impl<'de> Visitor<'de> for TextVisitor {
@@ -74,7 +93,7 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-        if self.keep_json {
+        if self.mode == Mode::Json {
             let value: serde_json::Value =
                 serde::Deserialize::deserialize(de::value::MapAccessDeserializer::new(map))?;
             return Ok(Some(Cow::Owned(value.to_string())));
@@ -84,10 +103,23 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-        if self.keep_json {
-            let value: serde_json::Value =
-                serde::Deserialize::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-            return Ok(Some(Cow::Owned(value.to_string())));
+        match self.mode {
+            Mode::Json => {
+                let value: serde_json::Value =
+                    serde::Deserialize::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                return Ok(Some(Cow::Owned(value.to_string())));
+            }
+            Mode::Parts => {
+                let parts: Vec<serde_json::Value> =
+                    serde::Deserialize::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                let text: String = parts
+                    .iter()
+                    .filter(|p| p.get("type").is_none_or(|t| t == "text"))
+                    .filter_map(|p| p.get("text").and_then(serde_json::Value::as_str))
+                    .collect();
+                return Ok(Some(Cow::Owned(text)));
+            }
+            Mode::Text => {}
         }
         let _: IgnoredAny = serde::Deserialize::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
         Ok(None)
@@ -121,6 +153,8 @@ mod tests {
         a: Option<Cow<'a, str>>,
         #[serde(default, deserialize_with = "count")]
         n: Option<u64>,
+        #[serde(default, borrow, deserialize_with = "content")]
+        c: Option<Cow<'a, str>>,
     }
 
     #[test]
@@ -133,5 +167,10 @@ mod tests {
         assert_eq!(p.t.as_deref(), Some("a\"b"));
         assert_eq!(p.a.as_deref(), Some("{}"));
         assert_eq!(p.n, Some(12));
+        let p: Probe = serde_json::from_str(
+            r#"{"c":[{"type":"thinking","thinking":[]},{"type":"text","text":"Hel"},{"text":"lo"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.c.as_deref(), Some("Hello"));
     }
 }

@@ -134,6 +134,9 @@ impl AnthropicDecoder {
     }
 
     fn block_delta(&mut self, index: u64, delta: Delta<'_>, out: &mut Vec<StreamEvent>) {
+        if !self.blocks.iter().any(|(i, _)| *i == index) {
+            self.implicit_start(index, delta.kind.as_deref(), out);
+        }
         let Some((_, block)) = self.blocks.iter_mut().find(|(i, _)| *i == index) else { return };
         match (block, delta.kind.as_deref()) {
             (Block::Text, Some("text_delta")) => {
@@ -150,6 +153,23 @@ impl AnthropicDecoder {
             }
             _ => {}
         }
+    }
+
+    /// Some compatible servers skip `content_block_start` for text and thinking: the first delta opens
+    /// the block.
+    fn implicit_start(&mut self, index: u64, delta_kind: Option<&str>, out: &mut Vec<StreamEvent>) {
+        let block = match delta_kind {
+            Some("text_delta") => {
+                self.step.open_text("text", out);
+                Block::Text
+            }
+            Some("thinking_delta" | "signature_delta") => {
+                self.step.open_reasoning(None, out);
+                Block::Thinking { signature: String::new() }
+            }
+            _ => return,
+        };
+        self.blocks.push((index, block));
     }
 
     fn block_stop(&mut self, index: u64, out: &mut Vec<StreamEvent>) {
@@ -358,6 +378,20 @@ mod tests {
             _ => None,
         });
         assert_eq!(input, Some(Ok(json!({"a": 1}))));
+    }
+
+    #[test]
+    fn deltas_without_a_block_start_still_count() {
+        let (out, end) = decode(&[
+            (
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hi"}}"#,
+            ),
+            ("message_delta", r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"}}"#),
+        ]);
+        end.unwrap();
+        assert!(out.iter().any(|e| matches!(e, StreamEvent::TextDelta { text, .. } if text == "Hi")));
+        assert!(out.iter().any(|e| matches!(e, StreamEvent::TextEnd { .. })));
     }
 
     #[test]

@@ -264,7 +264,7 @@ struct Choice<'a> {
 
 #[derive(Deserialize)]
 struct Delta<'a> {
-    #[serde(default, borrow, deserialize_with = "json::text")]
+    #[serde(default, borrow, deserialize_with = "json::content")]
     content: Option<Cow<'a, str>>,
     #[serde(default, borrow, deserialize_with = "json::text")]
     reasoning_content: Option<Cow<'a, str>>,
