@@ -8,7 +8,7 @@ use std::error::Error as _;
 
 use futures::TryStreamExt;
 use futures::future::BoxFuture;
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 
 use crate::stream::decode_sse;
 use crate::{
@@ -118,12 +118,13 @@ fn json_instead_of_stream(body: &str) -> ProviderError {
     }
 }
 
-/// Content type, accept, the format's auth headers, then the configured extra headers (which may
+/// Content type, accept, user agent, the format's auth headers, then the configured extra headers (which may
 /// override them).
 fn headers(config: &ProviderConfig) -> Result<HeaderMap, ProviderError> {
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     headers.insert(ACCEPT, HeaderValue::from_static("text/event-stream"));
+    headers.insert(USER_AGENT, HeaderValue::from_static(concat!("codeloop/", env!("CARGO_PKG_VERSION"))));
     let secret = |value: String| {
         let mut value = HeaderValue::try_from(value).map_err(|_| {
             config_error(config, "the API key contains characters not allowed in a header".into())

@@ -128,6 +128,7 @@ async fn chat_request_carries_bearer_key_extra_headers_and_streams_text() {
     assert!(captured.head.contains("authorization: bearer sk-test"));
     assert!(captured.head.contains("x-extra: yes"));
     assert!(captured.head.contains("accept: text/event-stream"));
+    assert!(captured.head.contains("user-agent: codeloop/"));
     assert_eq!(captured.body["model"], "gpt-4o-mini");
     assert_eq!(captured.body["stream"], true);
     let text: String = items
