@@ -6,6 +6,7 @@
 
 mod concurrency;
 mod kills;
+mod messages;
 mod signals;
 mod storage;
 mod support;

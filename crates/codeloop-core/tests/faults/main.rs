@@ -11,3 +11,4 @@ mod harness;
 mod processor_props;
 mod retry;
 mod storage;
+mod watchdogs;
