@@ -11,17 +11,17 @@ use crate::{MessageWithParts, Page, Result};
 
 const MESSAGE_BY_ID: &str = "SELECT id, data FROM message WHERE id = ?1";
 const PARTS_OF_MESSAGE: &str =
-    "SELECT id, message_id, session_id, data FROM part WHERE message_id = ?1 ORDER BY id";
+    "SELECT id, message_id, session_id, kind, data FROM part WHERE message_id = ?1 ORDER BY id";
 
 const ALL_MESSAGES: &str = "SELECT id, data FROM message WHERE session_id = ?1 ORDER BY id";
-const ALL_PARTS: &str = "SELECT p.id, p.message_id, p.session_id, p.data
+const ALL_PARTS: &str = "SELECT p.id, p.message_id, p.session_id, p.kind, p.data
      FROM message m JOIN part p ON p.message_id = m.id
      WHERE m.session_id = ?1 ORDER BY m.id, p.id";
 
 const NEWEST_MESSAGES: &str = "SELECT id, data FROM message WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2";
 const MESSAGES_BEFORE: &str =
     "SELECT id, data FROM message WHERE session_id = ?1 AND id < ?3 ORDER BY id DESC LIMIT ?2";
-pub(crate) const PARTS_IN_RANGE: &str = "SELECT p.id, p.message_id, p.session_id, p.data
+pub(crate) const PARTS_IN_RANGE: &str = "SELECT p.id, p.message_id, p.session_id, p.kind, p.data
      FROM message m JOIN part p ON p.message_id = m.id
      WHERE m.session_id = ?1 AND m.id >= ?2 AND m.id <= ?3 ORDER BY m.id, p.id";
 

@@ -19,7 +19,7 @@ pub(crate) const OPEN_TOOL_SESSIONS_SQL: &str =
 pub(crate) const UNFINISHED_SESSIONS_SQL: &str =
     "SELECT DISTINCT session_id FROM message WHERE unfinished = 1";
 
-const OPEN_TOOL_PARTS: &str = "SELECT id, message_id, session_id, data FROM part
+const OPEN_TOOL_PARTS: &str = "SELECT id, message_id, session_id, kind, data FROM part
      WHERE session_id = ?1 AND tool_status IN ('pending', 'running')";
 const UNFINISHED_MESSAGES: &str = "SELECT id, data FROM message WHERE session_id = ?1 AND unfinished = 1";
 

@@ -18,10 +18,10 @@ const UPSERT_MESSAGE: &str = "INSERT INTO message (id, session_id, unfinished, d
      ON CONFLICT (id) DO UPDATE SET session_id = excluded.session_id, unfinished = excluded.unfinished,
          data = excluded.data";
 
-const UPSERT_PART: &str = "INSERT INTO part (id, message_id, session_id, tool_status, data)
-     VALUES (?1, ?2, ?3, ?4, ?5)
+const UPSERT_PART: &str = "INSERT INTO part (id, message_id, session_id, kind, tool_status, data)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
      ON CONFLICT (id) DO UPDATE SET message_id = excluded.message_id, session_id = excluded.session_id,
-         tool_status = excluded.tool_status, data = excluded.data";
+         kind = excluded.kind, tool_status = excluded.tool_status, data = excluded.data";
 
 /// Applies one write with cached statements. The caller owns the transaction.
 pub(crate) fn apply_write(conn: &Connection, write: &Write) -> Result<()> {
@@ -71,18 +71,57 @@ pub(crate) fn upsert_message(conn: &Connection, message: &Message) -> Result<()>
 }
 
 pub(crate) fn upsert_part(conn: &Connection, part: &Part) -> Result<()> {
-    // Only the kind is stored as JSON: the ids are columns already, and repeating them would cost
-    // ~100 bytes a part.
-    let data = encode_json("part", part.id.as_str(), &part.kind)?;
+    let data = encode_kind(part.id.as_str(), &part.kind)?;
     let tool_status = part.as_tool().map(|tool| tool.state.status());
     conn.prepare_cached(UPSERT_PART)?.execute(params![
         part.id.as_str(),
         part.message_id.as_str(),
         part.session_id.as_str(),
+        part.kind_name(),
         tool_status,
         data
     ])?;
     Ok(())
+}
+
+/// The part's fields as JSON, without the `type` tag: the tag lives in the `kind` column, so reading a
+/// part decodes straight into its struct instead of buffering the JSON to find the tag first (~30% of
+/// the decode time of a tool part). Only the kind's fields are stored; the ids are columns already.
+fn encode_kind(id: &str, kind: &PartKind) -> Result<String> {
+    match kind {
+        PartKind::Text(p) => encode_json("part", id, p),
+        PartKind::Reasoning(p) => encode_json("part", id, p),
+        PartKind::File(p) => encode_json("part", id, p),
+        PartKind::Tool(p) => encode_json("part", id, p),
+        PartKind::StepStart(p) => encode_json("part", id, p),
+        PartKind::StepFinish(p) => encode_json("part", id, p),
+        PartKind::Patch(p) => encode_json("part", id, p),
+        PartKind::Compaction(p) => encode_json("part", id, p),
+        PartKind::Subtask(p) => encode_json("part", id, p),
+        PartKind::Agent(p) => encode_json("part", id, p),
+        PartKind::Retry(p) => encode_json("part", id, p),
+    }
+}
+
+/// The inverse of [`encode_kind`]; `kind` is [`Part::kind_name`].
+fn decode_kind(id: &str, kind: &str, data: &str) -> Result<PartKind> {
+    Ok(match kind {
+        "text" => PartKind::Text(decode_json("part", id, data)?),
+        "reasoning" => PartKind::Reasoning(decode_json("part", id, data)?),
+        "file" => PartKind::File(decode_json("part", id, data)?),
+        "tool" => PartKind::Tool(decode_json("part", id, data)?),
+        "step-start" => PartKind::StepStart(decode_json("part", id, data)?),
+        "step-finish" => PartKind::StepFinish(decode_json("part", id, data)?),
+        "patch" => PartKind::Patch(decode_json("part", id, data)?),
+        "compaction" => PartKind::Compaction(decode_json("part", id, data)?),
+        "subtask" => PartKind::Subtask(decode_json("part", id, data)?),
+        "agent" => PartKind::Agent(decode_json("part", id, data)?),
+        "retry" => PartKind::Retry(decode_json("part", id, data)?),
+        other => {
+            let source = serde::de::Error::custom(format!("unknown part type `{other}`"));
+            return Err(StoreError::Corrupt { table: "part", id: id.to_owned(), source });
+        }
+    })
 }
 
 pub(crate) fn encode_json<T: serde::Serialize>(table: &'static str, id: &str, value: &T) -> Result<String> {
@@ -116,10 +155,10 @@ pub(crate) fn message_from_row(row: &Row<'_>) -> Result<Message> {
     decode_json("message", id, text(row, 1)?)
 }
 
-/// Decodes a `part` row selected as `(id, message_id, session_id, data)`.
+/// Decodes a `part` row selected as `(id, message_id, session_id, kind, data)`.
 pub(crate) fn part_from_row(row: &Row<'_>) -> Result<Part> {
     let id = text(row, 0)?;
-    let kind: PartKind = decode_json("part", id, text(row, 3)?)?;
+    let kind = decode_kind(id, text(row, 3)?, text(row, 4)?)?;
     Ok(Part {
         id: PartId::from(id),
         message_id: MessageId::from(text(row, 1)?),

@@ -25,7 +25,10 @@ use crate::{Result, Store, StoreError, Write};
 struct Queue {
     writes: Vec<Write>,
     flushes: Vec<oneshot::Sender<Result<()>>>,
+    /// Asked to stop: drain what is queued, then exit.
     closed: bool,
+    /// The thread has exited (normally or by a panic): nothing queued from now on will be written.
+    stopped: bool,
 }
 
 impl Queue {
@@ -98,6 +101,15 @@ impl StoreWriter {
         let mut queue = self.shared.lock();
         let was_empty = queue.is_empty();
         add(&mut queue);
+        if queue.stopped {
+            // Dropping a flush's sender resolves it with `WriterStopped`; writes can only be reported.
+            queue.flushes.clear();
+            let lost = std::mem::take(&mut queue.writes);
+            if !lost.is_empty() {
+                tracing::error!(writes = lost.len(), "the store writer thread has stopped; write dropped");
+            }
+            return;
+        }
         drop(queue);
         if was_empty {
             self.shared.wake.notify_one();
@@ -173,6 +185,7 @@ impl Failures {
 /// The writer thread: wait for items, drain them all, commit, acknowledge flushes; exit once closed and
 /// drained.
 fn run(store: &dyn Store, shared: &Shared) {
+    let _stopped = StoppedOnExit(shared);
     let mut failures = Failures::default();
     loop {
         let (writes, flushes, closed) = {
@@ -189,6 +202,24 @@ fn run(store: &dyn Store, shared: &Shared) {
     }
     if let Err(error) = failures.take() {
         tracing::error!(%error, "store writer stopped with unreported write errors");
+    }
+}
+
+/// Marks the queue stopped when the thread exits, even by a panic, and answers the flushes still queued
+/// (dropping their senders resolves them with `WriterStopped`) so no caller waits forever.
+struct StoppedOnExit<'a>(&'a Shared);
+
+impl Drop for StoppedOnExit<'_> {
+    fn drop(&mut self) {
+        let mut queue = self.0.lock();
+        queue.stopped = true;
+        queue.flushes.clear();
+        if !queue.writes.is_empty() {
+            tracing::error!(
+                writes = queue.writes.len(),
+                "the store writer thread stopped with writes queued"
+            );
+        }
     }
 }
 
@@ -317,6 +348,64 @@ mod tests {
             texts(&coalesce(writes)),
             pairs(&[("prt_b", "x"), ("prt_c", "<removed>"), ("prt_a", "hello")])
         );
+    }
+
+    /// A store whose writes panic, standing in for a bug in the write path.
+    struct PanickingStore;
+
+    impl Store for PanickingStore {
+        fn apply(&self, _: &[Write]) -> Result<()> {
+            panic!("boom")
+        }
+        fn get_session(&self, _: &codeloop_types::SessionId) -> Result<Option<codeloop_types::Session>> {
+            unimplemented!()
+        }
+        fn list_sessions(&self, _: &crate::SessionFilter) -> Result<Vec<codeloop_types::Session>> {
+            unimplemented!()
+        }
+        fn delete_session(&self, _: &codeloop_types::SessionId) -> Result<bool> {
+            unimplemented!()
+        }
+        fn get_message(&self, _: &codeloop_types::MessageId) -> Result<Option<crate::MessageWithParts>> {
+            unimplemented!()
+        }
+        fn list_messages(
+            &self,
+            _: &codeloop_types::SessionId,
+            _: &crate::Page,
+        ) -> Result<Vec<crate::MessageWithParts>> {
+            unimplemented!()
+        }
+        fn load_history(&self, _: &codeloop_types::SessionId) -> Result<Vec<crate::MessageWithParts>> {
+            unimplemented!()
+        }
+        fn get_todos(&self, _: &codeloop_types::SessionId) -> Result<Vec<codeloop_types::Todo>> {
+            unimplemented!()
+        }
+        fn set_todos(&self, _: &codeloop_types::SessionId, _: &[codeloop_types::Todo]) -> Result<()> {
+            unimplemented!()
+        }
+        fn add_approval(&self, _: &str, _: &codeloop_types::PermissionRule) -> Result<crate::Approval> {
+            unimplemented!()
+        }
+        fn list_approvals(&self, _: Option<&str>) -> Result<Vec<crate::Approval>> {
+            unimplemented!()
+        }
+        fn revoke_approval(&self, _: i64) -> Result<bool> {
+            unimplemented!()
+        }
+        fn recover(&self, _: Option<&codeloop_types::SessionId>) -> Result<crate::RecoveryReport> {
+            unimplemented!()
+        }
+    }
+
+    #[test]
+    fn flushes_resolve_with_an_error_after_the_thread_dies() {
+        let writer = StoreWriter::new(Arc::new(PanickingStore)).unwrap();
+        writer.send(text("prt_a", "x"));
+        assert!(matches!(writer.flush().wait(), Err(StoreError::WriterStopped(_))));
+        writer.send(text("prt_b", "y"));
+        assert!(matches!(writer.flush().wait(), Err(StoreError::WriterStopped(_))));
     }
 
     #[test]

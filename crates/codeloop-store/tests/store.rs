@@ -149,7 +149,7 @@ fn updating_one_part_ten_thousand_times_does_not_grow_the_database() {
 }
 
 #[test]
-fn a_thousand_tool_parts_of_one_kilobyte_take_about_one_and_a_half_megabytes() {
+fn a_thousand_one_kilobyte_tool_parts_take_little_more_than_their_json() {
     let dir = temp();
     let store = open(dir.path());
     let session = session("/p");
@@ -173,7 +173,7 @@ fn a_thousand_tool_parts_of_one_kilobyte_take_about_one_and_a_half_megabytes() {
         })
         .sum();
     eprintln!("1000 tool parts: {bytes} bytes of database for {json_bytes} bytes of part JSON");
-    assert!(bytes < 2 * json_bytes as u64, "{bytes} bytes for {json_bytes} bytes of JSON");
+    assert!(bytes * 2 < json_bytes as u64 * 3, "{bytes} bytes for {json_bytes} bytes of JSON");
 }
 
 #[test]
