@@ -48,7 +48,7 @@ pub struct SessionFilter {
     pub limit: Option<usize>,
 }
 
-/// A page of history, newest first: messages strictly older than `before`.
+/// A page of history, newest first: messages strictly older than `before`. `limit == 0` means no limit.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Page {
     pub before: Option<MessageId>,

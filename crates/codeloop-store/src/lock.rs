@@ -54,7 +54,13 @@ pub(crate) fn acquire(dir: &Path, session: &SessionId) -> Result<SessionLock> {
     let path = lock_path(dir, session)?;
     let io_error = |source| StoreError::Io { path: path.display().to_string(), source };
     for _ in 0..STALE_FILE_RETRIES {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path);
+        let file = match open_lock_file(&path) {
+            // The lock folder was removed under us (e.g. by hand); make it again.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(dir).and_then(|()| open_lock_file(&path))
+            }
+            other => other,
+        };
         let file = file.map_err(io_error)?;
         match file.try_lock() {
             Ok(()) => {}
@@ -68,6 +74,10 @@ pub(crate) fn acquire(dir: &Path, session: &SessionId) -> Result<SessionLock> {
         }
     }
     Err(StoreError::SessionBusy(session.clone()))
+}
+
+fn open_lock_file(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
 }
 
 /// Removes the lock file of a deleted session, unless a run holds it (then it stays; it is empty).
@@ -119,6 +129,14 @@ mod tests {
         drop(held);
         remove(dir.path(), &id);
         assert!(!lock_path(dir.path(), &id).unwrap().exists());
+    }
+
+    #[test]
+    fn a_removed_lock_folder_is_made_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let locks = dir.path().join("locks");
+        acquire(&locks, &SessionId::new()).unwrap();
+        assert!(locks.is_dir());
     }
 
     #[test]

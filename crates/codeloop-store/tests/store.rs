@@ -559,7 +559,8 @@ fn readers_do_not_wait_for_an_open_write_transaction() {
     let start = Instant::now();
     assert_eq!(store.load_history(&session.id).unwrap(), expected);
     assert_eq!(store.list_messages(&session.id, &Page { before: None, limit: 2 }).unwrap().len(), 2);
-    assert!(start.elapsed() < Duration::from_secs(1), "reads waited {:?}", start.elapsed());
+    // Far below the 5 s busy timeout a blocked read would wait for.
+    assert!(start.elapsed() < Duration::from_secs(3), "reads waited {:?}", start.elapsed());
     blocker.execute_batch("ROLLBACK").unwrap();
 }
 
@@ -598,24 +599,73 @@ fn a_reader_sees_whole_batches_while_a_writer_writes() {
 fn two_stores_on_one_data_dir_write_concurrently_without_lock_errors() {
     let dir = temp();
     let stores = [open(dir.path()), open(dir.path())];
-    let sessions: Vec<_> = (0..2).map(|_| session("/p")).collect();
-    std::thread::scope(|scope| {
-        for (store, session) in stores.iter().zip(&sessions) {
-            scope.spawn(move || {
-                store.apply(&[Write::Session(session.clone())]).unwrap();
-                for turn in 0..300 {
-                    let question = user(&session.id);
-                    let batch =
-                        [Write::Message(question.clone()), Write::Part(part(&question, text_kind("q")))];
-                    store.apply(&batch).unwrap_or_else(|e| panic!("turn {turn}: {e}"));
-                    store.set_todos(&session.id, &[todo(&turn.to_string(), TodoStatus::InProgress)]).unwrap();
-                    store.load_history(&session.id).unwrap();
-                }
-            });
-        }
+    let sessions: Vec<SessionId> = std::thread::scope(|scope| {
+        let writers: Vec<_> =
+            stores.iter().map(|store| scope.spawn(|| write_turns(store, TURNS_PER_PROCESS))).collect();
+        writers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     for (store, session) in stores.iter().rev().zip(&sessions) {
-        assert_eq!(store.load_history(&session.id).unwrap().len(), 300);
+        assert_eq!(store.load_history(session).unwrap().len(), TURNS_PER_PROCESS);
+    }
+}
+
+/// Environment variable that turns `writer_helper_process` into the second process of the test below.
+const WRITER_DIR_ENV: &str = "CODELOOP_STORE_WRITER_DIR";
+const TURNS_PER_PROCESS: usize = 300;
+
+/// Writes `turns` turns into a new session of `store`, one transaction each, plus a todo update per turn.
+fn write_turns(store: &SqliteStore, turns: usize) -> SessionId {
+    let session = session("/p");
+    store.apply(&[Write::Session(session.clone())]).unwrap();
+    for turn in 0..turns {
+        let question = user(&session.id);
+        let batch = [Write::Message(question.clone()), Write::Part(part(&question, text_kind("q")))];
+        store.apply(&batch).unwrap_or_else(|e| panic!("turn {turn}: {e}"));
+        store.set_todos(&session.id, &[todo(&turn.to_string(), TodoStatus::InProgress)]).unwrap();
+    }
+    session.id
+}
+
+/// Not a test of its own: the other process of `two_processes_write_one_data_dir_without_lock_errors`.
+#[test]
+#[ignore = "helper process, started by two_processes_write_one_data_dir_without_lock_errors"]
+fn writer_helper_process() {
+    let Some(dir) = std::env::var_os(WRITER_DIR_ENV) else { return };
+    let store = open(std::path::Path::new(&dir));
+    println!("ready");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+    let session = write_turns(&store, TURNS_PER_PROCESS);
+    println!("done {session}");
+}
+
+#[test]
+fn two_processes_write_one_data_dir_without_lock_errors() {
+    use std::io::Write as _;
+    let dir = temp();
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "writer_helper_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(WRITER_DIR_ENV, dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut wait_for = |word: &str| loop {
+        let mut line = String::new();
+        assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "helper exited before `{word}`");
+        if let Some((_, rest)) = line.trim().split_once(word) {
+            break rest.trim().to_owned();
+        }
+    };
+    wait_for("ready");
+    let store = open(dir.path());
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mine = write_turns(&store, TURNS_PER_PROCESS);
+    let theirs = SessionId::from(wait_for("done"));
+    assert!(child.wait().unwrap().success());
+    for session in [mine, theirs] {
+        assert_eq!(store.load_history(&session).unwrap().len(), TURNS_PER_PROCESS);
     }
 }
 
