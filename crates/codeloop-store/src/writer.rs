@@ -90,11 +90,14 @@ impl StoreWriter {
         Flush { rx }
     }
 
-    /// Flushes, stops the thread and waits for it; returns the last unreported error.
+    /// Commits everything queued, stops the thread and joins it; returns the last unreported error.
+    /// Blocks until the queue is written (like dropping the writer), so from async code call it in
+    /// `spawn_blocking` if the queue may be long.
     pub fn close(mut self) -> Result<()> {
-        let flush = self.flush();
+        let mut flush = self.flush();
         self.stop();
-        flush.wait()
+        // The thread has answered (or dropped) the flush before it exited: no waiting, no runtime needed.
+        flush.rx.try_recv().unwrap_or_else(|_| Err(stopped()))
     }
 
     fn push(&self, add: impl FnOnce(&mut Queue)) {
@@ -128,7 +131,7 @@ impl StoreWriter {
 }
 
 impl Drop for StoreWriter {
-    /// Commits everything queued, then joins the thread.
+    /// Commits everything queued, then joins the thread (errors are logged, see [`StoreWriter::close`]).
     fn drop(&mut self) {
         self.stop();
     }
@@ -406,6 +409,12 @@ mod tests {
         assert!(matches!(writer.flush().wait(), Err(StoreError::WriterStopped(_))));
         writer.send(text("prt_b", "y"));
         assert!(matches!(writer.flush().wait(), Err(StoreError::WriterStopped(_))));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn close_can_be_called_on_an_async_runtime_thread() {
+        let writer = StoreWriter::new(Arc::new(PanickingStore)).unwrap();
+        assert!(matches!(writer.close(), Ok(())));
     }
 
     #[test]
