@@ -634,10 +634,10 @@ impl Processor {
         if tool.state.interrupt(now).is_err() {
             return;
         }
-        if let (Some(output), ToolState::Error(error)) = (output, &mut tool.state) {
-            if let Some(serde_json::Value::Object(metadata)) = &mut error.metadata {
-                metadata.insert("output".into(), serde_json::Value::String(output));
-            }
+        if let (Some(output), ToolState::Error(error)) = (output, &mut tool.state)
+            && let Some(serde_json::Value::Object(metadata)) = &mut error.metadata
+        {
+            metadata.insert("output".into(), serde_json::Value::String(output));
         }
         self.write_now(index);
     }

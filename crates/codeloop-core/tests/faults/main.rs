@@ -6,6 +6,7 @@
 
 mod attempts;
 mod checks;
+mod classification;
 mod faults;
 mod harness;
 mod processor_props;
