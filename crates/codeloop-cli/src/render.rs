@@ -64,10 +64,8 @@ impl Renderer {
 
     fn text_event(&mut self, payload: &EventPayload) {
         match payload {
-            EventPayload::PartDelta { part_id, delta, .. } => {
-                if self.kinds.get(part_id) == Some(&"text") {
-                    self.write_text(part_id, delta);
-                }
+            EventPayload::PartDelta { part_id, delta, .. } if self.kinds.get(part_id) == Some(&"text") => {
+                self.write_text(part_id, delta);
             }
             EventPayload::MessageUpdated { info: Message::Assistant(info), .. } => {
                 self.assistant.insert(info.id.clone());
@@ -152,12 +150,13 @@ impl Renderer {
             return;
         }
         for part in parts {
-            if let PartKind::Text(text) = &part.kind {
-                if !text.synthetic && !text.ignored {
-                    self.assistant.insert(part.message_id.clone());
-                    self.kinds.insert(part.id.clone(), "text");
-                    self.part(part);
-                }
+            if let PartKind::Text(text) = &part.kind
+                && !text.synthetic
+                && !text.ignored
+            {
+                self.assistant.insert(part.message_id.clone());
+                self.kinds.insert(part.id.clone(), "text");
+                self.part(part);
             }
         }
         if self.open_line {
@@ -219,7 +218,7 @@ pub fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -152,12 +152,11 @@ pub async fn drive(
         asker.abort();
     }
     let outcome = result?;
-    if let Some(message) = &outcome.message {
-        if let Ok(history) = engine.history(session) {
-            if let Some(last) = history.iter().find(|m| m.info.id() == &message.id) {
-                renderer.catch_up(&last.parts);
-            }
-        }
+    if let Some(message) = &outcome.message
+        && let Ok(history) = engine.history(session)
+        && let Some(last) = history.iter().find(|m| m.info.id() == &message.id)
+    {
+        renderer.catch_up(&last.parts);
     }
     let totals = engine.session(session).ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
     renderer.summary(&outcome, totals);
