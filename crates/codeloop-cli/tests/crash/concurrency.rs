@@ -80,3 +80,34 @@ async fn a_killed_run_releases_its_session_at_once() {
     assert!(after.stdout.contains("Recovered."));
     crate::support::assert_paired(&env.bodies());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_streaming_fast_and_a_lister_share_the_database_without_lock_errors() {
+    let fast = || Turn::from(Reply::text("abcd".repeat(10_000)).with_text_chunks(10_000));
+    let env = Env::new(Script::new([fast(), fast()])).await;
+    let mut first = env.spawn_run(&["write a lot"]);
+    let mut second = env.spawn_run(&["write a lot too"]);
+    first.until("the first delta", is_delta).await;
+    second.until("the first delta", is_delta).await;
+    for _ in 0..5 {
+        let list = env.output(&["session", "list"]).await;
+        assert!(list.status.success(), "{}", list.stderr);
+        assert_not_locked(&list.stderr);
+    }
+    for run in [&mut first, &mut second] {
+        let status = run.wait().await;
+        assert!(status.success(), "{}", run.stderr());
+        assert_not_locked(&run.stderr());
+    }
+    assert_ne!(first.session(), second.session());
+    for run in [&first, &second] {
+        let export = env.export(&run.session()).await;
+        let text: String = crate::support::messages(&export)
+            .iter()
+            .flat_map(|m| m["parts"].as_array().cloned().unwrap_or_default())
+            .filter(|p| p["type"] == "text" && p["message_id"] != export["messages"][0]["info"]["id"])
+            .map(|p| p["text"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(text.len(), 40_000, "each answer is stored whole");
+    }
+}
