@@ -3,6 +3,7 @@
 //! `output_item.done` instead of deltas, and reasoning as `reasoning_text` rather than summaries.
 
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -23,6 +24,10 @@ pub struct ResponsesDecoder {
     reasoning: Option<ReasoningItem>,
     /// The message item being streamed, and whether it sent text deltas.
     message: Option<(String, bool)>,
+    /// Ids of items already added, so a repeated `output_item.added`/`.done` (a proxy replaying an
+    /// event) neither reopens nor re-emits anything.
+    added: HashSet<String>,
+    done: HashSet<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +144,9 @@ impl ResponsesDecoder {
 
     fn item_added(&mut self, item: Item<'_>, out: &mut Vec<StreamEvent>) {
         let id = item.id.map(Cow::into_owned).unwrap_or_default();
+        if !id.is_empty() && !self.added.insert(id.clone()) {
+            return;
+        }
         match item.kind.as_deref() {
             Some("message") => {
                 self.step.close_blocks(out);
@@ -152,6 +160,9 @@ impl ResponsesDecoder {
             Some("function_call") => {
                 self.step.close_blocks(out);
                 let call_id = item.call_id.map(Cow::into_owned).unwrap_or_else(|| id.clone());
+                if self.calls.iter().any(|(_, c)| c.call_id == call_id) {
+                    return;
+                }
                 let name = item.name.map(Cow::into_owned).unwrap_or_default();
                 let mut call = PendingCall::new(call_id, name);
                 call.start_if_named(&mut self.step, out);
@@ -166,6 +177,9 @@ impl ResponsesDecoder {
 
     fn item_done(&mut self, item: Item<'_>, out: &mut Vec<StreamEvent>) {
         let id = item.id.as_deref().unwrap_or_default().to_owned();
+        if !id.is_empty() && !self.done.insert(id.clone()) {
+            return;
+        }
         match item.kind.as_deref() {
             Some("message") => {
                 let streamed = self.message.take().is_some_and(|(m, streamed)| m == id && streamed);
@@ -488,6 +502,20 @@ mod tests {
         let call = call.unwrap();
         assert_eq!(call.input, Ok(json!({"a": 1})));
         assert_eq!(call.metadata, Some(json!({"openai": {"item_id": "fc_1"}})));
+    }
+
+    #[test]
+    fn repeated_item_events_change_nothing() {
+        let added = r#"{"type":"response.output_item.added","item":{"id":"fc_1","type":"function_call","call_id":"c1","name":"f","arguments":""}}"#;
+        let done = r#"{"type":"response.output_item.done","item":{"id":"fc_1","type":"function_call","call_id":"c1","name":"f","arguments":"{}"}}"#;
+        let msg_done = r#"{"type":"response.output_item.done","item":{"id":"m1","type":"message","content":[{"type":"output_text","text":"Hi"}]}}"#;
+        let completed = r#"{"type":"response.completed","response":{"status":"completed"}}"#;
+        let (out, end) = decode(&[added, added, done, done, msg_done, msg_done, completed]);
+        end.unwrap();
+        let count = |f: fn(&StreamEvent) -> bool| out.iter().filter(|e| f(e)).count();
+        assert_eq!(count(|e| matches!(e, StreamEvent::ToolInputStart { .. })), 1);
+        assert_eq!(count(|e| matches!(e, StreamEvent::ToolCall(_))), 1);
+        assert_eq!(count(|e| matches!(e, StreamEvent::TextDelta { .. })), 1);
     }
 
     #[test]
