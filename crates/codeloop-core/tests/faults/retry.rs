@@ -141,3 +141,51 @@ async fn an_abort_during_a_retry_wait_returns_promptly() {
     assert!(idle, "the session goes back to idle");
     assert_consistent(&history, &h.bodies());
 }
+
+/// An HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`) `secs` seconds from now.
+fn http_date_in(secs: u64) -> String {
+    let at = std::time::SystemTime::now() + Duration::from_secs(secs);
+    let epoch = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let (days, rest) = (epoch / 86_400, epoch % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let weekday = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    format!(
+        "{weekday}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        months[(month - 1) as usize],
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_is_honoured() {
+    let fault = Fault::status(429).header("retry-after", http_date_in(3));
+    let h = Harness::new(Script::new([Turn::from(fault), Turn::from(Reply::text("ok"))])).await;
+    let run = h.prompt("hello").await;
+    assert_eq!(run.outcome.stop, StopReason::Completed);
+    assert_eq!(run.retry_attempts(), vec![(2, "rate limited".to_owned())]);
+    // The date has one-second resolution: between 2 and 3 s from when it was written.
+    assert!(run.elapsed >= Duration::from_millis(1_500), "{:?}", run.elapsed);
+    assert!(run.elapsed < Duration::from_secs(4), "{:?}", run.elapsed);
+}
+
+#[tokio::test]
+async fn retry_after_as_an_http_date_beyond_the_budget_gives_up() {
+    let fault = Fault::status(429).header("retry-after", http_date_in(3_600));
+    let h = Harness::new(Script::new([Turn::from(fault), never_sent()])).await;
+    let run = h.prompt("hello").await;
+    let StopReason::Error(error) = &run.outcome.stop else { panic!("{:?}", run.outcome.stop) };
+    assert!(error.message().contains("max_wait_secs"), "{error:?}");
+    assert_eq!(h.fake.request_count(), 1);
+}
