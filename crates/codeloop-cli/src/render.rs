@@ -175,6 +175,10 @@ impl Renderer {
             self.open_line = false;
         }
         let Some(message) = &outcome.message else { return };
+        if message.finish.is_none() {
+            // Nothing came back (an error before the first step): the error line says enough.
+            return;
+        }
         let tokens = message.tokens;
         let mut line = format!(
             "— {} · {} in · {} out",

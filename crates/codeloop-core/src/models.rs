@@ -8,42 +8,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use codeloop_provider::{Provider, ProviderConfig, ProviderError, Usage, WireApi};
+use codeloop_provider::catalogue::{Catalogue, ModelInfo, ModelOverride};
+use codeloop_provider::{Provider, ProviderConfig, ProviderError, WireApi};
 use codeloop_types::ModelRef;
 
 use crate::config::{Config, ModelSettings, ProviderSettings};
 
-/// Context window and output limits in tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ModelLimits {
-    pub context: u64,
-    /// Some providers limit the input separately from the window.
-    pub input: Option<u64>,
-    pub output: u64,
-}
-
-/// USD per million tokens.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ModelPricing {
-    pub input: f64,
-    pub output: f64,
-    pub cache_read: f64,
-    pub cache_write: f64,
-}
-
-impl ModelPricing {
-    /// Cost of one step; reasoning is priced at the output rate (reference §4.2).
-    pub fn cost(&self, usage: &Usage) -> f64 {
-        (usage.input as f64 * self.input
-            + (usage.output + usage.reasoning) as f64 * self.output
-            + usage.cache_read as f64 * self.cache_read
-            + usage.cache_write as f64 * self.cache_write)
-            / 1_000_000.0
-    }
-}
+/// Context window and output limits, and prices in USD per million tokens (the catalogue's own types).
+pub use codeloop_provider::catalogue::{Cost as ModelPricing, Limit as ModelLimits};
 
 /// Limits used for a model the catalogue does not know (a warning is shown).
-pub const DEFAULT_LIMITS: ModelLimits = ModelLimits { context: 128_000, input: None, output: 8_192 };
+pub const DEFAULT_LIMITS: ModelLimits = codeloop_provider::catalogue::DEFAULT_LIMIT;
 
 #[derive(Clone)]
 pub struct ResolvedModel {
@@ -55,6 +30,8 @@ pub struct ResolvedModel {
     /// False when neither the catalogue nor config describes the model.
     pub known: bool,
     pub temperature: Option<f32>,
+    /// The model takes a temperature (agents' temperatures are dropped otherwise).
+    pub accepts_temperature: bool,
     pub wire: WireApi,
     pub provider: Arc<dyn Provider>,
 }
@@ -109,12 +86,14 @@ pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 pub struct Models {
     config: Config,
     env: EnvLookup,
+    catalogue: Catalogue,
     connected: Mutex<HashMap<String, Arc<dyn Provider>>>,
 }
 
 impl Models {
     pub fn new(config: Config, env: EnvLookup) -> Self {
-        Self { config, env, connected: Mutex::new(HashMap::new()) }
+        let catalogue = with_config(&config);
+        Self { config, env, catalogue, connected: Mutex::new(HashMap::new()) }
     }
 
     /// The default model from config.
@@ -173,84 +152,48 @@ impl Models {
     pub fn resolve(&self, model: &ModelRef) -> Result<ResolvedModel, ModelError> {
         let settings = self.provider_settings(&model.provider_id)?;
         let overrides = settings.models.get(&model.model_id).cloned().unwrap_or_default();
-        let catalogue = catalogue_entry(&model.provider_id, &model.model_id);
-        let known = catalogue.is_some() || overrides.context.is_some();
-        let (limits, pricing) = merge_model(catalogue, &overrides);
+        let resolved = self.catalogue.resolve(&model.provider_id, &model.model_id);
+        let known = resolved.is_known();
+        let info: ModelInfo = resolved.model;
         let provider = self.connect(&model.provider_id, &settings)?;
         Ok(ResolvedModel {
             reference: model.clone(),
             api_id: overrides.id.clone().unwrap_or_else(|| model.model_id.clone()),
-            limits,
-            pricing,
+            limits: info.limit,
+            // Never send a temperature to a model that refuses one (o3, gpt-5, reasoners).
+            temperature: overrides.temperature.filter(|_| info.temperature),
+            accepts_temperature: info.temperature,
+            pricing: info.cost,
             known,
-            temperature: overrides.temperature,
             wire: settings.api,
             provider,
         })
     }
 }
 
-fn merge_model(
-    catalogue: Option<(ModelLimits, ModelPricing)>,
-    overrides: &ModelSettings,
-) -> (ModelLimits, ModelPricing) {
-    let (mut limits, mut pricing) = catalogue.unwrap_or((DEFAULT_LIMITS, ModelPricing::default()));
-    if let Some(context) = overrides.context {
-        limits.context = context;
+/// The built-in catalogue with `[provider.NAME.models.ID]` entries applied.
+fn with_config(config: &Config) -> Catalogue {
+    let mut catalogue = Catalogue::builtin().clone();
+    for (provider, settings) in &config.provider {
+        for (model, entry) in &settings.models {
+            catalogue.set(provider, model, &model_override(entry));
+        }
     }
-    if overrides.input.is_some() {
-        limits.input = overrides.input;
-    }
-    if let Some(output) = overrides.output {
-        limits.output = output;
-    }
-    if let Some(cost) = overrides.cost {
-        pricing = ModelPricing {
-            input: cost.input,
-            output: cost.output,
-            cache_read: cost.cache_read,
-            cache_write: cost.cache_write,
-        };
-    }
-    (limits, pricing)
+    catalogue
 }
 
-/// The built-in catalogue's entry for a model.
-fn catalogue_entry(provider: &str, model: &str) -> Option<(ModelLimits, ModelPricing)> {
-    let _ = (provider, model);
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pricing_counts_reasoning_as_output_and_cache_at_its_rates() {
-        let pricing = ModelPricing { input: 2.0, output: 8.0, cache_read: 0.5, cache_write: 2.5 };
-        let usage = Usage {
-            input: 1_000_000,
-            output: 500_000,
-            reasoning: 500_000,
-            cache_read: 2_000_000,
-            cache_write: 400_000,
-            total: None,
-        };
-        let cost = pricing.cost(&usage);
-        assert!((cost - (2.0 + 8.0 + 1.0 + 1.0)).abs() < 1e-9, "{cost}");
-    }
-
-    #[test]
-    fn config_overrides_limits_and_prices() {
-        let overrides = ModelSettings {
-            context: Some(32_000),
-            output: Some(4_000),
-            cost: Some(crate::config::CostSettings { input: 1.0, output: 2.0, ..Default::default() }),
-            ..Default::default()
-        };
-        let (limits, pricing) = merge_model(None, &overrides);
-        assert_eq!(limits, ModelLimits { context: 32_000, input: None, output: 4_000 });
-        assert_eq!(pricing.output, 2.0);
+fn model_override(settings: &ModelSettings) -> ModelOverride {
+    ModelOverride {
+        context: settings.context,
+        input: settings.input,
+        output: settings.output,
+        cost: settings.cost.map(|c| ModelPricing {
+            input: c.input,
+            output: c.output,
+            cache_read: c.cache_read,
+            cache_write: c.cache_write,
+            context_over_200k: None,
+        }),
     }
 }
 
@@ -262,20 +205,66 @@ pub struct CatalogueEntry {
     pub pricing: ModelPricing,
 }
 
-/// Every model the built-in catalogue and the config know, sorted by `provider/model`.
+/// Every model the built-in catalogue and the config know, sorted by provider then model.
 pub fn catalogue(config: &Config) -> Vec<CatalogueEntry> {
-    let mut entries: std::collections::BTreeMap<String, CatalogueEntry> =
-        builtin_catalogue().into_iter().map(|e| (e.reference.to_string(), e)).collect();
-    for (provider, settings) in &config.provider {
-        for (model, overrides) in &settings.models {
-            let reference = ModelRef::new(provider.clone(), model.clone());
-            let (limits, pricing) = merge_model(catalogue_entry(provider, model), overrides);
-            entries.insert(reference.to_string(), CatalogueEntry { reference, limits, pricing });
-        }
-    }
-    entries.into_values().collect()
+    with_config(config)
+        .models()
+        .map(|(provider, info)| CatalogueEntry {
+            reference: ModelRef::new(provider, info.id.clone()),
+            limits: info.limit,
+            pricing: info.cost.clone(),
+        })
+        .collect()
 }
 
-fn builtin_catalogue() -> Vec<CatalogueEntry> {
-    Vec::new()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::CostSettings;
+    use codeloop_provider::Usage;
+
+    #[test]
+    fn pricing_counts_reasoning_as_output_and_cache_at_its_rates() {
+        let pricing = ModelPricing {
+            input: 2.0,
+            output: 8.0,
+            cache_read: 0.5,
+            cache_write: 2.5,
+            context_over_200k: None,
+        };
+        let usage = Usage {
+            input: 1_000_000,
+            output: 500_000,
+            reasoning: 500_000,
+            cache_read: 2_000_000,
+            cache_write: 400_000,
+            total: None,
+        };
+        let cost = pricing.of(&usage);
+        assert!((cost - (2.0 + 8.0 + 1.0 + 1.0)).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn config_overrides_limits_and_prices_of_catalogue_models() {
+        let mut config = Config::default();
+        let mut settings = crate::config::ProviderSettings::default();
+        settings.models.insert(
+            "gpt-4.1".into(),
+            ModelSettings {
+                context: Some(32_000),
+                cost: Some(CostSettings { input: 1.0, output: 2.0, ..Default::default() }),
+                ..Default::default()
+            },
+        );
+        config.provider.insert("openai".into(), settings);
+        let models = Models::new(config, Arc::new(|_| None));
+        let resolved = models.resolve(&ModelRef::new("openai", "gpt-4.1")).unwrap();
+        assert_eq!(resolved.limits.context, 32_000);
+        assert!(resolved.limits.output > 0, "the catalogue's output limit is kept");
+        assert_eq!(resolved.pricing.output, 2.0);
+        assert!(resolved.known);
+        let unknown = models.resolve(&ModelRef::new("ollama", "my-finetune")).unwrap();
+        assert!(!unknown.known);
+        assert_eq!(unknown.limits, DEFAULT_LIMITS);
+    }
 }

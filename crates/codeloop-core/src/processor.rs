@@ -568,7 +568,7 @@ impl Processor {
             ..Default::default()
         });
         let tokens: Tokens = usage.tokens();
-        let cost = self.ctx.pricing.cost(&usage);
+        let cost = self.ctx.pricing.of(&usage);
         self.message.finish = Some(finish);
         self.message.cost += cost;
         self.message.tokens = tokens;

@@ -76,7 +76,7 @@ impl Run<'_> {
             },
             project_key: self.project.root.display().to_string(),
             layers: self.layers(agent),
-            pricing: model.pricing,
+            pricing: model.pricing.clone(),
             overflow_at: if summary { None } else { overflow_threshold(&model.limits, compaction) },
             tools_enabled,
             summary,
@@ -133,7 +133,10 @@ impl Run<'_> {
         if let Some(extra) = &user.system {
             system.push(extra.clone());
         }
-        let tools = if last_step { Vec::new() } else { self.tool_specs(agent) };
+        // Anthropic rejects tool_use blocks in history without tool definitions: there the tools stay
+        // listed and tool_choice "none" forbids calling them.
+        let keep_tools = !last_step || model.wire == codeloop_provider::WireApi::Anthropic;
+        let tools = if keep_tools { self.tool_specs(agent) } else { Vec::new() };
         ProviderRequest {
             model: model.api_id.clone(),
             system,
@@ -141,7 +144,7 @@ impl Run<'_> {
             tool_choice: if last_step { ToolChoice::None } else { ToolChoice::Auto },
             tools,
             max_output_tokens: Some(max_output(&model.limits)),
-            temperature: agent.temperature.or(model.temperature),
+            temperature: agent.temperature.or(model.temperature).filter(|_| model.accepts_temperature),
             session_id: Some(self.session.id.to_string()),
         }
     }

@@ -1,0 +1,205 @@
+//! The `codeloop` binary end to end: the offline demo, `run` with both output formats, `--continue`,
+//! `session` commands, config errors and exit codes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+use serde_json::{Value, json};
+
+struct Env {
+    data: tempfile::TempDir,
+    home: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        Env {
+            data: tempfile::tempdir().unwrap(),
+            home: tempfile::tempdir().unwrap(),
+            project: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn config(&self, base_url: &str, extra: &str) -> std::path::PathBuf {
+        let path = self.home.path().join("config.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "model = \"fake/test\"\n[provider.fake]\nbase_url = \"{base_url}\"\n[provider.fake.models.test]\ncontext = 128000\noutput = 8000\ncost = {{ input = 1.0, output = 2.0 }}\n{extra}"
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn codeloop(&self, config: Option<&Path>, args: &[&str]) -> Output {
+        self.codeloop_with(config, args, &[])
+    }
+
+    fn codeloop_with(&self, config: Option<&Path>, args: &[&str], vars: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+        cmd.envs(vars.iter().copied());
+        cmd.args(args)
+            .current_dir(self.project.path())
+            .env("CODELOOP_DATA_DIR", self.data.path())
+            .env("HOME", self.home.path())
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .env_remove("CODELOOP_CONFIG");
+        if let Some(config) = config {
+            cmd.env("CODELOOP_CONFIG", config);
+        }
+        cmd.output().unwrap()
+    }
+}
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn demo_exits_zero_and_really_changes_the_file() {
+    let env = Env::new();
+    let dir = env.project.path().join("demo");
+    let output = env.codeloop(None, &["demo", "--dir", dir.to_str().unwrap()]);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("greet.sh")).unwrap(),
+        "#!/usr/bin/env bash\necho \"Hello, world\"\n"
+    );
+    assert!(stdout.contains("now prints PASS"), "{stdout}");
+    assert!(stderr.contains("→ edit greet.sh"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_streams_text_to_stdout_and_activity_to_stderr_then_continue_resumes() {
+    let env = Env::new();
+    std::fs::write(env.project.path().join("a.txt"), "hello\n").unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})).with_text("Reading.")),
+        Turn::from(Reply::text("It says hello.")),
+        Turn::from(Reply::text("Still hello.")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let run = |args: Vec<&str>| {
+        let env = &env;
+        let config = config.clone();
+        let args: Vec<String> = args.into_iter().map(str::to_owned).collect();
+        async move {
+            tokio::task::spawn_blocking({
+                let data = env.data.path().to_owned();
+                let home = env.home.path().to_owned();
+                let project = env.project.path().to_owned();
+                move || {
+                    Command::new(env!("CARGO_BIN_EXE_codeloop"))
+                        .args(&args)
+                        .current_dir(&project)
+                        .env("CODELOOP_DATA_DIR", data)
+                        .env("HOME", home)
+                        .env("CODELOOP_CONFIG", config)
+                        .env_remove("XDG_CONFIG_HOME")
+                        .env_remove("XDG_DATA_HOME")
+                        .output()
+                        .unwrap()
+                }
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let output = run(vec!["run", "what does a.txt say?"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, "Reading.\nIt says hello.\n");
+    assert!(stderr.contains("→ read a.txt"), "{stderr}");
+    assert!(stderr.contains("fake/test") && stderr.contains("ses_"), "final summary line: {stderr}");
+
+    let output = run(vec!["run", "--continue", "--format", "json", "and now?"]).await;
+    assert!(output.status.success());
+    let events: Vec<Value> =
+        String::from_utf8_lossy(&output.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert!(types.contains(&"message.part.delta") && types.contains(&"session.idle"), "{types:?}");
+    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "event ids increase");
+    // --continue sent the whole conversation.
+    let third = &fake.requests()[2].body["messages"];
+    assert!(third.to_string().contains("what does a.txt say?"), "{third}");
+
+    let output = run(vec!["session", "list", "--format", "json"]).await;
+    let sessions: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    let output = run(vec!["session", "export", &id]).await;
+    let export: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let messages = export["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 5);
+    let parts: Vec<&str> =
+        messages[1]["parts"].as_array().unwrap().iter().map(|p| p["type"].as_str().unwrap()).collect();
+    assert_eq!(parts, ["step-start", "text", "tool", "step-finish"]);
+    assert_eq!(messages[1]["parts"][2]["state"]["status"], "completed");
+    assert!(messages[1]["parts"][3]["tokens"]["input"].as_u64().is_some());
+    let output = run(vec!["session", "show", &id]).await;
+    assert!(String::from_utf8_lossy(&output.stdout).contains("It says hello."));
+    let output = run(vec!["session", "delete", &id]).await;
+    assert!(output.status.success());
+    let output = run(vec!["session", "show", &id]).await;
+    assert!(!output.status.success());
+}
+
+#[test]
+fn an_invalid_config_is_a_clear_error_with_the_file_and_key() {
+    let env = Env::new();
+    let config = env.home.path().join("bad.toml");
+    std::fs::write(&config, "[compaction]\nauto = \"sometimes\"\n").unwrap();
+    let output = env.codeloop(Some(&config), &["run", "hi"]);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("bad.toml") && stderr.contains("auto"), "{stderr}");
+}
+
+#[test]
+fn no_model_configured_says_how_to_configure_one() {
+    let env = Env::new();
+    let output = env.codeloop(None, &["run", "hi"]);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("--model"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_auth_error_exits_one_and_names_the_key_variable() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(codeloop_testkit::Fault::unauthorized())]))
+        .await
+        .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let text_config = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("[provider.fake]\n", "[provider.fake]\napi_key_env = \"FAKE_API_KEY\"\n");
+    std::fs::write(&config, text_config).unwrap();
+    let missing = env.codeloop(Some(&config), &["run", "hi"]);
+    let (_, stderr) = text(&missing);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr.contains("API key missing: set FAKE_API_KEY"), "{stderr}");
+    assert_eq!(fake.request_count(), 0, "nothing is sent without a key");
+    let output = tokio::task::spawn_blocking(move || {
+        env.codeloop_with(Some(&config), &["run", "hi"], &[("FAKE_API_KEY", "sk-wrong")])
+    })
+    .await
+    .unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stderr.contains("check your API key in $FAKE_API_KEY"), "{stderr}");
+    assert!(!stderr.contains("sk-wrong"), "the key is never printed");
+    assert_eq!(fake.request_count(), 1, "no retry on 401: {stderr}");
+}
