@@ -7,4 +7,5 @@ mod coordinator;
 mod harness;
 mod loop_rules;
 mod permissions;
+mod providers;
 mod turns;
