@@ -398,3 +398,31 @@ fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
     };
     PermissionReplyBody { reply, message }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codeloop_types::{EventPayload, SessionStatus};
+
+    #[test]
+    fn a_run_is_finished_once_idle_follows_its_final_message() {
+        let session: codeloop_types::SessionId = "ses_1".into();
+        let idle = |id| Event {
+            id,
+            payload: EventPayload::SessionStatus { session_id: session.clone(), status: SessionStatus::Idle },
+        };
+        let mut progress = Progress::default();
+        let message: MessageId = "msg_1".into();
+        progress.see(&idle(1));
+        progress.message_updates.insert(message.clone(), 2);
+        assert!(!progress.finished(&message), "an idle before the message belongs to an earlier run");
+        progress.see(&idle(3));
+        assert!(progress.finished(&message));
+    }
+
+    #[test]
+    fn attach_needs_an_http_url() {
+        assert!(Remote::new("127.0.0.1:4096").is_err());
+        assert_eq!(Remote::new("http://127.0.0.1:4096/").unwrap().base, "http://127.0.0.1:4096");
+    }
+}

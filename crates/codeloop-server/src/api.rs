@@ -37,7 +37,12 @@ pub struct Health {
 #[serde(untagged)]
 pub enum ModelSpec {
     Text(String),
-    Ref { provider_id: String, model_id: String },
+    Ref {
+        #[serde(alias = "providerID")]
+        provider_id: String,
+        #[serde(alias = "modelID")]
+        model_id: String,
+    },
 }
 
 impl ModelSpec {
@@ -64,7 +69,7 @@ pub struct CreateSession {
     pub agent: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<ModelSpec>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, alias = "parentID", skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
 }
 

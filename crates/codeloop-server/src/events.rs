@@ -40,15 +40,15 @@ pub async fn events(
     headers: HeaderMap,
     ApiQuery(query): ApiQuery<EventQuery>,
 ) -> Result<Response, ApiError> {
-    let requested = match headers.get("last-event-id") {
-        Some(value) => Some(
+    let header = headers.get("last-event-id").map(|v| v.to_str().map(str::trim));
+    let requested = match header {
+        Some(Ok(value)) if !value.is_empty() => Some(
             value
-                .to_str()
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| ApiError::invalid("Last-Event-ID must be an event id (a number)"))?,
+                .parse::<u64>()
+                .map_err(|_| ApiError::invalid("Last-Event-ID must be an event id (a number)"))?,
         ),
-        None => query.since,
+        Some(Err(_)) => return Err(ApiError::invalid("Last-Event-ID must be an event id (a number)")),
+        _ => query.since,
     };
     let filter = query.session.filter(|s| !s.is_empty()).map(SessionId::from);
     let stream = EventStream::open(&state, requested, filter);

@@ -5,6 +5,8 @@
 
 #[path = "server/api.rs"]
 mod api;
+#[path = "server/load.rs"]
+mod load;
 #[path = "server/security.rs"]
 mod security;
 #[path = "server/slow.rs"]

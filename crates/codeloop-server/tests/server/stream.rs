@@ -226,3 +226,16 @@ async fn ten_clients_and_ten_prompts_run_one_at_a_time_and_lose_nothing() {
         }
     }
 }
+
+#[tokio::test]
+async fn prompt_async_failures_arrive_as_session_error() {
+    let h = Harness::start(Script::new(Vec::<Turn>::new())).await;
+    let session = h.create_session().await;
+    let mut sse = h.events(&format!("?session={session}")).await;
+    let body = json!({"parts": [{"type": "text", "text": "hi"}], "model": "nowhere/none"});
+    let (status, _) = h.post(&format!("/session/{session}/prompt_async"), body).await;
+    assert_eq!(status, 202);
+    let error = sse.until(|e| e.kind() == "session.error").await.pop().unwrap();
+    let message = error.properties()["error"]["message"].as_str().unwrap();
+    assert!(message.contains("nowhere"), "{message}");
+}
