@@ -62,6 +62,8 @@ pub enum OnAsk {
 
 /// Exit code of an interrupted run (128 + SIGINT).
 pub const EXIT_INTERRUPTED: u8 = 130;
+/// Exit code of a run stopped by SIGTERM (128 + SIGTERM).
+pub const EXIT_TERMINATED: u8 = 143;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

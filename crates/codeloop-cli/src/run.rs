@@ -14,7 +14,7 @@ use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest,
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::render::Renderer;
-use crate::{EXIT_INTERRUPTED, Format, OnAsk, env, project_dir};
+use crate::{EXIT_INTERRUPTED, EXIT_TERMINATED, Format, OnAsk, env, project_dir};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -68,8 +68,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let engine = env::open_engine(config, policy)?;
     let session = pick_session(&engine, &args, &dir, model.clone())?;
     let input = PromptInput { model, agent: args.agent.clone(), ..PromptInput::text(message) };
-    let outcome = drive(&engine, &session.id, input, args.format, interactive).await?;
-    Ok(exit_code(&outcome))
+    let driven = drive(&engine, &session.id, input, args.format, interactive).await?;
+    Ok(driven.exit_code())
 }
 
 fn message_text(words: &[String]) -> anyhow::Result<String> {
@@ -113,13 +113,14 @@ pub async fn drive(
     input: PromptInput,
     format: Format,
     interactive: bool,
-) -> anyhow::Result<RunOutcome> {
+) -> anyhow::Result<Driven> {
     let mut events = engine.bus().subscribe();
     let mut renderer = Renderer::new(format, session.clone());
     let asker = interactive.then(|| spawn_asker(engine.clone(), session.clone()));
     let prompt = engine.prompt(session, input, Delivery::Queue);
     tokio::pin!(prompt);
-    let mut interrupted = false;
+    // The signal that interrupted the run: SIGINT exits 130, SIGTERM 143. A second Ctrl+C quits at once.
+    let mut interrupted: Option<u8> = None;
     let mut terminate = signal_terminate();
     let result = loop {
         tokio::select! {
@@ -129,15 +130,19 @@ pub async fn drive(
                 Err(RecvError::Lagged(skipped)) => renderer.lagged(skipped),
                 Err(RecvError::Closed) => {}
             },
-            _ = tokio::signal::ctrl_c(), if !interrupted => {
-                interrupted = true;
-                eprintln!("\ninterrupting…");
+            _ = tokio::signal::ctrl_c() => {
+                if interrupted.is_some() {
+                    eprintln!("\nquitting without waiting for cleanup (recovery settles the session on next open)");
+                    std::process::exit(i32::from(EXIT_INTERRUPTED));
+                }
+                interrupted = Some(EXIT_INTERRUPTED);
+                eprintln!("\ninterrupting… (Ctrl+C again to quit at once)");
                 let engine = engine.clone();
                 let session = session.clone();
                 tokio::spawn(async move { engine.abort(&session).await });
             }
-            _ = terminate.recv(), if !interrupted => {
-                interrupted = true;
+            _ = terminate.recv(), if interrupted.is_none() => {
+                interrupted = Some(EXIT_TERMINATED);
                 let engine = engine.clone();
                 let session = session.clone();
                 tokio::spawn(async move { engine.abort(&session).await });
@@ -161,7 +166,22 @@ pub async fn drive(
     let totals = engine.session(session).ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
     renderer.summary(&outcome, totals);
     engine.flush().await?;
-    Ok(outcome)
+    Ok(Driven { outcome, signal_exit: interrupted })
+}
+
+/// A finished `drive`: the outcome, and the exit code of the signal that interrupted it, if one did.
+pub struct Driven {
+    pub outcome: RunOutcome,
+    pub signal_exit: Option<u8>,
+}
+
+impl Driven {
+    pub fn exit_code(&self) -> ExitCode {
+        match (self.signal_exit, &self.outcome.stop) {
+            (Some(code), StopReason::Interrupted) => ExitCode::from(code),
+            _ => exit_code(&self.outcome),
+        }
+    }
 }
 
 fn signal_terminate() -> tokio::sync::mpsc::Receiver<()> {

@@ -67,6 +67,7 @@ fn populate(engine: &codeloop_core::Engine, session: &SessionId, parts: usize) {
                 tool: "read".into(),
                 state,
                 metadata: None,
+                ignored: false,
             }),
         )));
         written += 3;

@@ -53,7 +53,15 @@ impl Entry {
     }
 }
 
+/// A session lock can look taken for a moment after this process released it: a child process being
+/// spawned (by any tool of any session) holds copies of every descriptor until its `exec`. A few short
+/// retries tell that apart from another process really running the session.
+const LOCK_RETRIES: u32 = 10;
+const LOCK_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
+
 enum Next {
+    /// The lock looked taken: try again shortly.
+    RetryLock,
     Await(watch::Receiver<Option<RunResult>>),
     AwaitOwn(oneshot::Receiver<RunResult>),
     WaitThenRetry(watch::Receiver<Option<RunResult>>),
@@ -67,6 +75,7 @@ impl Coordinator {
 
     /// Starts a run (or joins the active one) and waits for its outcome.
     pub async fn run(&self, session: &SessionId) -> RunResult {
+        let mut busy_retries = 0;
         loop {
             let next = {
                 let mut sessions = self.inner.lock();
@@ -77,6 +86,7 @@ impl Coordinator {
                     Some(entry) => Next::Await(entry.done.subscribe()),
                     None => match self.inner.start(&mut sessions, session, None, None) {
                         Ok(rx) => Next::Await(rx),
+                        Err(RunError::Busy(_)) if busy_retries < LOCK_RETRIES => Next::RetryLock,
                         Err(e) => Next::Failed(e),
                     },
                 }
@@ -88,6 +98,10 @@ impl Coordinator {
                 }
                 Next::AwaitOwn(rx) => return rx.await.unwrap_or_else(|_| Err(dropped())),
                 Next::Failed(e) => return Err(e),
+                Next::RetryLock => {
+                    busy_retries += 1;
+                    tokio::time::sleep(LOCK_RETRY_DELAY).await;
+                }
             }
         }
     }
@@ -95,6 +109,7 @@ impl Coordinator {
     /// Records new input and runs it: immediately when idle, else steered or queued.
     pub async fn prompt(&self, session: &SessionId, input: PromptInput, delivery: Delivery) -> RunResult {
         let mut input = Some(input);
+        let mut busy_retries = 0;
         loop {
             let next = {
                 let mut sessions = self.inner.lock();
@@ -122,10 +137,10 @@ impl Coordinator {
                     }
                     None => {
                         // The caller that starts the run gets its own turn's outcome, like queued callers.
-                        let input = input.take().unwrap_or_default();
                         let (reply, rx) = oneshot::channel();
-                        match self.inner.start(&mut sessions, session, Some(input), Some(reply)) {
+                        match self.inner.start(&mut sessions, session, input.clone(), Some(reply)) {
                             Ok(_) => Next::AwaitOwn(rx),
+                            Err(RunError::Busy(_)) if busy_retries < LOCK_RETRIES => Next::RetryLock,
                             Err(e) => Next::Failed(e),
                         }
                     }
@@ -138,6 +153,10 @@ impl Coordinator {
                     let _ = wait(rx).await;
                 }
                 Next::Failed(e) => return Err(e),
+                Next::RetryLock => {
+                    busy_retries += 1;
+                    tokio::time::sleep(LOCK_RETRY_DELAY).await;
+                }
             }
         }
     }

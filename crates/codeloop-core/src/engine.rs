@@ -88,12 +88,16 @@ impl Engine {
                 parameters: s.parameters,
             })
             .collect();
+        // Spill files are swept now and then every hour, so a long-running server stays bounded too.
         let sweep_dir = tool_output_dir.clone();
-        std::thread::spawn(move || {
-            if let Err(e) = codeloop_tools::sweep_tool_output(&sweep_dir, TOOL_OUTPUT_RETENTION)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::debug!("tool output sweep failed: {e}");
+        let _ = std::thread::Builder::new().name("codeloop-sweep".into()).spawn(move || {
+            loop {
+                if let Err(e) = codeloop_tools::sweep_tool_output(&sweep_dir, TOOL_OUTPUT_RETENTION)
+                    && e.kind() != std::io::ErrorKind::NotFound
+                {
+                    tracing::debug!("tool output sweep failed: {e}");
+                }
+                std::thread::sleep(std::time::Duration::from_secs(3600));
             }
         });
         let services = Arc::new(Services {

@@ -92,6 +92,8 @@ pub struct Processor {
     tools_cancel: CancellationToken,
     /// Cleanup is running: results that arrive now are of calls cut short.
     cleaning: bool,
+    /// Settled calls written but not yet announced (see [`Processor::write_now`]).
+    unannounced: Vec<usize>,
     /// Characters of text streamed without usage, for the estimate.
     streamed_chars: u64,
 }
@@ -125,6 +127,7 @@ impl Processor {
             host,
             tools_cancel: CancellationToken::new(),
             cleaning: false,
+            unannounced: Vec::new(),
             streamed_chars: 0,
         }
     }
@@ -143,6 +146,9 @@ impl Processor {
     ) -> AttemptEnd {
         self.tools_cancel = cancel.child_token();
         self.needs_compaction = false;
+        // Call ids belong to one attempt: a retried stream may reuse them (servers without call ids
+        // number calls from zero each time) and its calls must run.
+        self.calls.clear();
         let stream = tokio::select! {
             biased;
             _ = cancel.cancelled() => return self.cleanup(AttemptEnd::Aborted).await,
@@ -170,10 +176,15 @@ impl Processor {
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return AttemptEnd::Aborted,
-                Some(event) = self.tool_rx.recv() => self.on_tool_event(event),
+                Some(event) = self.tool_rx.recv() => {
+                    self.on_tool_event(event);
+                    self.announce_settled().await;
+                }
                 item = stream.next(), if !stream_done => match item {
                     Some(Ok(event)) => {
-                        if let Err(end) = self.on_stream_event(event, cancel, doom).await {
+                        let handled = self.on_stream_event(event, cancel, doom).await;
+                        self.announce_settled().await;
+                        if let Err(end) = handled {
                             return end;
                         }
                         // Overflow seen at a step boundary: stop reading, let running tools finish.
@@ -222,11 +233,34 @@ impl Processor {
         index
     }
 
-    /// Persists and announces a part change right away (state transitions).
+    /// Persists and announces a part change right away (state transitions). A settled tool call is
+    /// announced only once it is committed, so a result someone saw is never lost to a crash.
     fn write_now(&mut self, index: usize) {
         self.dirty.remove(&index);
-        if let Some(part) = self.parts.get(index) {
+        let Some(part) = self.parts.get(index) else { return };
+        if part.as_tool().is_some_and(|t| t.state.is_terminal()) {
+            self.ctx.services.writer.send(codeloop_store::Write::Part(part.clone()));
+            self.unannounced.push(index);
+        } else {
             self.ctx.services.save_part(part);
+        }
+    }
+
+    /// Waits for settled calls to be committed, then announces them.
+    async fn announce_settled(&mut self) {
+        if self.unannounced.is_empty() {
+            return;
+        }
+        if let Err(e) = self.ctx.services.writer.flush().await {
+            tracing::error!("could not persist a tool result: {e}");
+        }
+        for index in std::mem::take(&mut self.unannounced) {
+            if let Some(part) = self.parts.get(index) {
+                self.ctx.services.bus.publish(EventPayload::PartUpdated {
+                    session_id: part.session_id.clone(),
+                    part: part.clone(),
+                });
+            }
         }
     }
 
@@ -271,6 +305,7 @@ impl Processor {
             text: String::new(),
             metadata,
             time: PartTime { start: now_ms(), end: None },
+            ignored: false,
         }));
         self.reasoning_open.insert(id, index);
     }
@@ -349,6 +384,7 @@ impl Processor {
             tool: name.to_owned(),
             state: ToolState::default(),
             metadata: None,
+            ignored: false,
         }));
         self.calls.insert(call_id.to_owned(), index);
         index
@@ -404,7 +440,7 @@ impl Processor {
             None => false,
         };
         if !started {
-            // A repeated call event for a call that already finished: nothing to run.
+            // A repeated call event for a call already running or settled: it runs once.
             return Ok(());
         }
         self.write_now(index);
@@ -623,6 +659,7 @@ impl Processor {
             self.interrupt_call(index, None);
         }
         self.flush();
+        self.announce_settled().await;
         end
     }
 
@@ -642,13 +679,19 @@ impl Processor {
         self.write_now(index);
     }
 
-    /// Marks the text of a failed attempt as not for the model: the retried attempt says it again.
-    pub fn discard_attempt_text(&mut self, from_part: usize) {
+    /// Hides what a failed attempt left from the model: its text, its reasoning, and calls it did not
+    /// complete (the retried attempt says and does it again). Completed calls stay visible: they ran.
+    pub fn discard_attempt(&mut self, from_part: usize) {
         for index in from_part..self.parts.len() {
-            if let PartKind::Text(text) = &mut self.parts[index].kind
-                && !text.ignored
-            {
-                text.ignored = true;
+            let changed = match &mut self.parts[index].kind {
+                PartKind::Text(part) => !std::mem::replace(&mut part.ignored, true),
+                PartKind::Reasoning(part) => !std::mem::replace(&mut part.ignored, true),
+                PartKind::Tool(tool) if !matches!(tool.state, ToolState::Completed(_)) => {
+                    !std::mem::replace(&mut tool.ignored, true)
+                }
+                _ => false,
+            };
+            if changed {
                 self.write_now(index);
             }
         }

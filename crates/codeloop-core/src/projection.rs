@@ -151,6 +151,8 @@ fn assistant_messages(
                     metadata: if same_model { text.metadata.clone() } else { None },
                 })
             }
+            PartKind::Reasoning(reasoning) if reasoning.ignored => {}
+            PartKind::Tool(tool) if tool.ignored => {}
             PartKind::Reasoning(reasoning) => {
                 if same_model {
                     content.push(AssistantContent::Reasoning {

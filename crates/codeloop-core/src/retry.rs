@@ -49,18 +49,30 @@ impl RetryPolicy {
         let delay = delay_for(self.attempts, error);
         if self.waited + delay > budget {
             let reason = match error.retry_after() {
-                Some(asked) => format!(
-                    "the provider asked to wait {}s, more than the retry budget of {}s ([retry] max_wait_secs)",
-                    asked.as_secs(),
+                Some(asked) if asked > budget => format!(
+                    "the provider asked to wait {}, more than the retry budget of {}s ([retry] max_wait_secs)",
+                    seconds(asked),
                     budget.as_secs()
                 ),
-                None => format!("retry budget of {}s used up", budget.as_secs()),
+                _ => format!(
+                    "retry budget of {}s used up after {} of waiting",
+                    budget.as_secs(),
+                    seconds(self.waited)
+                ),
             };
             return RetryDecision::GiveUp { reason: Some(reason) };
         }
         self.waited += delay;
         self.attempts += 1;
         RetryDecision::Wait { delay, attempt: self.attempts }
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{}s", duration.as_secs())
+    } else {
+        format!("{:.1}s", duration.as_secs_f64())
     }
 }
 
@@ -131,7 +143,7 @@ mod tests {
         let RetryDecision::GiveUp { reason: Some(reason) } = policy.next(&e) else {
             panic!("expected give up")
         };
-        assert!(reason.contains("3600"), "{reason}");
+        assert!(reason.contains("3600s"), "{reason}");
     }
 
     #[test]

@@ -112,7 +112,14 @@ impl Stream for Decoding {
                     this.push(result);
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    this.pending.push_back(Err(sse_error(error)));
+                    // A connection cut after the provider said it was done (a finish reason, then a reset
+                    // instead of a clean close) loses nothing: end normally so the finished answer and its
+                    // tool calls are kept instead of retried.
+                    let result = match error {
+                        EventStreamError::Transport(_) if this.decoder.end(&mut this.out).is_ok() => Ok(()),
+                        error => Err(sse_error(error)),
+                    };
+                    this.push(result);
                     this.done = true;
                 }
                 Poll::Ready(None) => {

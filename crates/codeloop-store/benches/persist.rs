@@ -91,6 +91,7 @@ fn tool_part(message: &Message, state: ToolState) -> Part {
         tool: "bash".into(),
         state,
         metadata: None,
+        ignored: false,
     });
     Part::new(message.session_id().clone(), message.id().clone(), kind)
 }

@@ -54,6 +54,9 @@ pub struct TextPart {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ReasoningPart {
     pub text: String,
+    /// Left by a failed attempt: kept for the record, never sent to the model.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
     /// Provider metadata needed to send the reasoning back (signatures, encrypted content).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
@@ -80,6 +83,10 @@ pub struct ToolPart {
     /// Provider metadata of the call (e.g. `provider_executed`, Responses item ids).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Value>,
+    /// A call cut short with its failed attempt: kept for the record, never sent to the model (the retried
+    /// attempt makes its own calls).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignored: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -233,6 +240,7 @@ mod tests {
                 tool: "bash".into(),
                 state: ToolState::default(),
                 metadata: None,
+                ignored: false,
             }),
         };
         let v = serde_json::to_value(&part).unwrap();

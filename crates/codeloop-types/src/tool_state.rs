@@ -151,8 +151,8 @@ impl ToolState {
         }
     }
 
-    /// The call's input is complete: `pending → running`. A running call keeps its state and takes the new
-    /// input (a provider may repeat the call event).
+    /// The call's input is complete: `pending → running`. Only a pending call starts, so a provider that
+    /// repeats the call event can never run a tool twice.
     pub fn start(&mut self, input: Value, now: Millis) -> Result<(), TransitionError> {
         match self {
             ToolState::Pending(_) => {
@@ -162,10 +162,6 @@ impl ToolState {
                     metadata: None,
                     time: StartTime { start: now },
                 });
-                Ok(())
-            }
-            ToolState::Running(r) => {
-                r.input = input;
                 Ok(())
             }
             other => Err(other.refuse("running")),
@@ -302,6 +298,8 @@ mod tests {
         assert!(s.fail("again".into(), 6).is_err());
         assert!(s.start(json!({}), 6).is_err());
         assert!(s.interrupt(6).is_err());
+        let mut again = running();
+        assert_eq!(again.start(json!({}), 7), Err(TransitionError { from: "running", to: "running" }));
         assert_eq!(s, before);
     }
 

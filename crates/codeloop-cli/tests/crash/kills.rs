@@ -240,7 +240,7 @@ async fn sigkill_between_a_tool_result_and_the_next_step_settles_the_call() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: a tool result is announced (message.part.updated) before the store writer commits it; a SIGKILL right after records the call that ran as interrupted (processor.rs write_now / services.rs save_part)"]
+
 async fn sigkill_right_after_a_tool_result_was_shown_keeps_the_result() {
     // The window is a few milliseconds wide: try several times.
     for _ in 0..10 {

@@ -288,7 +288,7 @@ impl Run<'_> {
             }
             match policy.next(&error) {
                 RetryDecision::Wait { delay, attempt } => {
-                    processor.discard_attempt_text(first_part);
+                    processor.discard_attempt(first_part);
                     let message = error.short_reason();
                     let next = now_ms() + delay.as_millis() as i64;
                     self.services.bus.publish(EventPayload::SessionStatus {

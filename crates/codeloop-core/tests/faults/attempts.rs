@@ -18,7 +18,6 @@ fn tool_states(h: &Harness) -> Vec<(String, ToolState)> {
 }
 
 #[tokio::test]
-#[ignore = "bug: a connection reset after the finish chunk fails the attempt although the answer was complete; its tool result is thrown away and the call retried (stream.rs transport error skips Decoder::end)"]
 async fn a_reset_after_the_finish_chunk_keeps_the_finished_answer() {
     // Chat chunks: role, call head, 1 argument fragment, finish, usage, [DONE]. The first 5 arrive, so the
     // provider said it was done before the connection dropped.
@@ -39,26 +38,6 @@ async fn a_reset_after_the_finish_chunk_keeps_the_finished_answer() {
 }
 
 #[tokio::test]
-async fn a_reset_after_the_finish_chunk_still_runs_the_tool_once() {
-    // What holds today: the tool the provider asked for ran once, the attempt is retried anyway, and the
-    // completed call keeps the loop going so the model gets its result in a third request.
-    let call = ScriptToolCall::new("bash", json!({"command": "echo ran >> log.txt"})).with_fragments(1);
-    let h = Harness::new(Script::new([
-        Turn::from(Fault::reset(Reply::default().with_call(call), 5)),
-        Turn::from(Reply::text("Logged.")),
-        Turn::from(Reply::text("Done.")),
-    ]))
-    .await;
-    let run = h.prompt("log it").await;
-    assert_eq!(run.outcome.stop, StopReason::Completed);
-    assert_eq!(h.read("log.txt"), "ran\n");
-    assert_eq!(tool_states(&h).len(), 1);
-    assert_eq!(h.fake.request_count(), 3);
-    assert_consistent(&h.history(), &h.bodies());
-}
-
-#[tokio::test]
-#[ignore = "bug: a retried attempt that repeats a call id of the failed attempt never runs the call (processor.rs ensure_call reuses the interrupted part; start() refuses)"]
 async fn a_retry_that_reuses_a_call_id_runs_the_call() {
     // Servers that send no call id get `call_0` from the decoder on every attempt; here the id is explicit.
     let call =
@@ -79,7 +58,6 @@ async fn a_retry_that_reuses_a_call_id_runs_the_call() {
 }
 
 #[tokio::test]
-#[ignore = "bug: the reasoning and the half-streamed tool call of a failed attempt are sent to the model in later requests (turn.rs attempts() only marks text ignored)"]
 async fn a_failed_attempt_leaves_nothing_for_the_model_to_see() {
     // Role, 2 reasoning chunks, 1 text chunk, the call head: then the connection drops.
     let partial = Reply::text("Let me read it.")

@@ -266,7 +266,7 @@ fn bash_call(call_id: &str, command: &str) -> StreamEvent {
 }
 
 #[test]
-#[ignore = "bug: a repeated ToolCall event for a call that is still running spawns the tool a second time and counts twice in the doom-loop guard (processor.rs tool_call: ToolState::start accepts running -> running)"]
+
 fn a_repeated_call_event_while_the_call_runs_does_not_run_it_twice() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let fixture = runtime.block_on(async { Fixture::new() });

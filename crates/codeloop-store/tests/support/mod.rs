@@ -94,6 +94,7 @@ pub fn tool_kind(tool: &str, state: ToolState) -> PartKind {
         tool: tool.into(),
         state,
         metadata: Some(json!({"provider_executed": false})),
+        ignored: false,
     })
 }
 
@@ -152,6 +153,7 @@ pub fn every_part_kind(message: &Message) -> Vec<Part> {
             text: "Let me think… ünïcödé ✓".into(),
             metadata: Some(json!({"signature": "sig=="})),
             time: PartTime { start: 5, end: Some(9) },
+            ignored: false,
         }),
         PartKind::Text(TextPart {
             text: "Here is the plan.\n\n```rust\nfn main() {}\n```".into(),
