@@ -75,10 +75,8 @@ impl Engine {
         let allowed = vec![tool_output_dir.display().to_string(), std::env::temp_dir().display().to_string()];
         let permissions =
             PermissionEngine::new(store.clone(), bus.clone(), options.ask_policy, default_rules(&allowed));
-        let tools = match options.skill_dirs {
-            Some(skill_dirs) => ToolRegistry::builtin_with(BuiltinConfig { skill_dirs }),
-            None => ToolRegistry::builtin(),
-        };
+        let skill_dirs = options.skill_dirs.unwrap_or_else(codeloop_tools::SkillTool::default_dirs);
+        let tools = ToolRegistry::builtin_with(BuiltinConfig { skill_dirs: skill_dirs.clone() });
         let tool_specs = tools
             .specs()
             .into_iter()
@@ -113,6 +111,7 @@ impl Engine {
             data_dir: options.data_dir,
             tool_output_dir,
             global_instructions: options.global_instructions,
+            skill_dirs,
         });
         let coordinator = Coordinator::new(services.clone());
         Ok(Engine { services, coordinator })

@@ -75,6 +75,7 @@ pub fn system_prompt(
     project: &ProjectInfo,
     session_created: Millis,
     instruction_files: &[PathBuf],
+    skills: &[codeloop_tools::SkillInfo],
 ) -> Vec<String> {
     let mut env = format!(
         "You are powered by the model {model}.\n<env>\nWorking directory: {}\nWorkspace root: {}\nIs a git repository: {}\nPlatform: {}\nToday's date: {}\n</env>",
@@ -91,6 +92,13 @@ pub fn system_prompt(
             }
             Err(e) => tracing::warn!("cannot read instruction file {}: {e}", path.display()),
         }
+    }
+    if !skills.is_empty() {
+        env.push_str("\n\n<available_skills>\nLoad a skill with the skill tool when the task matches it.\n");
+        for skill in skills {
+            env.push_str(&format!("- {}: {}\n", skill.name, skill.description));
+        }
+        env.push_str("</available_skills>");
     }
     vec![agent_prompt.unwrap_or(BASE_PROMPT).to_owned(), env]
 }
@@ -114,7 +122,9 @@ mod tests {
         assert!(project.is_git);
         let files = instruction_files(&project, None, &[]);
         assert_eq!(files, vec![root.join("AGENTS.md"), sub.join("AGENTS.md")]);
-        let system = system_prompt(None, "fake/model", &project, 0, &files);
+        let skills = [codeloop_tools::SkillInfo { name: "deploy".into(), description: "Ship it.".into() }];
+        let system = system_prompt(None, "fake/model", &project, 0, &files, &skills);
+        assert!(system[1].contains("- deploy: Ship it."));
         assert!(system[1].contains("Today's date: 1970-01-01"));
         assert!(system[1].find("root rules").unwrap() < system[1].find("app rules").unwrap());
         assert!(!system[1].contains("claude rules"));

@@ -35,6 +35,20 @@ pub const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// How long cleanup waits for open tool calls before marking them interrupted (reference §3.3).
 pub const CLEANUP_TOOL_WAIT: Duration = Duration::from_millis(250);
 
+/// Longest a tool may run before it is stopped: tools have their own limits (bash's `timeout`), this
+/// watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its deadline).
+pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
+/// Extra time a `bash` call gets past its own timeout before the watchdog steps in.
+const BASH_WATCHDOG_GRACE: Duration = Duration::from_secs(60);
+
+fn watchdog_for(tool: &str, input: &Value) -> Duration {
+    if tool != "bash" {
+        return TOOL_WATCHDOG;
+    }
+    let timeout_ms = input.get("timeout").and_then(Value::as_u64).unwrap_or(120_000);
+    Duration::from_millis(timeout_ms).max(Duration::from_secs(120)) + BASH_WATCHDOG_GRACE
+}
+
 /// What the run loop should do next (DESIGN.md §4 "Processor").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signal {
@@ -528,8 +542,18 @@ impl Processor {
         let tools = self.services().tools.clone();
         let events = self.tool_tx.clone();
         self.running.insert(call_id.clone());
+        let limit = watchdog_for(&name, &input);
         tokio::spawn(async move {
-            let result = tools.execute(&name, input, &ctx).await;
+            let result = match tokio::time::timeout(limit, tools.execute(&name, input, &ctx)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    ctx.cancel.cancel();
+                    Err(ToolFailure::Failed(format!(
+                        "The {name} tool did not finish within {} s and was stopped.",
+                        limit.as_secs()
+                    )))
+                }
+            };
             let _ = events.send(ToolEvent::Done { call_id, result });
         });
     }
@@ -747,5 +771,17 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_gives_bash_its_own_timeout_plus_grace() {
+        assert_eq!(watchdog_for("read", &serde_json::json!({})), TOOL_WATCHDOG);
+        assert_eq!(watchdog_for("bash", &serde_json::json!({})), Duration::from_secs(180));
+        assert_eq!(watchdog_for("bash", &serde_json::json!({"timeout": 600_000})), Duration::from_secs(660));
     }
 }

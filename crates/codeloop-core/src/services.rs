@@ -30,6 +30,8 @@ pub struct Services {
     pub tool_output_dir: PathBuf,
     /// A global `AGENTS.md` (e.g. `~/.config/codeloop/AGENTS.md`).
     pub global_instructions: Option<PathBuf>,
+    /// Folders with `<name>/SKILL.md` skills (relative ones are inside the project).
+    pub skill_dirs: Vec<PathBuf>,
 }
 
 impl Services {

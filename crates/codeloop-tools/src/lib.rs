@@ -22,8 +22,8 @@ pub use context::{
 pub use locks::FileLocks;
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use tools::{
-    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillTool, TodoWriteTool,
-    WriteTool,
+    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillInfo, SkillTool,
+    TodoWriteTool, WriteTool, list_skills,
 };
 pub use truncate::{Keep, TOOL_OUTPUT_RETENTION, Truncation, sweep_tool_output, truncate_output};
 

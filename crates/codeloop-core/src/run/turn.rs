@@ -95,12 +95,20 @@ impl Run<'_> {
             self.services.global_instructions.as_deref(),
             &self.services.config.instructions,
         );
+        // Skills are listed only when the agent may load them.
+        let skills =
+            if disabled("skill", [self.services.permissions.defaults(), self.layers(agent).as_slice()]) {
+                Vec::new()
+            } else {
+                codeloop_tools::list_skills(&self.services.skill_dirs, &self.project.root)
+            };
         let system = system_prompt(
             agent.prompt.as_deref(),
             &model.reference.to_string(),
             &self.project,
             self.session.time.created,
             &files,
+            &skills,
         );
         self.systems.insert(key, system.clone());
         system

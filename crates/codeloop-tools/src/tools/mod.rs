@@ -19,7 +19,7 @@ pub use glob::GlobTool;
 pub use grep::GrepTool;
 pub use invalid::InvalidTool;
 pub use read::ReadTool;
-pub use skill::SkillTool;
+pub use skill::{SkillInfo, SkillTool, list_skills};
 pub use todo::TodoWriteTool;
 pub use write::WriteTool;
 

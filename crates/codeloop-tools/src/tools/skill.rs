@@ -112,6 +112,47 @@ impl Tool for SkillTool {
     }
 }
 
+/// A skill offered to the model in the system prompt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillInfo {
+    pub name: String,
+    /// The `description:` of the SKILL.md front matter, or its first non-empty line.
+    pub description: String,
+}
+
+/// Every skill in `dirs` (relative entries resolved against `root`), sorted by name; the first folder
+/// that has a name wins, as in the tool.
+pub fn list_skills(dirs: &[PathBuf], root: &Path) -> Vec<SkillInfo> {
+    let dirs: Vec<PathBuf> =
+        dirs.iter().map(|d| if d.is_relative() { root.join(d) } else { d.clone() }).collect();
+    available(&dirs)
+        .into_iter()
+        .filter_map(|name| {
+            let file = dirs.iter().map(|d| d.join(&name).join(SKILL_FILE)).find(|f| f.is_file())?;
+            let text = std::fs::read_to_string(file).ok()?;
+            Some(SkillInfo { description: skill_description(&text), name })
+        })
+        .collect()
+}
+
+fn skill_description(text: &str) -> String {
+    let front = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")).and_then(|rest| {
+        let end = rest.find("\n---")?;
+        Some(&rest[..end])
+    });
+    let from_front = front.and_then(|front| {
+        front
+            .lines()
+            .find_map(|line| line.strip_prefix("description:").map(|d| d.trim().trim_matches('"').to_owned()))
+    });
+    from_front
+        .or_else(|| strip_frontmatter(text).lines().map(str::trim).find(|l| !l.is_empty()).map(str::to_owned))
+        .unwrap_or_default()
+        .chars()
+        .take(200)
+        .collect()
+}
+
 /// The body of a Markdown file without its `---` front matter.
 fn strip_frontmatter(text: &str) -> &str {
     let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else { return text };
