@@ -90,20 +90,28 @@ fn pick_session(
     dir: &std::path::Path,
     model: Option<ModelRef>,
 ) -> anyhow::Result<Session> {
-    if let Some(id) = &args.session {
-        return Ok(engine.session(&SessionId::from(id.as_str()))?);
-    }
-    if args.continue_last {
+    let existing = if let Some(id) = &args.session {
+        Some(engine.session(&SessionId::from(id.as_str()))?)
+    } else if args.continue_last {
         let filter = SessionFilter {
             directory: Some(dir.display().to_string()),
             limit: Some(1),
             ..Default::default()
         };
-        return engine.sessions(&filter)?.into_iter().next().with_context(|| {
+        let session = engine.sessions(&filter)?.into_iter().next();
+        Some(session.with_context(|| {
             format!("no session to continue in {}: run without --continue first", dir.display())
-        });
+        })?)
+    } else {
+        None
+    };
+    // Fail on an unusable model (unknown provider, missing key) before recording anything.
+    let wanted = model.clone().or_else(|| existing.as_ref().and_then(|s| s.model.clone()));
+    engine.check_model(wanted.as_ref())?;
+    match existing {
+        Some(session) => Ok(session),
+        None => Ok(engine.create_session(dir, args.agent.as_deref(), model, None)?),
     }
-    Ok(engine.create_session(dir, args.agent.as_deref(), model, None)?)
 }
 
 /// Runs the prompt while rendering events; Ctrl+C / SIGTERM abort cleanly.

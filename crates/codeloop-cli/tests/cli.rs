@@ -190,7 +190,7 @@ async fn a_provider_auth_error_exits_one_and_names_the_key_variable() {
     let missing = env.codeloop(Some(&config), &["run", "hi"]);
     let (_, stderr) = text(&missing);
     assert_eq!(missing.status.code(), Some(1));
-    assert!(stderr.contains("API key missing: set FAKE_API_KEY"), "{stderr}");
+    assert!(stderr.contains("API key missing") && stderr.contains("$FAKE_API_KEY"), "{stderr}");
     assert_eq!(fake.request_count(), 0, "nothing is sent without a key");
     let output = tokio::task::spawn_blocking(move || {
         env.codeloop_with(Some(&config), &["run", "hi"], &[("FAKE_API_KEY", "sk-wrong")])

@@ -164,6 +164,17 @@ impl Engine {
         Ok(session)
     }
 
+    /// Checks that a model can be used (known provider, API key present) before anything is recorded.
+    /// `None` means the config's default model.
+    pub fn check_model(&self, model: Option<&ModelRef>) -> Result<ModelRef, EngineError> {
+        let model = match model {
+            Some(model) => model.clone(),
+            None => self.services.models.default_model().map_err(|e| EngineError::Invalid(e.to_string()))?,
+        };
+        self.services.models.resolve(&model).map_err(|e| EngineError::Invalid(e.to_string()))?;
+        Ok(model)
+    }
+
     pub fn session(&self, id: &SessionId) -> Result<Session, EngineError> {
         self.services.store.get_session(id)?.ok_or_else(|| EngineError::SessionNotFound(id.clone()))
     }

@@ -59,6 +59,10 @@ pub enum ModelError {
     NoModel,
     #[error("invalid model `{0}`: expected provider/model, e.g. openai/gpt-4.1")]
     Invalid(String),
+    #[error(
+        "API key missing for provider `{provider}`: set ${env} (the variable named by api_key_env in [provider.{provider}])"
+    )]
+    MissingKey { provider: String, env: String },
     #[error(transparent)]
     Provider(#[from] ProviderError),
 }
@@ -136,7 +140,11 @@ impl Models {
         })?;
         let mut config = ProviderConfig::new(name, settings.api, base_url);
         config.api_key_env = settings.api_key_env.clone();
-        config.api_key = settings.api_key_env.as_deref().and_then(|var| (self.env)(var));
+        config.api_key =
+            settings.api_key_env.as_deref().and_then(|var| (self.env)(var)).filter(|k| !k.is_empty());
+        if let (Some(env), None) = (&config.api_key_env, &config.api_key) {
+            return Err(ModelError::MissingKey { provider: name.to_owned(), env: env.clone() });
+        }
         config.headers = settings.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
         if let Some(ms) = settings.headers_timeout_ms {
             config.headers_timeout = Duration::from_millis(ms);
@@ -257,7 +265,7 @@ mod tests {
             },
         );
         config.provider.insert("openai".into(), settings);
-        let models = Models::new(config, Arc::new(|_| None));
+        let models = Models::new(config, Arc::new(|_| Some("sk-test".into())));
         let resolved = models.resolve(&ModelRef::new("openai", "gpt-4.1")).unwrap();
         assert_eq!(resolved.limits.context, 32_000);
         assert!(resolved.limits.output > 0, "the catalogue's output limit is kept");
@@ -266,5 +274,16 @@ mod tests {
         let unknown = models.resolve(&ModelRef::new("ollama", "my-finetune")).unwrap();
         assert!(!unknown.known);
         assert_eq!(unknown.limits, DEFAULT_LIMITS);
+    }
+
+    #[test]
+    fn a_missing_api_key_is_reported_before_any_request() {
+        let models = Models::new(Config::default(), Arc::new(|_| None));
+        let error = models.resolve(&ModelRef::new("anthropic", "claude-sonnet-4-5")).unwrap_err();
+        assert_eq!(
+            error,
+            ModelError::MissingKey { provider: "anthropic".into(), env: "ANTHROPIC_API_KEY".into() }
+        );
+        assert!(models.resolve(&ModelRef::new("llamacpp", "qwen")).is_ok(), "local servers need no key");
     }
 }

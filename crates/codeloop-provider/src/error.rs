@@ -29,6 +29,13 @@ pub enum ProviderError {
     #[error("connection error: {message}")]
     Connection { message: String },
 
+    /// Nothing listens at the provider's address (connection refused). Not retried: retrying only delays
+    /// the obvious.
+    #[error(
+        "cannot connect to provider `{provider}` at {url}: connection refused. Is the server running, and is base_url in [provider.{provider}] right?"
+    )]
+    Unreachable { provider: String, url: String, message: String },
+
     /// No response headers in time.
     #[error("no response from the provider within {0:?}")]
     HeadersTimeout(Duration),
@@ -73,6 +80,7 @@ impl ProviderError {
             ProviderError::ContextOverflow { .. } => false,
             ProviderError::Api { retryable, .. } => *retryable,
             ProviderError::Connection { .. } => true,
+            ProviderError::Unreachable { .. } => false,
             ProviderError::HeadersTimeout(_) => true,
             ProviderError::IdleTimeout(_) => true,
             ProviderError::Stream { .. } => true,
@@ -106,6 +114,7 @@ impl ProviderError {
             }
             ProviderError::Api { status: Some(status), .. } => format!("HTTP {status}"),
             ProviderError::Api { message, .. } => message.clone(),
+            // Refused connections are `Unreachable`; what is left is a connection dropped or reset.
             ProviderError::Connection { .. } => "connection reset".into(),
             ProviderError::HeadersTimeout(_) => "no response".into(),
             ProviderError::IdleTimeout(_) => "stream stalled".into(),

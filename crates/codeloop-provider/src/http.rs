@@ -58,6 +58,13 @@ impl HttpProvider {
         let send = self.client.post(&self.url).headers(self.headers.clone()).body(body).send();
         let response = match tokio::time::timeout(config.headers_timeout, send).await {
             Err(_) => return Err(ProviderError::HeadersTimeout(config.headers_timeout)),
+            Ok(Err(e)) if refused(&e) => {
+                return Err(ProviderError::Unreachable {
+                    provider: config.name.clone(),
+                    url: self.url.clone(),
+                    message: chain(&e),
+                });
+            }
             Ok(Err(e)) => return Err(ProviderError::Connection { message: chain(&e) }),
             Ok(Ok(response)) => response,
         };
@@ -173,4 +180,18 @@ fn chain(error: &reqwest::Error) -> String {
         source = cause.source();
     }
     message
+}
+
+/// True when nothing listens at the address (as opposed to a network that failed on the way).
+fn refused(error: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }

@@ -380,6 +380,9 @@ pub(crate) fn to_assistant_error(error: &ProviderError) -> AssistantError {
             AssistantError::Api { message: error.to_string(), status: None, retryable: true, body: None }
         }
         ProviderError::ContentFilter { .. } => AssistantError::ContentFilter { message: error.to_string() },
+        ProviderError::Unreachable { .. } => {
+            AssistantError::Api { message: error.to_string(), status: None, retryable: false, body: None }
+        }
         ProviderError::Config { .. } => AssistantError::Unknown { message: error.to_string() },
     }
 }

@@ -173,11 +173,14 @@ async fn a_missing_key_fails_before_any_request_with_the_variable_named() {
         fake_provider(config).api_key_env = Some("CODELOOP_FAULTS_UNSET_KEY".into());
     })
     .await;
-    let run = h.prompt(QUESTION).await;
-    let StopReason::Error(error) = &run.outcome.stop else { panic!("{:?}", run.outcome.stop) };
-    assert!(error.message().contains("CODELOOP_FAULTS_UNSET_KEY"), "{error:?}");
+    // The model is checked before any call: the run fails at once, nothing is sent, nothing is retried.
+    let error = h
+        .engine
+        .prompt(&h.session.id, codeloop_core::PromptInput::text(QUESTION), codeloop_core::Delivery::Queue)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("$CODELOOP_FAULTS_UNSET_KEY"), "{error}");
     assert_eq!(h.fake.request_count(), 0);
-    assert!(run.retries().is_empty());
     assert_consistent(&h.history(), &h.bodies());
 }
 
