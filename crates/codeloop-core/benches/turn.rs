@@ -75,37 +75,62 @@ fn populate(engine: &codeloop_core::Engine, session: &SessionId, parts: usize) {
     engine.store().apply(&batch).unwrap();
 }
 
+const STEPS: usize = 5;
+
 fn bench(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let fake = runtime
+    let one_step = runtime
         .block_on(FakeProvider::start_with(
             "127.0.0.1:0".parse().unwrap(),
             Script::new([Turn::from(Reply::text("ok"))]).repeating(),
             Recording::CountOnly,
         ))
         .unwrap();
+    // Four tool steps then an answer: the difference to one step is the cost of four more steps inside a
+    // run, where history is already in memory.
+    let mut turns: Vec<Turn> = (0..STEPS - 1)
+        .map(|i| Turn::from(Reply::tool_call("read", json!({"filePath": format!("f{i}.txt")}))))
+        .collect();
+    turns.push(Turn::from(Reply::text("done")));
+    let five_steps = runtime
+        .block_on(FakeProvider::start_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Script::new(turns).repeating(),
+            Recording::CountOnly,
+        ))
+        .unwrap();
     let data = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
-    let engine = common::engine(data.path(), &fake.base_url());
+    for i in 0..STEPS {
+        std::fs::write(project.path().join(format!("f{i}.txt")), "x\n").unwrap();
+    }
     let mut group = c.benchmark_group("turn");
     group.sample_size(10);
-    for parts in [10usize, 100, 1_000, 10_000] {
-        // A fresh session per iteration, so the measured turn always sees exactly `parts` stored parts.
-        group.bench_with_input(BenchmarkId::new("one_turn_at_stored_parts", parts), &parts, |b, &parts| {
-            b.iter_batched(
-                || {
-                    let session = engine.create_session(project.path(), None, None, None).unwrap();
-                    populate(&engine, &session.id, parts);
-                    session.id
-                },
-                |session| {
-                    runtime.block_on(async {
-                        engine.prompt(&session, PromptInput::text("next"), Delivery::Queue).await.unwrap();
-                    })
-                },
-                criterion::BatchSize::PerIteration,
-            )
-        });
+    for (name, fake) in
+        [("one_step_run_at_stored_parts", &one_step), ("five_step_run_at_stored_parts", &five_steps)]
+    {
+        let engine = common::engine(&data.path().join(name), &fake.base_url());
+        for parts in [10usize, 100, 1_000, 10_000] {
+            // A fresh session per iteration, so the measured run always starts with exactly `parts` parts.
+            group.bench_with_input(BenchmarkId::new(name, parts), &parts, |b, &parts| {
+                b.iter_batched(
+                    || {
+                        let session = engine.create_session(project.path(), None, None, None).unwrap();
+                        populate(&engine, &session.id, parts);
+                        session.id
+                    },
+                    |session| {
+                        runtime.block_on(async {
+                            engine
+                                .prompt(&session, PromptInput::text("next"), Delivery::Queue)
+                                .await
+                                .unwrap();
+                        })
+                    },
+                    criterion::BatchSize::PerIteration,
+                )
+            });
+        }
     }
     group.finish();
 }
