@@ -77,6 +77,9 @@ struct EventStream {
     heartbeat: Interval,
     shutdown: CancellationToken,
     frames: Arc<FrameCache>,
+    /// When the last frames were handed to the connection (`None` after a quiet period).
+    last_write: Option<Instant>,
+    coalesce: Duration,
     finished: bool,
 }
 
@@ -128,6 +131,8 @@ impl EventStream {
             heartbeat,
             shutdown: state.shutdown.clone(),
             frames: state.frames.clone(),
+            last_write: None,
+            coalesce: state.options.coalesce,
             finished: false,
         }
     }
@@ -144,16 +149,22 @@ impl EventStream {
         loop {
             self.drain_backlog(&mut out);
             if !out.is_empty() {
+                self.last_write = Some(Instant::now());
                 return Some(out.freeze());
             }
-            tokio::select! {
-                _ = self.shutdown.cancelled() => {
-                    self.drain_ready(&mut out);
-                    self.drain_backlog(&mut out);
-                    out.extend_from_slice(&control(None, "server.instance.disposed", json!({})));
-                    self.finished = true;
-                    return Some(out.freeze());
+            if let Some(last) = self.last_write.take() {
+                // Right after a write, let a busy stream accumulate for a moment instead of waking this
+                // task (and writing to the socket) once per event: with many clients, per-event wake-ups
+                // would take the CPU a run needs. An event after a quiet period still goes out at once.
+                tokio::select! {
+                    _ = self.shutdown.cancelled() => return Some(self.dispose(out)),
+                    _ = tokio::time::sleep_until(last + self.coalesce) => {}
                 }
+                self.drain_ready(&mut out);
+                continue;
+            }
+            tokio::select! {
+                _ = self.shutdown.cancelled() => return Some(self.dispose(out)),
                 received = self.rx.recv() => match received {
                     Ok(event) => {
                         self.push(&mut out, &event);
@@ -170,6 +181,15 @@ impl EventStream {
                 }
             }
         }
+    }
+
+    /// The last frames: what is already queued, then `server.instance.disposed`.
+    fn dispose(&mut self, mut out: BytesMut) -> Bytes {
+        self.drain_ready(&mut out);
+        self.drain_backlog(&mut out);
+        out.extend_from_slice(&control(None, "server.instance.disposed", json!({})));
+        self.finished = true;
+        out.freeze()
     }
 
     fn push(&mut self, out: &mut BytesMut, event: &Event) {

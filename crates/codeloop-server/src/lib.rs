@@ -35,6 +35,8 @@ pub use security::{BindError, check_bind};
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 /// Default interval of `server.heartbeat` events.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+/// Default window in which a busy event stream gathers events into one write.
+pub const DEFAULT_COALESCE: Duration = Duration::from_millis(10);
 
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -45,6 +47,9 @@ pub struct ServerOptions {
     /// Largest accepted request body, in bytes (larger → 413).
     pub body_limit: usize,
     pub heartbeat: Duration,
+    /// After writing to an event stream, events arriving within this window are sent together (one
+    /// wake-up and one write per window instead of per event). Adds at most this much latency.
+    pub coalesce: Duration,
     /// Where new sessions live when `POST /session` names no directory; relative directories resolve
     /// against it.
     pub directory: PathBuf,
@@ -57,6 +62,7 @@ impl ServerOptions {
             cors_origins: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             heartbeat: DEFAULT_HEARTBEAT,
+            coalesce: DEFAULT_COALESCE,
             directory: directory.into(),
         }
     }

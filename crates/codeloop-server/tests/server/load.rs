@@ -8,6 +8,8 @@
 
 use std::net::SocketAddr;
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
@@ -44,12 +46,32 @@ struct Counted {
 }
 
 fn count(haystack: &[u8], needle: &[u8]) -> usize {
-    haystack.windows(needle.len()).filter(|w| *w == needle).count()
+    memchr::memmem::find_iter(haystack, needle).count()
+}
+
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may contain spaces) start at the state, field 3.
+    let rest = stat.rsplit_once(')').map(|(_, rest)| rest).unwrap_or("");
+    let fields: Vec<f64> = rest.split_whitespace().map(|f| f.parse().unwrap_or(0.0)).collect();
+    // utime and stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+    (fields.get(11).copied().unwrap_or(0.0) + fields.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
 /// A raw SSE reader that counts frames until it has seen `idles` × `session.idle` (or `stop_after`
 /// frames).
 async fn client(addr: SocketAddr, query: String, idles: usize, stop_after: usize) -> JoinHandle<Counted> {
+    client_with(addr, query, idles, stop_after, Arc::new(AtomicUsize::new(0))).await
+}
+
+async fn client_with(
+    addr: SocketAddr,
+    query: String,
+    idles: usize,
+    stop_after: usize,
+    progress: Arc<AtomicUsize>,
+) -> JoinHandle<Counted> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let request = format!("GET /event{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -71,8 +93,13 @@ async fn client(addr: SocketAddr, query: String, idles: usize, stop_after: usize
             }
             carry.extend_from_slice(&buf[..n]);
             counted.frames += count(&carry, b"event: message\n");
+            progress.store(counted.frames, Ordering::Relaxed);
             counted.resyncs += count(&carry, br#""type":"resync""#);
             idle += count(&carry, br#""type":"session.idle""#);
+            if counted.resyncs > 0 {
+                // A real client would refetch here; the figure stops counting.
+                break;
+            }
             let keep = carry.len().saturating_sub(32);
             carry.drain(..keep);
         }
@@ -104,17 +131,20 @@ fn report(what: &str, counted: &[Counted], elapsed: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "load figure; run by hand"]
 async fn load_bus_events_to_100_clients() {
-    const EVENTS: usize = 50_000;
+    let events: usize = std::env::var("LOAD_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(50_000);
     let h = Harness::start(Script::new(Vec::<Turn>::new())).await;
     let addr: SocketAddr = h.base.trim_start_matches("http://").parse().unwrap();
     let mut handles = Vec::new();
-    for _ in 0..CLIENTS {
-        handles.push(client(addr, String::new(), 1, EVENTS).await);
+    let progress: Vec<Arc<AtomicUsize>> = (0..CLIENTS).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    for p in &progress {
+        handles.push(client_with(addr, String::new(), 1, events, p.clone()).await);
     }
     let (rss_before, _) = memory("self");
     let bus = h.engine.bus().clone();
     let start = Instant::now();
-    for n in 0..EVENTS {
+    // Closed loop: never more than 3 000 events ahead of the slowest client, so the figure is what the
+    // server can deliver, not how fast a publisher can outrun it (that case is the resync test).
+    for n in 0..events {
         bus.publish(EventPayload::PartDelta {
             session_id: "ses_load".into(),
             message_id: "msg_load".into(),
@@ -122,8 +152,10 @@ async fn load_bus_events_to_100_clients() {
             field: "text".into(),
             delta: format!("token{n} "),
         });
-        if n % 64 == 0 {
-            tokio::task::yield_now().await;
+        if n % 500 == 0 {
+            while progress.iter().map(|p| p.load(Ordering::Relaxed)).min().unwrap_or(0) + 3_000 < n {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
         }
     }
     bus.publish(EventPayload::SessionIdle { session_id: "ses_load".into() });
@@ -140,7 +172,8 @@ async fn load_bus_events_to_100_clients() {
 async fn load_runs_watched_by_100_clients() {
     const TURNS: usize = 3;
     const CHUNKS: usize = 10_000;
-    let turns: Vec<Turn> = (0..TURNS)
+    // The first TURNS runs have no watcher (the baseline), the next TURNS have 100.
+    let turns: Vec<Turn> = (0..2 * TURNS)
         .map(|n| Turn::from(Reply::text(format!("{n} ").repeat(CHUNKS)).with_text_chunks(CHUNKS)))
         .collect();
     let script = Script::new(turns);
@@ -161,29 +194,42 @@ async fn load_runs_watched_by_100_clients() {
         http.post(format!("{base}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
     let session = session["id"].as_str().unwrap().to_owned();
     let addr: SocketAddr = base.trim_start_matches("http://").parse().unwrap();
+    let runs = || async {
+        let start = Instant::now();
+        for _ in 0..TURNS {
+            let response = http
+                .post(format!("{base}/session/{session}/prompt"))
+                .json(&json!({"parts": [{"type": "text", "text": "go"}]}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200);
+        }
+        start.elapsed()
+    };
+    let cpu = cpu_seconds(&pid);
+    let unwatched = runs().await;
+    let cpu_unwatched = cpu_seconds(&pid) - cpu;
     let mut handles = Vec::new();
     for _ in 0..CLIENTS {
         handles.push(client(addr, format!("?session={session}"), TURNS, usize::MAX).await);
     }
     let (rss_before, _) = memory(&pid);
+    let cpu = cpu_seconds(&pid);
     let start = Instant::now();
-    for _ in 0..TURNS {
-        let response = http
-            .post(format!("{base}/session/{session}/prompt"))
-            .json(&json!({"parts": [{"type": "text", "text": "go"}]}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-    }
-    let runs_done = start.elapsed();
+    let runs_done = runs().await;
     let counted = collect(handles).await;
     let elapsed = start.elapsed();
+    let cpu_watched = cpu_seconds(&pid) - cpu;
     let (rss, hwm) = memory(&pid);
     let whose =
         if pid == "self" { "in-process: server, clients and fake provider" } else { "server process alone" };
     report(&format!("runs → SSE ({whose})"), &counted, elapsed);
-    eprintln!("the {TURNS} runs ({} deltas) took {runs_done:.2?}", TURNS * CHUNKS);
+    eprintln!(
+        "{TURNS} runs ({} deltas) took {unwatched:.2?} unwatched, {runs_done:.2?} watched by {CLIENTS} clients",
+        TURNS * CHUNKS
+    );
+    eprintln!("CPU ({whose}): {cpu_unwatched:.2} s unwatched, {cpu_watched:.2} s watched");
     eprintln!("memory ({whose}): RSS {rss_before:.1} MiB before, {rss:.1} MiB after, peak {hwm:.1} MiB");
 }
 
