@@ -96,3 +96,58 @@ async fn a_client_that_stops_reading_does_not_delay_the_run() {
     // It really fell behind: when it reads again it is told it missed events.
     tokio::time::timeout(PATIENCE, read_until(&mut stalled, r#""type":"resync""#)).await.unwrap();
 }
+
+/// Reads SSE frames from a raw socket until `last` is seen; returns the ids and whether a resync came.
+async fn read_ids_until(stream: &mut TcpStream, last: u64) -> (Vec<u64>, bool) {
+    let mut ids = Vec::new();
+    let mut resync = false;
+    let mut pending = String::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    while ids.last() != Some(&last) {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the stream ended");
+        pending.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+        while let Some(end) = pending.find("\n\n") {
+            let frame: String = pending.drain(..end + 2).collect();
+            resync |= frame.contains(r#""type":"resync""#);
+            if let Some(id) = frame.lines().find_map(|l| l.strip_prefix("id: ")) {
+                ids.push(id.parse().unwrap());
+            }
+        }
+    }
+    (ids, resync)
+}
+
+#[tokio::test]
+async fn a_client_that_lags_behind_the_channel_catches_up_from_the_replay_buffer() {
+    let h = Harness::start(Script::new(Vec::<Turn>::new())).await;
+    let addr: SocketAddr = h.base.trim_start_matches("http://").parse().unwrap();
+    let mut stalled = stalled_client(addr).await;
+    let bus = h.engine.bus().clone();
+    // More than the broadcast channel holds (4 096), less than the replay buffer (10 000).
+    let published: Vec<u64> = (0..8_000)
+        .map(|n| {
+            bus.publish(codeloop_types::EventPayload::SessionCompacted {
+                session_id: format!("ses_{n}").into(),
+            })
+        })
+        .collect();
+    let last = *published.last().unwrap();
+    let (ids, resync) = tokio::time::timeout(PATIENCE, read_ids_until(&mut stalled, last)).await.unwrap();
+    assert!(!resync, "the replay buffer still held every missed event");
+    assert_eq!(ids, published, "no gap, no duplicate");
+}
+
+#[tokio::test]
+async fn heartbeats_keep_an_idle_stream_alive() {
+    let h = Harness::start_with(Script::new(Vec::<Turn>::new()), |setup| {
+        setup.options.heartbeat = Duration::from_millis(50);
+    })
+    .await;
+    let mut sse = h.events("").await;
+    let first = sse.next().await;
+    let second = sse.next().await;
+    assert_eq!((first.kind(), second.kind()), ("server.heartbeat", "server.heartbeat"));
+    // No `id:` line: the client's Last-Event-ID stays what the last real event set.
+    assert_eq!((first.id, first.data.get("id")), (Some(0), None));
+}

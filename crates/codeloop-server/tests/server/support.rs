@@ -159,7 +159,8 @@ pub async fn read(response: reqwest::Response) -> (u16, Value) {
 /// One SSE message as received.
 #[derive(Debug, Clone)]
 pub struct Received {
-    /// The SSE `id:` field.
+    /// The client's last event id after this message (SSE keeps the previous one when a message has
+    /// no `id:` line).
     pub id: Option<u64>,
     pub data: Value,
 }
