@@ -295,3 +295,41 @@ async fn doc_lists_every_registered_route() {
     let parameters = doc["paths"]["/session/{id}/message"]["get"]["parameters"].to_string();
     assert!(parameters.contains("\"before\"") && parameters.contains("\"limit\""), "{parameters}");
 }
+
+#[tokio::test]
+async fn abort_interrupts_a_running_prompt_and_delete_waits_for_it() {
+    let h = Harness::start(Script::new([Turn::from(
+        Reply::text("word ".repeat(100)).with_text_chunks(100).with_chunk_delay_ms(100),
+    )]))
+    .await;
+    let session = h.create_session().await;
+    let mut sse = h.events(&format!("?session={session}")).await;
+    let client = h.client.clone();
+    let url = h.url(&format!("/session/{session}/prompt"));
+    let running = tokio::spawn(async move {
+        read(
+            client
+                .post(url)
+                .json(&json!({"parts": [{"type": "text", "text": "talk"}]}))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await
+    });
+    sse.until(|e| e.kind() == "message.part.delta").await;
+
+    let response = h.client.delete(h.url(&format!("/session/{session}"))).send().await.unwrap();
+    let (status, body) = read(response).await;
+    assert_eq!((status, error_code(&body)), (409, "busy"));
+    let (_, status_map) = h.get("/session/status").await;
+    assert_eq!(status_map, json!({ session.clone(): {"type": "busy"} }));
+
+    let (status, aborted) = h.post(&format!("/session/{session}/abort"), json!({})).await;
+    assert_eq!((status, aborted), (200, json!({"aborted": true})));
+    let (status, result) = running.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(result["stop"], json!({"type": "interrupted"}));
+    let response = h.client.delete(h.url(&format!("/session/{session}"))).send().await.unwrap();
+    assert_eq!(read(response).await, (200, json!(true)));
+}
