@@ -56,6 +56,35 @@ fn builtin() -> Vec<Agent> {
             mode: AgentMode::Primary,
         },
         Agent {
+            name: "general".into(),
+            description:
+                "General-purpose subagent for multi-step research or changes that can run on their own."
+                    .into(),
+            prompt: None,
+            model: None,
+            steps: None,
+            temperature: None,
+            permission: vec![PermissionRule::new("todowrite", "*", Deny)],
+            mode: AgentMode::Subagent,
+        },
+        Agent {
+            name: "explore".into(),
+            description: "Fast read-only subagent for finding files, code and answers in the project.".into(),
+            prompt: None,
+            model: None,
+            steps: None,
+            temperature: None,
+            permission: vec![
+                PermissionRule::new("*", "*", Deny),
+                PermissionRule::new("read", "*", Allow),
+                PermissionRule::new("grep", "*", Allow),
+                PermissionRule::new("glob", "*", Allow),
+                PermissionRule::new("bash", "*", Allow),
+                PermissionRule::new("skill", "*", Allow),
+            ],
+            mode: AgentMode::Subagent,
+        },
+        Agent {
             name: COMPACTION_AGENT.into(),
             description: "Summarises the conversation when the context window fills up.".into(),
             prompt: Some(crate::compaction::SUMMARY_SYSTEM_PROMPT.into()),

@@ -68,9 +68,26 @@ enum Next {
     Failed(RunError),
 }
 
+/// A coordinator handle that does not keep the engine alive (held by the `task` tool, which the engine
+/// itself owns).
+#[derive(Clone)]
+pub struct WeakCoordinator {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl WeakCoordinator {
+    pub fn upgrade(&self) -> Option<Coordinator> {
+        self.inner.upgrade().map(|inner| Coordinator { inner })
+    }
+}
+
 impl Coordinator {
     pub fn new(services: Arc<Services>) -> Self {
         Self { inner: Arc::new(Inner { services, sessions: Mutex::new(HashMap::new()) }) }
+    }
+
+    pub fn downgrade(&self) -> WeakCoordinator {
+        WeakCoordinator { inner: Arc::downgrade(&self.inner) }
     }
 
     /// Starts a run (or joins the active one) and waits for its outcome.

@@ -9,7 +9,7 @@ use codeloop_tools::{BuiltinConfig, ToolRegistry};
 use codeloop_types::{EventPayload, Message, ModelRef, PermissionId, PermissionRequest, Session, SessionId};
 
 use crate::Bus;
-use crate::agents::{DEFAULT_AGENT, agents};
+use crate::agents::{Agent, AgentMode, DEFAULT_AGENT, agents};
 use crate::config::Config;
 use crate::coordinator::{Coordinator, RunResult};
 use crate::input::{Delivery, PromptInput};
@@ -17,6 +17,7 @@ use crate::models::{EnvLookup, Models};
 use crate::permission::{AskPolicy, PermissionEngine, Reply, ReplyError, default_rules};
 use crate::run::RunError;
 use crate::services::Services;
+use crate::subagent::{TaskRuntime, TaskTool};
 
 /// Tool output spill files older than this are deleted when the engine opens.
 pub const TOOL_OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
@@ -76,7 +77,11 @@ impl Engine {
         let permissions =
             PermissionEngine::new(store.clone(), bus.clone(), options.ask_policy, default_rules(&allowed));
         let skill_dirs = options.skill_dirs.unwrap_or_else(codeloop_tools::SkillTool::default_dirs);
-        let tools = ToolRegistry::builtin_with(BuiltinConfig { skill_dirs: skill_dirs.clone() });
+        let mut tools = ToolRegistry::builtin_with(BuiltinConfig { skill_dirs: skill_dirs.clone() });
+        let agents = agents(&options.config);
+        let subagents: Vec<&Agent> = agents.values().filter(|a| a.mode == AgentMode::Subagent).collect();
+        let task_runtime = Arc::new(TaskRuntime::default());
+        tools.register(Arc::new(TaskTool::new(&subagents, task_runtime.clone())));
         let tool_specs = tools
             .specs()
             .into_iter()
@@ -99,7 +104,7 @@ impl Engine {
             }
         });
         let services = Arc::new(Services {
-            agents: agents(&options.config),
+            agents,
             models: Models::new(options.config.clone(), options.env),
             config: options.config,
             store,
@@ -114,6 +119,7 @@ impl Engine {
             skill_dirs,
         });
         let coordinator = Coordinator::new(services.clone());
+        task_runtime.connect(&services, coordinator.downgrade());
         Ok(Engine { services, coordinator })
     }
 

@@ -22,10 +22,11 @@ pub mod projection;
 pub mod retry;
 mod run;
 mod services;
+mod subagent;
 mod tool_host;
 
 pub use bus::{Bus, Replay};
-pub use coordinator::{Coordinator, RunResult};
+pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
 pub use engine::{Engine, EngineError, EngineOptions, TOOL_OUTPUT_RETENTION};
 pub use input::{Delivery, InputPart, PromptInput};
 pub use run::{Inbox, RunError, RunOutcome, StopReason};

@@ -21,6 +21,7 @@ pub use context::{
 };
 pub use locks::FileLocks;
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
+pub use schema::{decode, schema_for};
 pub use tools::{
     ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillInfo, SkillTool,
     TodoWriteTool, WriteTool, list_skills,

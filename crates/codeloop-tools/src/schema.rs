@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 use crate::ToolFailure;
 
 /// The compact JSON Schema of `T`'s arguments object.
-pub(crate) fn schema_for<T: JsonSchema>() -> Value {
+pub fn schema_for<T: JsonSchema>() -> Value {
     let settings = SchemaSettings::draft07().with(|s| {
         s.meta_schema = None;
         s.inline_subschemas = true;
@@ -24,7 +24,7 @@ pub(crate) fn schema_for<T: JsonSchema>() -> Value {
 
 /// Decodes raw call arguments into the tool's parameter struct. A missing arguments object (`null`) is read
 /// as `{}` so that a tool whose parameters are all optional still works.
-pub(crate) fn decode<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolFailure> {
+pub fn decode<T: DeserializeOwned>(tool: &str, args: Value) -> Result<T, ToolFailure> {
     let args = if args.is_null() { Value::Object(Map::new()) } else { args };
     serde_json::from_value(args)
         .map_err(|e| ToolFailure::InvalidArguments { tool: tool.to_string(), detail: e.to_string() })

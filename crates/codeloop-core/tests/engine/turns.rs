@@ -218,3 +218,42 @@ async fn steered_input_joins_the_next_step_of_the_active_run() {
         second.iter().filter(|m| m["role"] == "user").map(|m| m["content"].to_string()).collect();
     assert!(texts.last().unwrap().contains("also check the logs"), "{texts:?}");
 }
+
+#[tokio::test]
+async fn the_task_tool_runs_a_subagent_in_a_child_session_and_returns_its_answer() {
+    let h = Harness::new(Script::new([
+        Turn::from(Reply::tool_call(
+            "task",
+            json!({"description": "find the config", "prompt": "Where is the config loaded?", "subagent_type": "explore"}),
+        )),
+        Turn::from(Reply::text("It is loaded in src/config.rs.")),
+        Turn::from(Reply::text("The config is loaded in src/config.rs.")),
+    ]))
+    .await;
+    let outcome = h.prompt("where is the config loaded?").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let children = h
+        .engine
+        .sessions(&codeloop_store::SessionFilter { parent: Some(h.session.id.clone()), ..Default::default() })
+        .unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0].agent, "explore");
+    assert!(children[0].title.contains("find the config"));
+    // The child's request offered only the explore agent's tools.
+    let child_tools: Vec<String> = h.fake.requests()[1].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        child_tools.contains(&"read".to_owned()) && !child_tools.contains(&"edit".to_owned()),
+        "{child_tools:?}"
+    );
+    assert!(!child_tools.contains(&"task".to_owned()), "subagents cannot start subagents");
+    let results = tool_results(&h.request_messages(2));
+    assert!(
+        results[0].1.contains("<task id=\"ses_") && results[0].1.contains("src/config.rs"),
+        "{results:?}"
+    );
+}
