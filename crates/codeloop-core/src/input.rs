@@ -61,6 +61,23 @@ pub enum Delivery {
     Queue,
 }
 
+const DEFAULT_TITLE_PREFIX: &str = "New session - ";
+const TITLE_CHARS: usize = 80;
+
+/// A title from the first line of a person's first message (no model call: cheap and predictable).
+fn title_from(input: &PromptInput) -> Option<String> {
+    let text = input.parts.iter().find_map(|p| match p {
+        InputPart::Text { text, synthetic: false } if !text.trim().is_empty() => Some(text),
+        _ => None,
+    })?;
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    if line.chars().count() <= TITLE_CHARS {
+        return Some(line.to_owned());
+    }
+    let cut: String = line.chars().take(TITLE_CHARS - 1).collect();
+    Some(format!("{}…", cut.trim_end()))
+}
+
 /// Resolves agent and model for new input and persists it as a user message. Updates the session's
 /// agent and model when they change.
 pub fn create_user_message(
@@ -117,6 +134,11 @@ pub fn create_user_message(
     for part in &parts {
         services.save_part(part);
     }
+    if session.title.starts_with(DEFAULT_TITLE_PREFIX)
+        && let Some(title) = title_from(input)
+    {
+        session.title = title;
+    }
     if session.agent != agent_name || session.model.as_ref() != Some(&model) {
         session.agent = agent_name;
         session.model = Some(model);
@@ -124,4 +146,20 @@ pub fn create_user_message(
     session.time.updated = now_ms();
     services.save_session(session);
     Ok(MessageWithParts { info: message, parts })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_come_from_the_first_line_of_the_first_message() {
+        assert_eq!(
+            title_from(&PromptInput::text("\n  fix the build\nmore")).as_deref(),
+            Some("fix the build")
+        );
+        let long = "x".repeat(200);
+        assert_eq!(title_from(&PromptInput::text(long)).unwrap().chars().count(), TITLE_CHARS);
+        assert_eq!(title_from(&PromptInput::text("   ")), None);
+    }
 }
