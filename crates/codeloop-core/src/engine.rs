@@ -33,6 +33,10 @@ pub struct EngineOptions {
     pub global_instructions: Option<PathBuf>,
     /// Folders searched for skills; `None` uses the tools' defaults.
     pub skill_dirs: Option<Vec<PathBuf>>,
+    /// Events a live subscriber may fall behind before it lags.
+    pub bus_channel_capacity: usize,
+    /// Events kept for replay after a reconnect (`Last-Event-ID`).
+    pub bus_replay_capacity: usize,
 }
 
 impl EngineOptions {
@@ -44,6 +48,8 @@ impl EngineOptions {
             env: Arc::new(|name| std::env::var(name).ok()),
             global_instructions: None,
             skill_dirs: None,
+            bus_channel_capacity: crate::bus::DEFAULT_CHANNEL_CAPACITY,
+            bus_replay_capacity: crate::bus::DEFAULT_REPLAY_CAPACITY,
         }
     }
 }
@@ -56,6 +62,9 @@ pub enum EngineError {
     Run(#[from] RunError),
     #[error("session {0} not found")]
     SessionNotFound(SessionId),
+    /// The session is running and the operation needs it idle.
+    #[error("{0}")]
+    Busy(String),
     #[error("{0}")]
     Invalid(String),
 }
@@ -71,7 +80,7 @@ impl Engine {
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
         let store = Arc::new(SqliteStore::open(&options.data_dir)?);
         let writer = StoreWriter::new(store.clone())?;
-        let bus = Bus::default();
+        let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
         let tool_output_dir = options.data_dir.join("tool-output");
         let allowed = vec![tool_output_dir.display().to_string(), std::env::temp_dir().display().to_string()];
         let permissions =
@@ -117,6 +126,8 @@ impl Engine {
             tool_output_dir,
             global_instructions: options.global_instructions,
             skill_dirs,
+            statuses: Default::default(),
+            renames: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         task_runtime.connect(&services, coordinator.downgrade());
@@ -185,8 +196,32 @@ impl Engine {
         self.services.store.get_session(id)?.ok_or_else(|| EngineError::SessionNotFound(id.clone()))
     }
 
-    pub fn update_session(&self, session: &Session) {
-        self.services.save_session(session);
+    /// Renames a session. A run in progress keeps the new title (its own copy takes it at its next save).
+    pub fn rename_session(&self, id: &SessionId, title: &str) -> Result<Session, EngineError> {
+        let title = title.trim();
+        if title.is_empty() {
+            return Err(EngineError::Invalid("the title is empty".into()));
+        }
+        let mut session = self.session(id)?;
+        if self.coordinator.is_busy(id) {
+            self.services
+                .renames
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.clone(), title.to_owned());
+        }
+        session.title = title.to_owned();
+        session.time.updated = codeloop_types::now_ms();
+        self.services.writer.send(codeloop_store::Write::Session(session.clone()));
+        self.services
+            .bus
+            .publish(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
+        Ok(session)
+    }
+
+    /// Sessions that are busy or waiting to retry (idle sessions are absent).
+    pub fn statuses(&self) -> std::collections::HashMap<SessionId, codeloop_types::SessionStatus> {
+        self.services.statuses.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub fn sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>, EngineError> {
@@ -200,7 +235,7 @@ impl Engine {
     /// Deletes a session and its children. Refused while it runs.
     pub fn delete_session(&self, id: &SessionId) -> Result<bool, EngineError> {
         if self.coordinator.is_busy(id) {
-            return Err(EngineError::Invalid(format!("session {id} is running; abort it first")));
+            return Err(EngineError::Busy(format!("session {id} is running; abort it first")));
         }
         let _lock = self.services.store.lock_session(id)?;
         let deleted = self.services.store.delete_session(id)?;

@@ -25,7 +25,7 @@ mod services;
 mod subagent;
 mod tool_host;
 
-pub use bus::{Bus, Replay};
+pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
 pub use engine::{Engine, EngineError, EngineOptions, TOOL_OUTPUT_RETENTION};
 pub use input::{Delivery, InputPart, PromptInput};

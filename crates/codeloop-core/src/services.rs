@@ -6,7 +6,10 @@ use std::sync::Arc;
 
 use codeloop_store::{SqliteStore, Store, StoreWriter, Write};
 use codeloop_tools::{OutputLimits, ToolRegistry};
-use codeloop_types::{EventPayload, Message, Part, Session};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use codeloop_types::{EventPayload, Message, Part, Session, SessionId, SessionStatus};
 
 use crate::Bus;
 use crate::agents::Agent;
@@ -32,9 +35,26 @@ pub struct Services {
     pub global_instructions: Option<PathBuf>,
     /// Folders with `<name>/SKILL.md` skills (relative ones are inside the project).
     pub skill_dirs: Vec<PathBuf>,
+    /// Busy or retrying sessions (idle ones are absent).
+    pub statuses: Mutex<HashMap<SessionId, SessionStatus>>,
+    /// Titles set by a client while the session runs: the run's copy of the session takes them at its
+    /// next save instead of overwriting them.
+    pub renames: Mutex<HashMap<SessionId, String>>,
 }
 
 impl Services {
+    /// Records and announces a session's status.
+    pub fn set_status(&self, session: &SessionId, status: SessionStatus) {
+        {
+            let mut statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            match status {
+                SessionStatus::Idle => statuses.remove(session),
+                ref other => statuses.insert(session.clone(), other.clone()),
+            };
+        }
+        self.bus.publish(EventPayload::SessionStatus { session_id: session.clone(), status });
+    }
+
     pub fn store(&self) -> Arc<dyn Store> {
         self.store.clone()
     }
@@ -62,7 +82,10 @@ impl Services {
         });
     }
 
-    pub fn save_session(&self, session: &Session) {
+    pub fn save_session(&self, session: &mut Session) {
+        if let Some(title) = self.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
+            session.title = title;
+        }
         self.writer.send(Write::Session(session.clone()));
         self.bus
             .publish(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });

@@ -81,6 +81,7 @@ impl From<EngineError> for ApiError {
         match error {
             EngineError::SessionNotFound(_) => Self::not_found(error.to_string()),
             EngineError::Invalid(message) => Self::invalid(message),
+            EngineError::Busy(message) => Self::conflict("busy", message),
             EngineError::Run(run) => run.into(),
             EngineError::Store(store) => Self::internal(store.to_string()),
         }
@@ -95,7 +96,10 @@ impl From<codeloop_store::StoreError> for ApiError {
 
 impl From<ReplyError> for ApiError {
     fn from(error: ReplyError) -> Self {
-        Self::conflict("not_pending", error.to_string())
+        match error {
+            ReplyError::AlreadyAnswered(_) => Self::conflict("not_pending", error.to_string()),
+            ReplyError::Unknown(_) => Self::not_found(error.to_string()),
+        }
     }
 }
 

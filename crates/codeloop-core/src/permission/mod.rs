@@ -42,9 +42,14 @@ pub struct Reply {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ReplyError {
-    #[error("permission request {0} is not pending (already answered, or unknown)")]
-    NotPending(PermissionId),
+    #[error("permission request {0} was already answered (the first reply wins)")]
+    AlreadyAnswered(PermissionId),
+    #[error("no permission request {0}: see the pending ones with GET /permission")]
+    Unknown(PermissionId),
 }
+
+/// Answered request ids remembered to tell "already answered" from "unknown".
+const ANSWERED_MEMORY: usize = 1_024;
 
 /// Who is asking, and under which rules.
 pub struct AskContext<'a> {
@@ -69,6 +74,7 @@ pub struct PermissionEngine {
     policy: AskPolicy,
     defaults: Vec<PermissionRule>,
     pending: Mutex<HashMap<PermissionId, Pending>>,
+    answered: Mutex<std::collections::VecDeque<PermissionId>>,
     approvals: Mutex<HashMap<String, Vec<PermissionRule>>>,
 }
 
@@ -105,6 +111,7 @@ impl PermissionEngine {
             policy,
             defaults,
             pending: Mutex::new(HashMap::new()),
+            answered: Mutex::new(std::collections::VecDeque::new()),
             approvals: Mutex::new(HashMap::new()),
         }
     }
@@ -248,7 +255,14 @@ impl PermissionEngine {
     /// Answers a pending request. The first reply wins; later ones get `NotPending`.
     pub fn reply(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = pending.remove(id).ok_or_else(|| ReplyError::NotPending(id.clone()))?;
+        let Some(entry) = pending.remove(id) else {
+            let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+            return Err(if answered.contains(id) {
+                ReplyError::AlreadyAnswered(id.clone())
+            } else {
+                ReplyError::Unknown(id.clone())
+            });
+        };
         let session_id = entry.request.session_id.clone();
         let mut settled = vec![(entry.request.id.clone(), reply.reply)];
         match reply.reply {
@@ -306,6 +320,15 @@ impl PermissionEngine {
             }
         }
         drop(pending);
+        {
+            let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+            for (request_id, _) in &settled {
+                if answered.len() == ANSWERED_MEMORY {
+                    answered.pop_front();
+                }
+                answered.push_back(request_id.clone());
+            }
+        }
         for (request_id, reply) in settled {
             self.bus.publish(EventPayload::PermissionReplied {
                 session_id: session_id.clone(),

@@ -209,9 +209,7 @@ pub(crate) async fn run_session(
         models: HashMap::new(),
         breaker: Breaker::default(),
     };
-    services
-        .bus
-        .publish(EventPayload::SessionStatus { session_id: session_id.clone(), status: SessionStatus::Busy });
+    services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
     if services.config.compaction.prune {
         run.prune();
@@ -219,9 +217,7 @@ pub(crate) async fn run_session(
     if let Err(e) = services.writer.flush().await {
         tracing::error!("could not persist the end of the run: {e}");
     }
-    services
-        .bus
-        .publish(EventPayload::SessionStatus { session_id: session_id.clone(), status: SessionStatus::Idle });
+    services.set_status(session_id, SessionStatus::Idle);
     services.bus.publish(EventPayload::SessionIdle { session_id: session_id.clone() });
     let stop = result?;
     if let StopReason::Error(error) = &stop {
@@ -319,7 +315,7 @@ impl Run<'_> {
             }
         }
         self.session.time.updated = codeloop_types::now_ms();
-        self.services.save_session(&self.session);
+        self.services.save_session(&mut self.session);
         self.history.push(message);
     }
 

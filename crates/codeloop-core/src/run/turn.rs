@@ -7,8 +7,8 @@ use codeloop_provider::{ChatMessage, ProviderError, ProviderRequest, ToolChoice,
 use codeloop_store::MessageWithParts;
 use codeloop_tools::ProjectPaths;
 use codeloop_types::{
-    AssistantError, AssistantMessage, EventPayload, Finish, Message, MessagePath, PermissionRule,
-    SessionStatus, UserMessage, now_ms,
+    AssistantError, AssistantMessage, Finish, Message, MessagePath, PermissionRule, SessionStatus,
+    UserMessage, now_ms,
 };
 
 use super::{Flow, Run, RunError, StopReason};
@@ -299,25 +299,16 @@ impl Run<'_> {
                     processor.discard_attempt(first_part);
                     let message = error.short_reason();
                     let next = now_ms() + delay.as_millis() as i64;
-                    self.services.bus.publish(EventPayload::SessionStatus {
-                        session_id: self.session.id.clone(),
-                        status: SessionStatus::Retry {
-                            attempt,
-                            max_attempts: policy.max_attempts(),
-                            message,
-                            next,
-                        },
-                    });
+                    let status =
+                        SessionStatus::Retry { attempt, max_attempts: policy.max_attempts(), message, next };
+                    self.services.set_status(&self.session.id, status);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = self.cancel.cancelled() => {
                             return TurnEnd { error: Some(AssistantError::aborted()), overflow: false, halted: None };
                         }
                     }
-                    self.services.bus.publish(EventPayload::SessionStatus {
-                        session_id: self.session.id.clone(),
-                        status: SessionStatus::Busy,
-                    });
+                    self.services.set_status(&self.session.id, SessionStatus::Busy);
                 }
                 RetryDecision::GiveUp { reason } => {
                     let mut error = to_assistant_error(&error);

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use axum::Json;
 use axum::extract::State;
-use codeloop_core::{Engine, EngineError};
+use codeloop_core::Engine;
 use codeloop_store::SessionFilter;
 use codeloop_types::{Session, SessionId, SessionStatus, Todo};
 
@@ -85,13 +85,12 @@ pub async fn create(
     };
     let engine = state.engine.clone();
     let session = blocking(move || {
-        let mut session =
+        let session =
             engine.create_session(&directory, body.agent.as_deref(), model, parent.map(|p| p.id))?;
-        if let Some(title) = title {
-            session.title = title;
-            engine.update_session(&session);
+        match title {
+            Some(title) => Ok(engine.rename_session(&session.id, &title)?),
+            None => Ok(session),
         }
-        Ok(session)
     })
     .await?;
     // Read-your-writes: a GET right after this sees the title.
@@ -112,10 +111,9 @@ pub async fn update(
     ApiJson(body): ApiJson<UpdateSession>,
 ) -> Result<Json<Session>, ApiError> {
     let title = title(&body.title)?;
-    let mut session = load(&state.engine, &id).await?;
-    session.title = title;
-    session.time.updated = codeloop_types::now_ms();
-    state.engine.update_session(&session);
+    load(&state.engine, &id).await?;
+    // Goes through the engine so a run in progress keeps the new title.
+    let session = state.engine.rename_session(&SessionId::from(id.as_str()), &title)?;
     state.engine.flush().await?;
     Ok(Json(session))
 }
@@ -128,8 +126,6 @@ pub async fn delete(
     let session = SessionId::from(id.as_str());
     let deleted = blocking(move || match engine.delete_session(&session) {
         Ok(deleted) => Ok(deleted),
-        // The engine refuses to delete a running session.
-        Err(EngineError::Invalid(message)) => Err(ApiError::conflict("busy", message)),
         Err(other) => Err(other.into()),
     })
     .await?;
@@ -159,6 +155,11 @@ pub async fn todo(
 }
 
 pub async fn status(State(state): State<AppState>) -> Json<BTreeMap<String, SessionStatus>> {
-    let active = state.engine.coordinator().active();
-    Json(active.into_iter().map(|id| (id.to_string(), SessionStatus::Busy)).collect())
+    // Retrying sessions report their retry; sessions between runs of an active entry count as busy.
+    let mut statuses: BTreeMap<String, SessionStatus> =
+        state.engine.statuses().into_iter().map(|(id, status)| (id.to_string(), status)).collect();
+    for id in state.engine.coordinator().active() {
+        statuses.entry(id.to_string()).or_insert(SessionStatus::Busy);
+    }
+    Json(statuses)
 }
