@@ -213,13 +213,14 @@ fn bad_base_url_or_header_is_a_config_error() {
 }
 
 #[tokio::test]
-async fn refused_connection_is_a_connection_error() {
+async fn a_refused_connection_is_unreachable_and_not_retried() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     drop(listener);
     let error = collect(WireApi::OpenAiChat, &base).await.unwrap_err();
-    assert!(matches!(error, ProviderError::Connection { .. }), "{error:?}");
-    assert!(error.retryable());
+    assert!(matches!(error, ProviderError::Unreachable { .. }), "{error:?}");
+    assert!(!error.retryable(), "nothing listens there: retrying only delays the error");
+    assert!(error.to_string().contains("Is the server running"), "{error}");
 }
 
 #[tokio::test(start_paused = true)]
