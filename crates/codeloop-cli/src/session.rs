@@ -34,6 +34,10 @@ pub enum SessionCommand {
     Delete { id: String },
     /// Summarise a session now, so its next turn starts from the summary.
     Compact { id: String },
+    /// Put back every file the session changed from MESSAGE on, and hide those messages (git projects).
+    Revert { id: String, message: String },
+    /// Undo the last revert.
+    Unrevert { id: String },
 }
 
 pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
@@ -124,6 +128,24 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                 codeloop_core::StopReason::Completed => eprintln!("compacted {id}"),
                 _ => return Ok(crate::run::exit_code(&outcome)),
             }
+        }
+        SessionCommand::Revert { id, message } => {
+            let id = SessionId::from(id);
+            let session = engine.revert(&id, &codeloop_types::MessageId::from(message)).await?;
+            let files = session
+                .revert
+                .as_ref()
+                .and_then(|r| r.get("files"))
+                .and_then(|f| f.as_array())
+                .map_or(0, Vec::len);
+            eprintln!(
+                "reverted {id}: {files} file(s) restored; the next message continues from there (undo with codeloop session unrevert {id})"
+            );
+        }
+        SessionCommand::Unrevert { id } => {
+            let id = SessionId::from(id);
+            engine.unrevert(&id).await?;
+            eprintln!("unreverted {id}");
         }
     }
     engine.flush().await?;

@@ -6,7 +6,11 @@ use std::sync::Arc;
 
 use codeloop_store::{MessageWithParts, SessionFilter, SqliteStore, Store, StoreError, StoreWriter};
 use codeloop_tools::{BuiltinConfig, ToolRegistry};
-use codeloop_types::{EventPayload, Message, ModelRef, PermissionId, PermissionRequest, Session, SessionId};
+use codeloop_types::{
+    EventPayload, Message, MessageId, ModelRef, PartKind, PermissionId, PermissionRequest, Session, SessionId,
+};
+
+use crate::instructions::ProjectInfo;
 
 use crate::Bus;
 use crate::agents::{Agent, AgentMode, DEFAULT_AGENT, agents};
@@ -128,6 +132,7 @@ impl Engine {
             skill_dirs,
             statuses: Default::default(),
             renames: Default::default(),
+            snapshots: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         task_runtime.connect(&services, coordinator.downgrade());
@@ -278,6 +283,78 @@ impl Engine {
             self.services.save_part(part);
         }
         self.coordinator.run(session).await
+    }
+
+    /// Reverts a session to just before `message`: every file the steps from that message on changed is
+    /// put back as it was, and those messages are hidden until the next prompt removes them (or
+    /// [`Engine::unrevert`] undoes the revert). Needs snapshots (a git project).
+    pub async fn revert(&self, id: &SessionId, message: &MessageId) -> Result<Session, EngineError> {
+        if self.coordinator.is_busy(id) {
+            return Err(EngineError::Busy(format!("session {id} is running; abort it before reverting")));
+        }
+        if self.session(id)?.revert.is_some() {
+            self.unrevert(id).await?;
+        }
+        self.flush().await?;
+        let mut session = self.session(id)?;
+        let history = self.history(id)?;
+        let start = history
+            .iter()
+            .position(|m| m.info.id() == message)
+            .ok_or_else(|| EngineError::Invalid(format!("message {message} is not part of session {id}")))?;
+        let project = ProjectInfo::discover(Path::new(&session.directory));
+        let snapshots = self.services.snapshots_for(&project).ok_or_else(|| {
+            EngineError::Invalid(
+                "snapshots are off for this session (not a git repository, or `snapshot = false` in config)"
+                    .into(),
+            )
+        })?;
+        // Each file goes back to how it was before the first step (from `message` on) that changed it.
+        let mut seen = std::collections::HashSet::new();
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for part in history[start..].iter().flat_map(|m| &m.parts) {
+            let PartKind::Patch(patch) = &part.kind else { continue };
+            let fresh: Vec<String> =
+                patch.files.iter().filter(|f| seen.insert((*f).clone())).cloned().collect();
+            if !fresh.is_empty() {
+                groups.push((patch.hash.clone(), fresh));
+            }
+        }
+        let current = snapshots.track().await.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        for (hash, files) in &groups {
+            snapshots.restore(hash, files).await.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        }
+        let files: Vec<&String> = groups.iter().flat_map(|(_, f)| f).collect();
+        session.revert =
+            Some(serde_json::json!({"message_id": message, "snapshot": current, "files": files}));
+        self.services.save_session(&mut session);
+        self.flush().await?;
+        Ok(session)
+    }
+
+    /// Undoes a revert: the files come back as they were before it.
+    pub async fn unrevert(&self, id: &SessionId) -> Result<Session, EngineError> {
+        if self.coordinator.is_busy(id) {
+            return Err(EngineError::Busy(format!("session {id} is running; abort it first")));
+        }
+        let mut session = self.session(id)?;
+        let Some(revert) = session.revert.clone() else { return Ok(session) };
+        let project = ProjectInfo::discover(Path::new(&session.directory));
+        let (Some(snapshots), Some(snapshot)) =
+            (self.services.snapshots_for(&project), revert.get("snapshot").and_then(|s| s.as_str()))
+        else {
+            return Err(EngineError::Invalid("this revert cannot be undone: its snapshot is missing".into()));
+        };
+        let files: Vec<String> = revert
+            .get("files")
+            .and_then(|f| f.as_array())
+            .map(|f| f.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default();
+        snapshots.restore(snapshot, &files).await.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        session.revert = None;
+        self.services.save_session(&mut session);
+        self.flush().await?;
+        Ok(session)
     }
 
     pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {

@@ -78,6 +78,23 @@ fn title_from(input: &PromptInput) -> Option<String> {
     Some(format!("{}…", cut.trim_end()))
 }
 
+/// A reverted session's hidden messages are removed for good when new input arrives (reference §10).
+fn discard_reverted(services: &Services, session: &mut Session) -> Result<(), RunError> {
+    let Some(from) = reverted_from(session) else { return Ok(()) };
+    let history = codeloop_store::Store::load_history(services.store.as_ref(), &session.id)?;
+    for message in history.iter().filter(|m| m.info.id() >= &from) {
+        services.writer.send(codeloop_store::Write::RemoveMessage(message.info.id().clone()));
+    }
+    session.revert = None;
+    Ok(())
+}
+
+/// The first message hidden by a revert.
+pub(crate) fn reverted_from(session: &Session) -> Option<MessageId> {
+    let id = session.revert.as_ref()?.get("message_id")?.as_str()?;
+    Some(MessageId::from(id))
+}
+
 /// Resolves agent and model for new input and persists it as a user message. Updates the session's
 /// agent and model when they change.
 pub fn create_user_message(
@@ -129,6 +146,7 @@ pub fn create_user_message(
             ),
         })
         .collect();
+    discard_reverted(services, session)?;
     let message = Message::User(info);
     services.save_message(&message);
     for part in &parts {

@@ -22,6 +22,7 @@ pub mod projection;
 pub mod retry;
 mod run;
 mod services;
+pub mod snapshot;
 mod subagent;
 mod tool_host;
 

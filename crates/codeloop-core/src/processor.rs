@@ -108,6 +108,8 @@ pub struct Processor {
     cleaning: bool,
     /// Settled calls written but not yet announced (see [`Processor::write_now`]).
     unannounced: Vec<usize>,
+    /// Snapshot of the project before this turn (git projects only).
+    start_snapshot: Option<String>,
     /// Characters of text streamed without usage, for the estimate.
     streamed_chars: u64,
 }
@@ -142,6 +144,7 @@ impl Processor {
             tools_cancel: CancellationToken::new(),
             cleaning: false,
             unannounced: Vec::new(),
+            start_snapshot: None,
             streamed_chars: 0,
         }
     }
@@ -308,7 +311,26 @@ impl Processor {
     }
 
     fn step_start(&mut self) {
-        self.push_part(PartKind::StepStart(StepStartPart { snapshot: None }));
+        self.push_part(PartKind::StepStart(StepStartPart { snapshot: self.start_snapshot.clone() }));
+    }
+
+    /// The snapshot taken before the provider was called (tools may change files before any step event).
+    pub fn set_start_snapshot(&mut self, snapshot: Option<String>) {
+        self.start_snapshot = snapshot;
+    }
+
+    /// Records what the turn changed on disk: a `patch` part listing the files (when any changed), and
+    /// the end snapshot on the last `step-finish`.
+    pub fn record_patch(&mut self, start: String, end: String, files: Vec<String>) {
+        if let Some(index) = self.parts.iter().rposition(|p| matches!(p.kind, PartKind::StepFinish(_))) {
+            if let PartKind::StepFinish(step) = &mut self.parts[index].kind {
+                step.snapshot = Some(end);
+            }
+            self.write_now(index);
+        }
+        if !files.is_empty() {
+            self.push_part(PartKind::Patch(codeloop_types::PatchPart { hash: start, files }));
+        }
     }
 
     fn reasoning_start(&mut self, id: String, metadata: Option<Value>) {

@@ -14,8 +14,10 @@ use codeloop_types::{EventPayload, Message, Part, Session, SessionId, SessionSta
 use crate::Bus;
 use crate::agents::Agent;
 use crate::config::Config;
+use crate::instructions::ProjectInfo;
 use crate::models::Models;
 use crate::permission::PermissionEngine;
+use crate::snapshot::Snapshots;
 
 pub struct Services {
     pub config: Config,
@@ -40,9 +42,25 @@ pub struct Services {
     /// Titles set by a client while the session runs: the run's copy of the session takes them at its
     /// next save instead of overwriting them.
     pub renames: Mutex<HashMap<SessionId, String>>,
+    /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
+    pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
 }
 
 impl Services {
+    /// The project's snapshots: `None` when off in config or the project is not a git repository.
+    pub fn snapshots_for(&self, project: &ProjectInfo) -> Option<Arc<Snapshots>> {
+        if self.config.snapshot == Some(false) || !project.is_git {
+            return None;
+        }
+        let mut all = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(existing) = all.get(&project.root) {
+            return Some(existing.clone());
+        }
+        let snapshots = Arc::new(Snapshots::for_project(&self.data_dir, project)?);
+        all.insert(project.root.clone(), snapshots.clone());
+        Some(snapshots)
+    }
+
     /// Records and announces a session's status.
     pub fn set_status(&self, session: &SessionId, status: SessionStatus) {
         {

@@ -278,6 +278,15 @@ impl PermissionReplyBody {
     }
 }
 
+/// `POST /session/{id}/revert`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RevertBody {
+    /// The first message to undo: files changed from it on are put back, and it is hidden with everything
+    /// after it until the next prompt.
+    #[serde(alias = "messageID")]
+    pub message_id: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct Aborted {
     /// Whether a run was active (an idle abort is a no-op).

@@ -25,6 +25,7 @@ use crate::input::{PromptInput, create_user_message};
 use crate::instructions::ProjectInfo;
 use crate::models::ResolvedModel;
 use crate::services::Services;
+use crate::snapshot::Snapshots;
 
 /// Why a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -178,6 +179,7 @@ pub(crate) struct Run<'a> {
     systems: HashMap<String, Vec<String>>,
     models: HashMap<ModelRef, ResolvedModel>,
     breaker: Breaker,
+    snapshots: Option<Arc<Snapshots>>,
 }
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
@@ -194,8 +196,13 @@ pub(crate) async fn run_session(
         .store
         .get_session(session_id)?
         .ok_or_else(|| RunError::SessionNotFound(session_id.clone()))?;
-    let history = services.store.load_history(session_id)?;
+    let mut history = services.store.load_history(session_id)?;
+    // Messages a revert hid are never sent (they are removed by the next prompt).
+    if let Some(from) = crate::input::reverted_from(&session) {
+        history.retain(|m| m.info.id() < &from);
+    }
     let project = ProjectInfo::discover(std::path::Path::new(&session.directory));
+    let snapshots = services.snapshots_for(&project);
     let mut run = Run {
         services: services.clone(),
         session,
@@ -208,11 +215,15 @@ pub(crate) async fn run_session(
         systems: HashMap::new(),
         models: HashMap::new(),
         breaker: Breaker::default(),
+        snapshots,
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
     if services.config.compaction.prune {
         run.prune();
+    }
+    if let Some(snapshots) = run.snapshots.clone() {
+        tokio::spawn(async move { snapshots.collect_garbage().await });
     }
     if let Err(e) = services.writer.flush().await {
         tracing::error!("could not persist the end of the run: {e}");

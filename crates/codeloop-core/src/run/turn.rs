@@ -188,7 +188,12 @@ impl Run<'_> {
         let estimate = estimate_request_tokens(&request);
         let ctx = self.turn_context(&agent, &model, !last_step, false, estimate);
         let mut processor = Processor::new(ctx, self.new_assistant(&user, &agent.name, &model));
+        let start = self.snapshot().await;
+        processor.set_start_snapshot(start.clone());
         let end = self.attempts(&mut processor, &model, request).await;
+        if let Some(start) = start {
+            self.record_patch(&mut processor, start).await;
+        }
         let compaction = self.services.config.compaction.clone();
 
         let mut error = end.error;
@@ -253,6 +258,27 @@ impl Run<'_> {
             })),
             Signal::Continue if last_step => Ok(Flow::Stop(StopReason::StepLimit(self.step))),
             Signal::Continue => Ok(Flow::Continue),
+        }
+    }
+
+    /// A snapshot of the project, when snapshots are on for it. Failures only cost the patch list.
+    async fn snapshot(&self) -> Option<String> {
+        let snapshots = self.snapshots.as_ref()?;
+        match snapshots.track().await {
+            Ok(tree) => Some(tree),
+            Err(e) => {
+                tracing::warn!("snapshot skipped: {e}");
+                None
+            }
+        }
+    }
+
+    async fn record_patch(&self, processor: &mut Processor, start: String) {
+        let Some(snapshots) = &self.snapshots else { return };
+        let Some(end) = self.snapshot().await else { return };
+        match snapshots.changed_files(&start, &end).await {
+            Ok(files) => processor.record_patch(start, end, files),
+            Err(e) => tracing::warn!("could not list the files this step changed: {e}"),
         }
     }
 

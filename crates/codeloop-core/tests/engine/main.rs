@@ -8,4 +8,5 @@ mod harness;
 mod loop_rules;
 mod permissions;
 mod providers;
+mod snapshots;
 mod turns;

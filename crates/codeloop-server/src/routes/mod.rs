@@ -171,6 +171,8 @@ pub fn api() -> Api {
         .add(post("/session/{id}/abort", "session.abort", "Stop the active run; returns after its cleanup").json::<Aborted>(), prompt::abort)
         .add(post("/session/{id}/compact", "session.compact", "Summarise the session now (409 while it runs)").json::<PromptResult>(), prompt::compact)
         .add(post("/session/{id}/summarize", "session.summarize", "Same as /compact").json::<PromptResult>(), prompt::compact)
+        .add(post("/session/{id}/revert", "session.revert", "Put back the files changed from a message on and hide those messages (git projects; 409 while it runs)").body::<RevertBody>().returns(Model("Session")), prompt::revert)
+        .add(post("/session/{id}/unrevert", "session.unrevert", "Undo the last revert").returns(Model("Session")), prompt::unrevert)
         .add(get("/permission", "permission.list", "Pending permission requests, oldest first").query::<SessionQuery>().returns(List("PermissionRequest")), misc::permissions)
         .add(post("/permission/{requestID}/reply", "permission.reply", "Answer a pending request; the first reply wins, later ones get 409").body::<PermissionReplyBody>().returns(Returns::AnyJson), misc::reply_permission)
         .add(get("/config", "config.get", "The effective configuration (read-only, secrets redacted)").returns(Model("Config")), misc::config)

@@ -9,10 +9,10 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use codeloop_core::{Engine, RunOutcome};
 use codeloop_store::{MessageWithParts, Page};
-use codeloop_types::{AssistantError, EventPayload, Message, MessageId, SessionId};
+use codeloop_types::{AssistantError, EventPayload, Message, MessageId, Session, SessionId};
 
 use crate::AppState;
-use crate::api::{Aborted, MessageListQuery, PromptBody, PromptResult, Stop};
+use crate::api::{Aborted, MessageListQuery, PromptBody, PromptResult, RevertBody, Stop};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
 use crate::routes::session::load;
 
@@ -119,6 +119,24 @@ pub async fn abort(
     let aborted = state.engine.coordinator().is_busy(&session.id);
     state.engine.abort(&session.id).await;
     Ok(Json(Aborted { aborted }))
+}
+
+pub async fn revert(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<RevertBody>,
+) -> Result<Json<Session>, ApiError> {
+    let session = load(&state.engine, &id).await?;
+    let message = MessageId::from(body.message_id.as_str());
+    Ok(Json(state.engine.revert(&session.id, &message).await?))
+}
+
+pub async fn unrevert(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Session>, ApiError> {
+    let session = load(&state.engine, &id).await?;
+    Ok(Json(state.engine.unrevert(&session.id).await?))
 }
 
 pub async fn compact(

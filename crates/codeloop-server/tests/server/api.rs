@@ -247,6 +247,8 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("post", "/session/{id}/abort"),
     ("post", "/session/{id}/compact"),
     ("post", "/session/{id}/summarize"),
+    ("post", "/session/{id}/revert"),
+    ("post", "/session/{id}/unrevert"),
     ("get", "/permission"),
     ("post", "/permission/{requestID}/reply"),
     ("get", "/config"),
