@@ -254,6 +254,9 @@ fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, R
 }
 
 pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
+    if outcome.message.as_ref().and_then(|m| m.finish) == Some(codeloop_types::Finish::Length) {
+        eprintln!("warning: the answer was cut off at the model's output limit; ask it to continue");
+    }
     match &outcome.stop {
         StopReason::Completed => ExitCode::SUCCESS,
         StopReason::StepLimit(steps) => {
