@@ -10,44 +10,30 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use codeloop_provider::{
-    EventStream, Provider, ProviderError, ProviderRequest, StreamEvent, ToolCall, Usage,
-};
-use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure};
+use codeloop_provider::{EventStream, Provider, ProviderError, ProviderRequest, StreamEvent};
+use codeloop_tools::ProjectPaths;
 use codeloop_types::{
-    AssistantError, AssistantMessage, EventPayload, Finish, Message, Part, PartKind, PartTime, ReasoningPart,
-    StepFinishPart, StepStartPart, TextPart, Tokens, ToolPart, ToolState, now_ms,
+    AssistantError, AssistantMessage, EventPayload, Message, Part, PartKind, ToolState, now_ms,
 };
 use futures::StreamExt;
-use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::doom_loop::{DoomLoop, DoomLoopGuard};
+use crate::doom_loop::DoomLoopGuard;
 use crate::models::ModelPricing;
-use crate::permission::AskContext;
 use crate::services::Services;
 use crate::tool_host::{RunToolHost, ToolEvent};
+
+mod steps;
+mod tools;
+
+pub use tools::TOOL_WATCHDOG;
 
 /// Streamed text reaches the store at most this long after it arrived.
 pub const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// How long cleanup waits for open tool calls before marking them interrupted (reference §3.3).
 pub const CLEANUP_TOOL_WAIT: Duration = Duration::from_millis(250);
-
-/// Longest a tool may run before it is stopped: tools have their own limits (bash's `timeout`), this
-/// watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its deadline).
-pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
-/// Extra time a `bash` call gets past its own timeout before the watchdog steps in.
-const BASH_WATCHDOG_GRACE: Duration = Duration::from_secs(60);
-
-fn watchdog_for(tool: &str, input: &Value) -> Duration {
-    if tool != "bash" {
-        return TOOL_WATCHDOG;
-    }
-    let timeout_ms = input.get("timeout").and_then(Value::as_u64).unwrap_or(120_000);
-    Duration::from_millis(timeout_ms).max(Duration::from_secs(120)) + BASH_WATCHDOG_GRACE
-}
 
 /// What the run loop should do next (DESIGN.md §4 "Processor").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,359 +296,6 @@ impl Processor {
         });
     }
 
-    fn step_start(&mut self) {
-        self.push_part(PartKind::StepStart(StepStartPart { snapshot: self.start_snapshot.clone() }));
-    }
-
-    /// The snapshot taken before the provider was called (tools may change files before any step event).
-    pub fn set_start_snapshot(&mut self, snapshot: Option<String>) {
-        self.start_snapshot = snapshot;
-    }
-
-    /// Records what the turn changed on disk: a `patch` part listing the files (when any changed), and
-    /// the end snapshot on the last `step-finish`.
-    pub fn record_patch(&mut self, start: String, end: String, files: Vec<String>) {
-        if let Some(index) = self.parts.iter().rposition(|p| matches!(p.kind, PartKind::StepFinish(_))) {
-            if let PartKind::StepFinish(step) = &mut self.parts[index].kind {
-                step.snapshot = Some(end);
-            }
-            self.write_now(index);
-        }
-        if !files.is_empty() {
-            self.push_part(PartKind::Patch(codeloop_types::PatchPart { hash: start, files }));
-        }
-    }
-
-    fn reasoning_start(&mut self, id: String, metadata: Option<Value>) {
-        if self.reasoning_open.contains_key(&id) {
-            return;
-        }
-        let index = self.push_part(PartKind::Reasoning(ReasoningPart {
-            text: String::new(),
-            metadata,
-            time: PartTime { start: now_ms(), end: None },
-            ignored: false,
-        }));
-        self.reasoning_open.insert(id, index);
-    }
-
-    fn reasoning_delta(&mut self, id: String, text: String) {
-        let index = match self.reasoning_open.get(&id) {
-            Some(index) => *index,
-            None => {
-                self.reasoning_start(id.clone(), None);
-                self.reasoning_open[&id]
-            }
-        };
-        if let PartKind::Reasoning(part) = &mut self.parts[index].kind {
-            part.text.push_str(&text);
-        }
-        self.streamed_chars += text.len() as u64;
-        self.publish_delta(index, text);
-        self.mark_dirty(index);
-    }
-
-    fn reasoning_end(&mut self, id: &str, metadata: Option<Value>) {
-        let Some(index) = self.reasoning_open.remove(id) else { return };
-        if let PartKind::Reasoning(part) = &mut self.parts[index].kind {
-            if metadata.is_some() {
-                part.metadata = metadata;
-            }
-            part.time.end = Some(now_ms());
-        }
-        self.write_now(index);
-    }
-
-    fn text_start(&mut self, id: String) {
-        if self.text_open.contains_key(&id) {
-            return;
-        }
-        let index = self.push_part(PartKind::Text(TextPart {
-            text: String::new(),
-            time: PartTime { start: now_ms(), end: None },
-            ..Default::default()
-        }));
-        self.text_open.insert(id, index);
-    }
-
-    fn text_delta(&mut self, id: String, text: String) {
-        let index = match self.text_open.get(&id) {
-            Some(index) => *index,
-            None => {
-                self.text_start(id.clone());
-                self.text_open[&id]
-            }
-        };
-        if let PartKind::Text(part) = &mut self.parts[index].kind {
-            part.text.push_str(&text);
-        }
-        self.streamed_chars += text.len() as u64;
-        self.publish_delta(index, text);
-        self.mark_dirty(index);
-    }
-
-    fn text_end(&mut self, id: &str) {
-        let Some(index) = self.text_open.remove(id) else { return };
-        if let PartKind::Text(part) = &mut self.parts[index].kind {
-            part.time.end = Some(now_ms());
-        }
-        self.write_now(index);
-    }
-
-    // ----- tools -----
-
-    fn ensure_call(&mut self, call_id: &str, name: &str) -> usize {
-        if let Some(index) = self.calls.get(call_id) {
-            return *index;
-        }
-        let index = self.push_part(PartKind::Tool(ToolPart {
-            call_id: call_id.to_owned(),
-            tool: name.to_owned(),
-            state: ToolState::default(),
-            metadata: None,
-            ignored: false,
-        }));
-        self.calls.insert(call_id.to_owned(), index);
-        index
-    }
-
-    fn tool_mut(&mut self, index: usize) -> Option<&mut ToolPart> {
-        self.parts.get_mut(index).and_then(Part::as_tool_mut)
-    }
-
-    fn summary_guard(&self, name: &str) -> Result<(), AttemptEnd> {
-        if self.ctx.summary {
-            return Err(AttemptEnd::Halted(format!(
-                "Tool call not allowed while generating summary: {name}"
-            )));
-        }
-        Ok(())
-    }
-
-    fn tool_input_start(&mut self, call_id: String, name: String) -> Result<(), AttemptEnd> {
-        self.summary_guard(&name)?;
-        self.ensure_call(&call_id, &name);
-        Ok(())
-    }
-
-    fn tool_input_delta(&mut self, call_id: &str, delta: &str) {
-        let Some(index) = self.calls.get(call_id).copied() else { return };
-        if let Some(tool) = self.tool_mut(index) {
-            let _ = tool.state.append_raw(delta);
-        }
-        self.mark_dirty(index);
-    }
-
-    async fn tool_call(
-        &mut self,
-        call: ToolCall,
-        cancel: &CancellationToken,
-        doom: &mut DoomLoopGuard,
-    ) -> Result<(), AttemptEnd> {
-        self.summary_guard(&call.name)?;
-        let index = self.ensure_call(&call.call_id, &call.name);
-        let (input, invalid) = match call.input {
-            Ok(input) => (input, None),
-            Err(invalid) => (Value::Object(Default::default()), Some(invalid)),
-        };
-        let now = now_ms();
-        let started = match self.tool_mut(index) {
-            Some(tool) => {
-                if call.metadata.is_some() {
-                    tool.metadata = call.metadata.clone();
-                }
-                tool.state.start(input.clone(), now).is_ok()
-            }
-            None => false,
-        };
-        if !started {
-            // A repeated call event for a call already running or settled: it runs once.
-            return Ok(());
-        }
-        self.write_now(index);
-
-        if let Some(invalid) = invalid {
-            let message = format!(
-                "The arguments provided to the tool are invalid: {}. The arguments received were: {}\nPlease rewrite the call with a valid JSON object.",
-                invalid.error,
-                preview(&invalid.raw, 500)
-            );
-            self.settle(index, Err(ToolFailure::Failed(message)));
-            return Ok(());
-        }
-        if !self.ctx.tools_enabled {
-            let message =
-                "Tools are disabled: the maximum number of steps for this task was reached. Answer in text.";
-            self.settle(index, Err(ToolFailure::Failed(message.into())));
-            return Ok(());
-        }
-        if let Some(found) = doom.record(&call.name, &input) {
-            match self.ask_doom_loop(&found, index, cancel).await {
-                Ok(()) => doom.reset(),
-                Err(failure) => {
-                    let message = match &failure {
-                        PermissionError::Corrected { .. } | PermissionError::Denied { .. } => None,
-                        _ => Some(format!(
-                            "Stopped: doom loop detected, {}. Allow it with [permission] doom_loop = \"allow\" if this is intended.",
-                            found.describe()
-                        )),
-                    };
-                    self.settle(index, Err(ToolFailure::Permission(failure)));
-                    if let Some(message) = message {
-                        self.blocked = Some(message.clone());
-                        return Err(AttemptEnd::Halted(message));
-                    }
-                    return Ok(());
-                }
-            }
-        }
-        self.spawn_tool(call.call_id, call.name, input);
-        Ok(())
-    }
-
-    async fn ask_doom_loop(
-        &self,
-        found: &DoomLoop,
-        index: usize,
-        cancel: &CancellationToken,
-    ) -> Result<(), PermissionError> {
-        let tool = found.tool().to_owned();
-        let layers: [&[codeloop_types::PermissionRule]; 1] = [&self.ctx.layers];
-        let call_id = self.parts[index].as_tool().map(|t| t.call_id.clone()).unwrap_or_default();
-        let ctx = AskContext {
-            session_id: &self.message.session_id,
-            project: &self.ctx.project_key,
-            layers: &layers,
-            tool: Some(codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id }),
-        };
-        let ask = PermissionAsk {
-            permission: "doom_loop".into(),
-            patterns: vec![tool.clone()],
-            always: vec![tool.clone()],
-            metadata: serde_json::json!({ "tool": tool, "description": found.describe() }),
-        };
-        tokio::select! {
-            result = self.ctx.services.permissions.ask(ctx, ask) => result,
-            _ = cancel.cancelled() => Err(PermissionError::Rejected),
-        }
-    }
-
-    fn spawn_tool(&mut self, call_id: String, name: String, input: Value) {
-        let ctx = ToolContext {
-            call: CallInfo {
-                session_id: self.message.session_id.clone(),
-                message_id: self.message.id.clone(),
-                call_id: call_id.clone(),
-                agent: self.message.agent.clone(),
-            },
-            project: self.ctx.project.clone(),
-            tool_output_dir: self.services().tool_output_dir.clone(),
-            limits: self.services().limits(),
-            cancel: self.tools_cancel.child_token(),
-            host: self.host.clone(),
-        };
-        let tools = self.services().tools.clone();
-        let events = self.tool_tx.clone();
-        self.running.insert(call_id.clone());
-        let limit = watchdog_for(&name, &input);
-        tokio::spawn(async move {
-            let result = match tokio::time::timeout(limit, tools.execute(&name, input, &ctx)).await {
-                Ok(result) => result,
-                Err(_) => {
-                    ctx.cancel.cancel();
-                    Err(ToolFailure::Failed(format!(
-                        "The {name} tool did not finish within {} s and was stopped.",
-                        limit.as_secs()
-                    )))
-                }
-            };
-            let _ = events.send(ToolEvent::Done { call_id, result });
-        });
-    }
-
-    fn on_tool_event(&mut self, event: ToolEvent) {
-        match event {
-            ToolEvent::Progress { call_id, title, metadata } => {
-                let Some(index) = self.calls.get(&call_id).copied() else { return };
-                let changed = self.tool_mut(index).is_some_and(|t| t.state.progress(title, metadata).is_ok());
-                if changed {
-                    // Watchers see progress live; the store gets it with the next coalesced flush.
-                    if let Some(part) = self.parts.get(index) {
-                        self.ctx.services.bus.publish(EventPayload::PartUpdated {
-                            session_id: part.session_id.clone(),
-                            part: part.clone(),
-                        });
-                    }
-                    self.mark_dirty(index);
-                }
-            }
-            ToolEvent::Done { call_id, result } => {
-                self.running.remove(&call_id);
-                let Some(index) = self.calls.get(&call_id).copied() else { return };
-                if self.cleaning {
-                    // The turn ended while this call ran: it was cut short, whatever it reports.
-                    self.interrupt_call(index, result.ok().map(|o| o.output));
-                } else {
-                    self.settle(index, result);
-                }
-            }
-        }
-    }
-
-    /// Completes or fails a running call; a terminal call is never rewritten.
-    fn settle(&mut self, index: usize, result: Result<codeloop_tools::ToolOutput, ToolFailure>) {
-        let now = now_ms();
-        let mut block = None;
-        let Some(tool) = self.tool_mut(index) else { return };
-        let ok = match result {
-            Ok(output) => {
-                tool.state.complete(output.output, output.title, output.metadata, output.attachments, now)
-            }
-            Err(failure) => {
-                if let ToolFailure::Permission(PermissionError::Rejected) = &failure {
-                    block = Some(format!("Stopped: permission for `{}` was rejected.", tool.tool));
-                }
-                if let ToolFailure::Permission(PermissionError::Blocked { message }) = &failure {
-                    block = Some(format!("Stopped: {message}"));
-                }
-                tool.state.fail(failure.to_string(), now)
-            }
-        };
-        if ok.is_ok() {
-            self.write_now(index);
-            if block.is_some() && self.blocked.is_none() {
-                self.blocked = block;
-            }
-        }
-    }
-
-    // ----- steps -----
-
-    fn finish_step(&mut self, finish: Finish, usage: Option<Usage>) {
-        // Reasoning never outlives its step.
-        let open: Vec<String> = self.reasoning_open.keys().cloned().collect();
-        for id in open {
-            self.reasoning_end(&id, None);
-        }
-        let usage = usage.unwrap_or_else(|| Usage {
-            input: self.ctx.estimated_input_tokens,
-            output: self.streamed_chars / 4,
-            ..Default::default()
-        });
-        let tokens: Tokens = usage.tokens();
-        let cost = self.ctx.pricing.of(&usage);
-        self.message.finish = Some(finish);
-        self.message.cost += cost;
-        self.message.tokens = tokens;
-        self.push_part(PartKind::StepFinish(StepFinishPart { reason: finish, snapshot: None, tokens, cost }));
-        self.services().save_message(&Message::Assistant(self.message.clone()));
-        if let Some(limit) = self.ctx.overflow_at
-            && tokens.count() >= limit
-        {
-            self.needs_compaction = true;
-        }
-    }
-
     // ----- cleanup -----
 
     /// Always runs: closes text and reasoning, gives open tool calls [`CLEANUP_TOOL_WAIT`] to finish after
@@ -778,32 +411,9 @@ impl Processor {
     }
 }
 
-fn preview(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
-}
-
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_watchdog_gives_bash_its_own_timeout_plus_grace() {
-        assert_eq!(watchdog_for("read", &serde_json::json!({})), TOOL_WATCHDOG);
-        assert_eq!(watchdog_for("bash", &serde_json::json!({})), Duration::from_secs(180));
-        assert_eq!(watchdog_for("bash", &serde_json::json!({"timeout": 600_000})), Duration::from_secs(660));
     }
 }

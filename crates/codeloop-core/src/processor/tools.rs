@@ -1,0 +1,279 @@
+//! The tool-call lifecycle inside one turn: pending → running → completed | error, the doom-loop guard,
+//! tools started as soon as their call is complete, and a watchdog for tools that hang.
+
+use std::time::Duration;
+
+use codeloop_provider::ToolCall;
+use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ToolContext, ToolFailure};
+use codeloop_types::{EventPayload, Part, PartKind, ToolPart, ToolState, now_ms};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{AttemptEnd, Processor};
+use crate::doom_loop::{DoomLoop, DoomLoopGuard};
+use crate::permission::AskContext;
+use crate::tool_host::ToolEvent;
+
+/// Longest a tool may run before it is stopped: tools have their own limits (bash's `timeout`), this
+/// watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its deadline).
+pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
+/// Extra time a `bash` call gets past its own timeout before the watchdog steps in.
+const BASH_WATCHDOG_GRACE: Duration = Duration::from_secs(60);
+
+fn watchdog_for(tool: &str, input: &Value) -> Duration {
+    if tool != "bash" {
+        return TOOL_WATCHDOG;
+    }
+    let timeout_ms = input.get("timeout").and_then(Value::as_u64).unwrap_or(120_000);
+    Duration::from_millis(timeout_ms).max(Duration::from_secs(120)) + BASH_WATCHDOG_GRACE
+}
+
+impl Processor {
+    pub(super) fn ensure_call(&mut self, call_id: &str, name: &str) -> usize {
+        if let Some(index) = self.calls.get(call_id) {
+            return *index;
+        }
+        let index = self.push_part(PartKind::Tool(ToolPart {
+            call_id: call_id.to_owned(),
+            tool: name.to_owned(),
+            state: ToolState::default(),
+            metadata: None,
+            ignored: false,
+        }));
+        self.calls.insert(call_id.to_owned(), index);
+        index
+    }
+
+    pub(super) fn tool_mut(&mut self, index: usize) -> Option<&mut ToolPart> {
+        self.parts.get_mut(index).and_then(Part::as_tool_mut)
+    }
+
+    pub(super) fn summary_guard(&self, name: &str) -> Result<(), AttemptEnd> {
+        if self.ctx.summary {
+            return Err(AttemptEnd::Halted(format!(
+                "Tool call not allowed while generating summary: {name}"
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn tool_input_start(&mut self, call_id: String, name: String) -> Result<(), AttemptEnd> {
+        self.summary_guard(&name)?;
+        self.ensure_call(&call_id, &name);
+        Ok(())
+    }
+
+    pub(super) fn tool_input_delta(&mut self, call_id: &str, delta: &str) {
+        let Some(index) = self.calls.get(call_id).copied() else { return };
+        if let Some(tool) = self.tool_mut(index) {
+            let _ = tool.state.append_raw(delta);
+        }
+        self.mark_dirty(index);
+    }
+
+    pub(super) async fn tool_call(
+        &mut self,
+        call: ToolCall,
+        cancel: &CancellationToken,
+        doom: &mut DoomLoopGuard,
+    ) -> Result<(), AttemptEnd> {
+        self.summary_guard(&call.name)?;
+        let index = self.ensure_call(&call.call_id, &call.name);
+        let (input, invalid) = match call.input {
+            Ok(input) => (input, None),
+            Err(invalid) => (Value::Object(Default::default()), Some(invalid)),
+        };
+        let now = now_ms();
+        let started = match self.tool_mut(index) {
+            Some(tool) => {
+                if call.metadata.is_some() {
+                    tool.metadata = call.metadata.clone();
+                }
+                tool.state.start(input.clone(), now).is_ok()
+            }
+            None => false,
+        };
+        if !started {
+            // A repeated call event for a call already running or settled: it runs once.
+            return Ok(());
+        }
+        self.write_now(index);
+
+        if let Some(invalid) = invalid {
+            let message = format!(
+                "The arguments provided to the tool are invalid: {}. The arguments received were: {}\nPlease rewrite the call with a valid JSON object.",
+                invalid.error,
+                preview(&invalid.raw, 500)
+            );
+            self.settle(index, Err(ToolFailure::Failed(message)));
+            return Ok(());
+        }
+        if !self.ctx.tools_enabled {
+            let message =
+                "Tools are disabled: the maximum number of steps for this task was reached. Answer in text.";
+            self.settle(index, Err(ToolFailure::Failed(message.into())));
+            return Ok(());
+        }
+        if let Some(found) = doom.record(&call.name, &input) {
+            match self.ask_doom_loop(&found, index, cancel).await {
+                Ok(()) => doom.reset(),
+                Err(failure) => {
+                    let message = match &failure {
+                        PermissionError::Corrected { .. } | PermissionError::Denied { .. } => None,
+                        _ => Some(format!(
+                            "Stopped: doom loop detected, {}. Allow it with [permission] doom_loop = \"allow\" if this is intended.",
+                            found.describe()
+                        )),
+                    };
+                    self.settle(index, Err(ToolFailure::Permission(failure)));
+                    if let Some(message) = message {
+                        self.blocked = Some(message.clone());
+                        return Err(AttemptEnd::Halted(message));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        self.spawn_tool(call.call_id, call.name, input);
+        Ok(())
+    }
+
+    pub(super) async fn ask_doom_loop(
+        &self,
+        found: &DoomLoop,
+        index: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(), PermissionError> {
+        let tool = found.tool().to_owned();
+        let layers: [&[codeloop_types::PermissionRule]; 1] = [&self.ctx.layers];
+        let call_id = self.parts[index].as_tool().map(|t| t.call_id.clone()).unwrap_or_default();
+        let ctx = AskContext {
+            session_id: &self.message.session_id,
+            project: &self.ctx.project_key,
+            layers: &layers,
+            tool: Some(codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id }),
+        };
+        let ask = PermissionAsk {
+            permission: "doom_loop".into(),
+            patterns: vec![tool.clone()],
+            always: vec![tool.clone()],
+            metadata: serde_json::json!({ "tool": tool, "description": found.describe() }),
+        };
+        tokio::select! {
+            result = self.ctx.services.permissions.ask(ctx, ask) => result,
+            _ = cancel.cancelled() => Err(PermissionError::Rejected),
+        }
+    }
+
+    pub(super) fn spawn_tool(&mut self, call_id: String, name: String, input: Value) {
+        let ctx = ToolContext {
+            call: CallInfo {
+                session_id: self.message.session_id.clone(),
+                message_id: self.message.id.clone(),
+                call_id: call_id.clone(),
+                agent: self.message.agent.clone(),
+            },
+            project: self.ctx.project.clone(),
+            tool_output_dir: self.services().tool_output_dir.clone(),
+            limits: self.services().limits(),
+            cancel: self.tools_cancel.child_token(),
+            host: self.host.clone(),
+        };
+        let tools = self.services().tools.clone();
+        let events = self.tool_tx.clone();
+        self.running.insert(call_id.clone());
+        let limit = watchdog_for(&name, &input);
+        tokio::spawn(async move {
+            let result = match tokio::time::timeout(limit, tools.execute(&name, input, &ctx)).await {
+                Ok(result) => result,
+                Err(_) => {
+                    ctx.cancel.cancel();
+                    Err(ToolFailure::Failed(format!(
+                        "The {name} tool did not finish within {} s and was stopped.",
+                        limit.as_secs()
+                    )))
+                }
+            };
+            let _ = events.send(ToolEvent::Done { call_id, result });
+        });
+    }
+
+    pub(super) fn on_tool_event(&mut self, event: ToolEvent) {
+        match event {
+            ToolEvent::Progress { call_id, title, metadata } => {
+                let Some(index) = self.calls.get(&call_id).copied() else { return };
+                let changed = self.tool_mut(index).is_some_and(|t| t.state.progress(title, metadata).is_ok());
+                if changed {
+                    // Watchers see progress live; the store gets it with the next coalesced flush.
+                    if let Some(part) = self.parts.get(index) {
+                        self.ctx.services.bus.publish(EventPayload::PartUpdated {
+                            session_id: part.session_id.clone(),
+                            part: part.clone(),
+                        });
+                    }
+                    self.mark_dirty(index);
+                }
+            }
+            ToolEvent::Done { call_id, result } => {
+                self.running.remove(&call_id);
+                let Some(index) = self.calls.get(&call_id).copied() else { return };
+                if self.cleaning {
+                    // The turn ended while this call ran: it was cut short, whatever it reports.
+                    self.interrupt_call(index, result.ok().map(|o| o.output));
+                } else {
+                    self.settle(index, result);
+                }
+            }
+        }
+    }
+
+    /// Completes or fails a running call; a terminal call is never rewritten.
+    pub(super) fn settle(&mut self, index: usize, result: Result<codeloop_tools::ToolOutput, ToolFailure>) {
+        let now = now_ms();
+        let mut block = None;
+        let Some(tool) = self.tool_mut(index) else { return };
+        let ok = match result {
+            Ok(output) => {
+                tool.state.complete(output.output, output.title, output.metadata, output.attachments, now)
+            }
+            Err(failure) => {
+                if let ToolFailure::Permission(PermissionError::Rejected) = &failure {
+                    block = Some(format!("Stopped: permission for `{}` was rejected.", tool.tool));
+                }
+                if let ToolFailure::Permission(PermissionError::Blocked { message }) = &failure {
+                    block = Some(format!("Stopped: {message}"));
+                }
+                tool.state.fail(failure.to_string(), now)
+            }
+        };
+        if ok.is_ok() {
+            self.write_now(index);
+            if block.is_some() && self.blocked.is_none() {
+                self.blocked = block;
+            }
+        }
+    }
+}
+
+fn preview(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_gives_bash_its_own_timeout_plus_grace() {
+        assert_eq!(watchdog_for("read", &serde_json::json!({})), TOOL_WATCHDOG);
+        assert_eq!(watchdog_for("bash", &serde_json::json!({})), Duration::from_secs(180));
+        assert_eq!(watchdog_for("bash", &serde_json::json!({"timeout": 600_000})), Duration::from_secs(660));
+    }
+}
