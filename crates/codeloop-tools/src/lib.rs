@@ -24,7 +24,7 @@ pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
 pub use tools::{
     ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillInfo, SkillTool,
-    TodoWriteTool, WriteTool, list_skills,
+    TodoWriteTool, WebFetchTool, WriteTool, list_skills,
 };
 pub use truncate::{Keep, TOOL_OUTPUT_RETENTION, Truncation, sweep_tool_output, truncate_output};
 

@@ -17,5 +17,7 @@ mod read;
 mod registry;
 #[path = "tools/search.rs"]
 mod search;
+#[path = "tools/webfetch.rs"]
+mod webfetch;
 #[path = "tools/write.rs"]
 mod write;

@@ -10,6 +10,7 @@ mod read;
 mod skill;
 mod todo;
 mod walk;
+mod webfetch;
 mod write;
 
 pub use apply_patch::ApplyPatchTool;
@@ -21,6 +22,7 @@ pub use invalid::InvalidTool;
 pub use read::ReadTool;
 pub use skill::{SkillInfo, SkillTool, list_skills};
 pub use todo::TodoWriteTool;
+pub use webfetch::WebFetchTool;
 pub use write::WriteTool;
 
 use std::path::Path;

@@ -40,7 +40,18 @@ async fn specs_are_sorted_exclude_invalid_and_stay_small() {
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(
         names,
-        vec!["apply_patch", "bash", "edit", "glob", "grep", "read", "skill", "todowrite", "write"]
+        vec![
+            "apply_patch",
+            "bash",
+            "edit",
+            "glob",
+            "grep",
+            "read",
+            "skill",
+            "todowrite",
+            "webfetch",
+            "write"
+        ]
     );
     let total: usize = specs
         .iter()

@@ -2,7 +2,7 @@
 //! read). Asks `external_directory` outside the project, then `read` with the project-relative path.
 
 mod content;
-mod sniff;
+pub(crate) mod sniff;
 
 use std::path::Path;
 
