@@ -30,8 +30,10 @@ pub struct Config {
     pub tool_output: ToolOutputConfig,
     /// Extra instruction files (paths relative to the project, or absolute).
     pub instructions: Vec<String>,
-    /// Whether to take file snapshots of the project at each step.
+    /// Whether to take file snapshots of the project at each step (git projects; default on).
     pub snapshot: Option<bool>,
+    /// A rejected permission is fed back to the model as the tool's error instead of stopping the run.
+    pub continue_on_reject: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

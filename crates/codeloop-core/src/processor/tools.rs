@@ -231,13 +231,16 @@ impl Processor {
     pub(super) fn settle(&mut self, index: usize, result: Result<codeloop_tools::ToolOutput, ToolFailure>) {
         let now = now_ms();
         let mut block = None;
+        let continue_on_reject = self.ctx.services.config.continue_on_reject;
         let Some(tool) = self.tool_mut(index) else { return };
         let ok = match result {
             Ok(output) => {
                 tool.state.complete(output.output, output.title, output.metadata, output.attachments, now)
             }
             Err(failure) => {
-                if let ToolFailure::Permission(PermissionError::Rejected) = &failure {
+                if let ToolFailure::Permission(PermissionError::Rejected) = &failure
+                    && !continue_on_reject
+                {
                     block = Some(format!("Stopped: permission for `{}` was rejected.", tool.tool));
                 }
                 if let ToolFailure::Permission(PermissionError::Blocked { message }) = &failure {

@@ -107,3 +107,34 @@ async fn a_rejection_with_a_message_is_fed_back_to_the_model() {
     let ToolState::Error(error) = state(&tools[0]) else { panic!() };
     assert!(error.error.contains("use printf instead"), "{}", error.error);
 }
+
+#[tokio::test]
+async fn a_rejection_stops_the_run_unless_configured_to_continue() {
+    for continue_on_reject in [false, true] {
+        let h = Harness::with(bash_script(), AskPolicy::Wait, |config| {
+            ask_for_bash(config);
+            config.continue_on_reject = continue_on_reject;
+        })
+        .await;
+        let mut events = h.engine.bus().subscribe();
+        let engine = h.engine.clone();
+        let session = h.session.id.clone();
+        let run = tokio::spawn(async move {
+            engine.prompt(&session, PromptInput::text("write out.txt"), Delivery::Queue).await.unwrap()
+        });
+        let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
+        let EventPayload::PermissionAsked(request) = &asked.payload else { unreachable!() };
+        h.engine
+            .reply_permission(&request.id, Reply { reply: PermissionReply::Reject, message: None })
+            .unwrap();
+        let outcome = run.await.unwrap();
+        if continue_on_reject {
+            assert_eq!(outcome.stop, StopReason::Completed);
+            assert_eq!(h.fake.request_count(), 2, "the model saw the rejection and answered");
+        } else {
+            assert!(matches!(outcome.stop, StopReason::Blocked(_)), "{:?}", outcome.stop);
+            assert_eq!(h.fake.request_count(), 1);
+        }
+        assert!(!h.project.path().join("out.txt").exists());
+    }
+}
