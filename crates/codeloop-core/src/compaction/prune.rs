@@ -56,3 +56,90 @@ pub fn prune_candidates(history: &[&MessageWithParts]) -> Vec<(usize, usize)> {
     }
     if pruned > PRUNE_MINIMUM { candidates } else { Vec::new() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codeloop_types::{
+        AssistantMessage, MessageId, MessagePath, MessageTime, ModelRef, Part, SessionId, ToolPart,
+        UserMessage,
+    };
+    use serde_json::json;
+
+    fn user(session: &SessionId) -> MessageWithParts {
+        let id = MessageId::new();
+        MessageWithParts {
+            info: Message::User(UserMessage {
+                id: id.clone(),
+                session_id: session.clone(),
+                time: MessageTime { created: 0, completed: None },
+                agent: "build".into(),
+                model: ModelRef::new("p", "m"),
+                system: None,
+                format: None,
+            }),
+            parts: vec![Part::user_text(session.clone(), id, "go")],
+        }
+    }
+
+    /// An assistant message with one completed call of `tool` whose output is `tokens` estimated tokens.
+    fn call(session: &SessionId, tool: &str, tokens: usize, compacted: bool) -> MessageWithParts {
+        let info = AssistantMessage::new(
+            session.clone(),
+            MessageId::new(),
+            "build",
+            ModelRef::new("p", "m"),
+            MessagePath { cwd: ".".into(), root: ".".into() },
+        );
+        let mut state = ToolState::default();
+        state.start(json!({}), 1).unwrap();
+        state.complete("x".repeat(tokens * 4), "t".into(), json!({}), vec![], 2).unwrap();
+        if compacted {
+            state.mark_compacted(3).unwrap();
+        }
+        let part = Part::new(
+            session.clone(),
+            info.id.clone(),
+            PartKind::Tool(ToolPart {
+                call_id: "c".into(),
+                tool: tool.into(),
+                state,
+                metadata: None,
+                ignored: false,
+            }),
+        );
+        MessageWithParts { info: Message::Assistant(info), parts: vec![part] }
+    }
+
+    #[test]
+    fn skill_outputs_and_the_last_two_turns_are_never_pruned_and_pruned_parts_do_not_stop_the_walk() {
+        let s = SessionId::new();
+        let history = vec![
+            user(&s),
+            call(&s, "read", 30_000, false),  // 1: old, prunable
+            call(&s, "skill", 30_000, false), // 2: protected tool
+            call(&s, "read", 10_000, true),   // 3: already pruned: skipped, the walk goes on
+            call(&s, "read", 35_000, false),  // 4: within the protected 40 000
+            user(&s),
+            call(&s, "read", 50_000, false), // 6: previous turn, protected
+            user(&s),
+            call(&s, "read", 50_000, false), // 8: current turn, protected
+        ];
+        let visible: Vec<&MessageWithParts> = history.iter().collect();
+        assert_eq!(prune_candidates(&visible), vec![(1, 0)]);
+    }
+
+    #[test]
+    fn nothing_is_pruned_below_the_minimum() {
+        let s = SessionId::new();
+        let history = vec![
+            user(&s),
+            call(&s, "read", 15_000, false),
+            call(&s, "read", 40_000, false),
+            user(&s),
+            user(&s),
+        ];
+        let visible: Vec<&MessageWithParts> = history.iter().collect();
+        assert!(prune_candidates(&visible).is_empty(), "only 15 000 would be freed");
+    }
+}
