@@ -132,13 +132,8 @@ mod tests {
     #[test]
     fn nothing_is_pruned_below_the_minimum() {
         let s = SessionId::new();
-        let history = vec![
-            user(&s),
-            call(&s, "read", 15_000, false),
-            call(&s, "read", 40_000, false),
-            user(&s),
-            user(&s),
-        ];
+        let history =
+            [user(&s), call(&s, "read", 15_000, false), call(&s, "read", 40_000, false), user(&s), user(&s)];
         let visible: Vec<&MessageWithParts> = history.iter().collect();
         assert!(prune_candidates(&visible).is_empty(), "only 15 000 would be freed");
     }
