@@ -1,13 +1,11 @@
 //! Builds an engine on a temp data dir and project, pointed at a fake provider.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use codeloop_core::config::{Config, CostSettings, ModelSettings, ProviderSettings};
+use codeloop_core::config::Config;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::{Delivery, Engine, EngineOptions, PromptInput, RunOutcome};
-use codeloop_provider::WireApi;
 use codeloop_store::MessageWithParts;
 use codeloop_testkit::{FakeProvider, Script};
 use codeloop_types::{Event, EventPayload, Part, PartKind, Session, ToolState};
@@ -22,29 +20,7 @@ pub struct Harness {
     pub session: Session,
 }
 
-pub fn config_for(base_url: &str) -> Config {
-    let mut models = BTreeMap::new();
-    models.insert(
-        "test".to_owned(),
-        ModelSettings {
-            context: Some(128_000),
-            output: Some(8_000),
-            cost: Some(CostSettings { input: 1.0, output: 2.0, cache_read: 0.5, cache_write: 0.0 }),
-            ..Default::default()
-        },
-    );
-    let mut config = Config { model: Some("fake/test".into()), ..Default::default() };
-    config.provider.insert(
-        "fake".into(),
-        ProviderSettings {
-            api: WireApi::OpenAiChat,
-            base_url: Some(base_url.to_owned()),
-            models,
-            ..Default::default()
-        },
-    );
-    config
-}
+pub use crate::common::config_for;
 
 pub fn open_engine(data: &Path, config: Config, policy: AskPolicy) -> Engine {
     let mut options = EngineOptions::new(data, config);

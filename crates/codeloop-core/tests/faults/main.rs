@@ -7,6 +7,8 @@
 mod attempts;
 mod checks;
 mod classification;
+#[path = "../common/mod.rs"]
+mod common;
 mod faults;
 mod harness;
 mod processor_props;
