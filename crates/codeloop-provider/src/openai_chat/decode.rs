@@ -113,7 +113,11 @@ impl ChatDecoder {
             Some(f) => (f.name.filter(|n| !n.is_empty()), f.arguments),
             None => (None, None),
         };
+        let known = self.calls.len();
         let slot = self.slot(delta.index, id.as_deref());
+        if slot >= known {
+            self.complete_finished_calls(slot, out);
+        }
         let entry = &mut self.calls[slot];
         let call = &mut entry.call;
         if call.done {
@@ -165,6 +169,20 @@ impl ChatDecoder {
             call: PendingCall::new(call_id, String::new()),
         });
         self.calls.len() - 1
+    }
+
+    /// A new call began: earlier calls whose arguments are complete JSON can take no more fragments,
+    /// so they are emitted now and their tools start while the stream goes on (DESIGN.md §4).
+    /// Calls with incomplete arguments (servers that interleave parallel calls) wait for the finish.
+    fn complete_finished_calls(&mut self, before: usize, out: &mut Vec<StreamEvent>) {
+        for entry in &mut self.calls[..before] {
+            let complete = !entry.call.done
+                && !entry.call.name.is_empty()
+                && serde_json::from_str::<serde::de::IgnoredAny>(&entry.call.arguments).is_ok();
+            if complete {
+                entry.call.complete(None, &mut self.step, out);
+            }
+        }
     }
 
     fn complete_calls(&mut self, out: &mut Vec<StreamEvent>) {
@@ -445,6 +463,32 @@ mod tests {
             })
             .collect();
         assert_eq!(calls, vec![("a".into(), json!({"q": 1})), ("b".into(), json!({}))]);
+    }
+
+    #[test]
+    fn a_call_is_emitted_as_soon_as_the_next_one_starts() {
+        let (out, end) = decode(&[
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"x","arguments":"{\"q\":1}"}}]}}]}"#,
+            ),
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"id":"b","function":{"name":"y","arguments":"{"}}]}}]}"#,
+            ),
+            (
+                "message",
+                r#"{"choices":[{"delta":{"tool_calls":[{"index":1,"function":{"arguments":"}"}}]}}]}"#,
+            ),
+            ("message", r#"{"choices":[{"delta":{},"finish_reason":"tool_calls"}]}"#),
+        ]);
+        end.unwrap();
+        let first_call = out.iter().position(|e| matches!(e, StreamEvent::ToolCall(c) if c.call_id == "a"));
+        let second_start = out
+            .iter()
+            .position(|e| matches!(e, StreamEvent::ToolInputStart { call_id, .. } if call_id == "b"));
+        assert!(first_call < second_start, "call a runs while b streams: {out:?}");
+        assert_eq!(calls(&out), vec![("a".into(), json!({"q": 1})), ("b".into(), json!({}))]);
     }
 
     fn calls(out: &[StreamEvent]) -> Vec<(String, Value)> {
