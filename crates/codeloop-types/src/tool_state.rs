@@ -13,7 +13,7 @@ use crate::{FilePart, Millis};
 pub const INTERRUPTED_ERROR: &str = "Tool execution aborted";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "lowercase")]
+#[serde(tag = "status", rename_all = "lowercase", try_from = "FlatState")]
 pub enum ToolState {
     Pending(ToolPending),
     Running(ToolRunning),
@@ -81,6 +81,77 @@ pub struct ToolTime {
 pub struct TransitionError {
     pub from: &'static str,
     pub to: &'static str,
+}
+
+/// Every field of every state, read in one pass. Serde's internally tagged enums buffer the whole value
+/// before choosing the variant; reading flat first and then picking is about twice as fast, and loading
+/// a long session is mostly decoding tool states.
+#[derive(Deserialize)]
+struct FlatState {
+    status: FlatStatus,
+    #[serde(default = "empty_object")]
+    input: Value,
+    #[serde(default)]
+    raw: String,
+    title: Option<String>,
+    metadata: Option<Value>,
+    output: Option<String>,
+    #[serde(default)]
+    attachments: Vec<FilePart>,
+    error: Option<String>,
+    time: Option<FlatTime>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FlatStatus {
+    Pending,
+    Running,
+    Completed,
+    Error,
+}
+
+#[derive(Deserialize)]
+struct FlatTime {
+    start: Millis,
+    end: Option<Millis>,
+    compacted: Option<Millis>,
+}
+
+impl TryFrom<FlatState> for ToolState {
+    type Error = String;
+
+    fn try_from(flat: FlatState) -> Result<Self, String> {
+        let time = |what: &str| flat.time.as_ref().ok_or_else(|| format!("a {what} tool state needs `time`"));
+        let span = |what: &str| -> Result<ToolTime, String> {
+            let t = time(what)?;
+            let end = t.end.ok_or_else(|| format!("a {what} tool state needs `time.end`"))?;
+            Ok(ToolTime { start: t.start, end, compacted: t.compacted })
+        };
+        Ok(match flat.status {
+            FlatStatus::Pending => ToolState::Pending(ToolPending { input: flat.input, raw: flat.raw }),
+            FlatStatus::Running => ToolState::Running(ToolRunning {
+                time: StartTime { start: time("running")?.start },
+                input: flat.input,
+                title: flat.title,
+                metadata: flat.metadata,
+            }),
+            FlatStatus::Completed => ToolState::Completed(ToolCompleted {
+                time: span("completed")?,
+                output: flat.output.ok_or("a completed tool state needs `output`")?,
+                input: flat.input,
+                title: flat.title.unwrap_or_default(),
+                metadata: flat.metadata.unwrap_or_else(empty_object),
+                attachments: flat.attachments,
+            }),
+            FlatStatus::Error => ToolState::Error(ToolError {
+                time: span("error")?,
+                error: flat.error.ok_or("an error tool state needs `error`")?,
+                input: flat.input,
+                metadata: flat.metadata,
+            }),
+        })
+    }
 }
 
 fn empty_object() -> Value {
@@ -316,6 +387,26 @@ mod tests {
         let mut p = ToolState::default();
         p.interrupt(5).unwrap();
         assert!(p.is_interrupted());
+    }
+
+    #[test]
+    fn every_state_round_trips_and_incomplete_ones_are_refused() {
+        let mut completed = running();
+        completed.progress(Some("t".into()), Some(json!({"k": 1}))).unwrap();
+        completed.complete("out".into(), "t".into(), json!({"k": 2}), vec![], 20).unwrap();
+        completed.mark_compacted(30).unwrap();
+        let mut failed = running();
+        failed.fail("boom".into(), 21).unwrap();
+        let mut interrupted = ToolState::default();
+        interrupted.interrupt(22).unwrap();
+        for state in [ToolState::default(), running(), completed, failed, interrupted] {
+            let text = serde_json::to_string(&state).unwrap();
+            assert_eq!(serde_json::from_str::<ToolState>(&text).unwrap(), state, "{text}");
+        }
+        let missing = serde_json::from_str::<ToolState>(
+            r#"{"status":"completed","input":{},"time":{"start":1,"end":2}}"#,
+        );
+        assert!(missing.unwrap_err().to_string().contains("output"));
     }
 
     #[test]
