@@ -61,6 +61,7 @@ fn bench(c: &mut Criterion) {
         tools_enabled: true,
         summary: false,
         estimated_input_tokens: 0,
+        tools: engine.services().tools.clone(),
     });
     let template = events();
     let mut group = c.benchmark_group("processor");

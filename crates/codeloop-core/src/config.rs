@@ -34,6 +34,8 @@ pub struct Config {
     pub snapshot: Option<bool>,
     /// A rejected permission is fed back to the model as the tool's error instead of stopping the run.
     pub continue_on_reject: bool,
+    /// MCP servers whose tools are offered to the model: `[mcp.NAME] command = ["program", "arg"]`.
+    pub mcp: BTreeMap<String, crate::mcp::McpSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -116,6 +116,7 @@ impl Engine {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
             }
         });
+        let mcp_settings = options.config.mcp.clone();
         let services = Arc::new(Services {
             agents,
             models: Models::new(options.config.clone(), options.env),
@@ -133,6 +134,8 @@ impl Engine {
             statuses: Default::default(),
             renames: Default::default(),
             snapshots: Default::default(),
+            mcp: crate::mcp::McpServers::new(mcp_settings),
+            all_tools: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         task_runtime.connect(&services, coordinator.downgrade());

@@ -15,6 +15,7 @@ pub mod doom_loop;
 mod engine;
 pub mod input;
 pub mod instructions;
+pub mod mcp;
 pub mod models;
 pub mod permission;
 pub mod processor;

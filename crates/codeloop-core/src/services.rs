@@ -15,6 +15,7 @@ use crate::Bus;
 use crate::agents::Agent;
 use crate::config::Config;
 use crate::instructions::ProjectInfo;
+use crate::mcp::McpServers;
 use crate::models::Models;
 use crate::permission::PermissionEngine;
 use crate::snapshot::Snapshots;
@@ -44,9 +45,44 @@ pub struct Services {
     pub renames: Mutex<HashMap<SessionId, String>>,
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
+    pub mcp: McpServers,
+    /// Built-in and MCP tools together, assembled on the first run.
+    pub all_tools: tokio::sync::OnceCell<ToolSet>,
+}
+
+/// The tools a run offers and can execute.
+#[derive(Clone)]
+pub struct ToolSet {
+    pub registry: Arc<ToolRegistry>,
+    pub specs: Vec<codeloop_provider::ToolSpec>,
 }
 
 impl Services {
+    /// Built-in tools plus those of the MCP servers (started here, once).
+    pub async fn tool_set(&self) -> &ToolSet {
+        self.all_tools
+            .get_or_init(|| async {
+                if self.mcp.is_empty() {
+                    return ToolSet { registry: self.tools.clone(), specs: self.tool_specs.clone() };
+                }
+                let mut registry = self.tools.as_ref().clone();
+                for tool in self.mcp.tools().await {
+                    registry.register(tool.clone());
+                }
+                let specs = registry
+                    .specs()
+                    .into_iter()
+                    .map(|s| codeloop_provider::ToolSpec {
+                        name: s.name,
+                        description: s.description,
+                        parameters: s.parameters,
+                    })
+                    .collect();
+                ToolSet { registry: Arc::new(registry), specs }
+            })
+            .await
+    }
+
     /// The project's snapshots: `None` when off in config or the project is not a git repository.
     pub fn snapshots_for(&self, project: &ProjectInfo) -> Option<Arc<Snapshots>> {
         if self.config.snapshot == Some(false) || !project.is_git {

@@ -71,6 +71,8 @@ pub struct TurnContext {
     pub summary: bool,
     /// Used when the provider reports no usage: the request size estimated as chars / 4.
     pub estimated_input_tokens: u64,
+    /// The tools this turn can run (built-in and MCP).
+    pub tools: Arc<codeloop_tools::ToolRegistry>,
 }
 
 pub struct Processor {

@@ -179,7 +179,7 @@ impl Processor {
             cancel: self.tools_cancel.child_token(),
             host: self.host.clone(),
         };
-        let tools = self.services().tools.clone();
+        let tools = self.ctx.tools.clone();
         let events = self.tool_tx.clone();
         self.running.insert(call_id.clone());
         let limit = watchdog_for(&name, &input);

@@ -180,6 +180,7 @@ pub(crate) struct Run<'a> {
     models: HashMap<ModelRef, ResolvedModel>,
     breaker: Breaker,
     snapshots: Option<Arc<Snapshots>>,
+    tools: crate::services::ToolSet,
 }
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
@@ -216,6 +217,7 @@ pub(crate) async fn run_session(
         models: HashMap::new(),
         breaker: Breaker::default(),
         snapshots,
+        tools: services.tool_set().await.clone(),
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;

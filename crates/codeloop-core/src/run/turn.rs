@@ -81,6 +81,7 @@ impl Run<'_> {
             tools_enabled,
             summary,
             estimated_input_tokens,
+            tools: self.tools.registry.clone(),
         })
     }
 
@@ -117,8 +118,8 @@ impl Run<'_> {
     fn tool_specs(&self, agent: &Agent) -> Vec<ToolSpec> {
         let layers = self.layers(agent);
         let defaults = self.services.permissions.defaults();
-        self.services
-            .tool_specs
+        self.tools
+            .specs
             .iter()
             .filter(|spec| !disabled(permission_key(&spec.name), [defaults, layers.as_slice()]))
             .cloned()

@@ -257,3 +257,43 @@ async fn the_task_tool_runs_a_subagent_in_a_child_session_and_returns_its_answer
         "{results:?}"
     );
 }
+
+#[tokio::test]
+async fn tools_of_a_configured_mcp_server_are_offered_and_called() {
+    let server = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/engine/fixtures/fake-mcp.sh");
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call("fake_echo", json!({"text": "hello mcp"}))),
+            Turn::from(Reply::text("The server said hello.")),
+        ]),
+        AskPolicy::Deny,
+        |config| {
+            config.mcp.insert(
+                "fake".into(),
+                codeloop_core::mcp::McpSettings {
+                    command: vec!["bash".into(), server.display().to_string()],
+                    ..Default::default()
+                },
+            );
+            config.mcp.insert(
+                "broken".into(),
+                codeloop_core::mcp::McpSettings {
+                    command: vec!["/nonexistent/mcp".into()],
+                    ..Default::default()
+                },
+            );
+        },
+    )
+    .await;
+    let outcome = h.prompt("say hello through mcp").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let offered: Vec<String> = h.fake.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(offered.contains(&"fake_echo".to_owned()), "{offered:?}");
+    let results = tool_results(&h.request_messages(1));
+    assert_eq!(results[0].1, "echo: hello mcp", "a server that fails to start is skipped: {results:?}");
+}

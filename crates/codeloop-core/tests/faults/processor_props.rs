@@ -164,6 +164,7 @@ impl Fixture {
             tools_enabled: true,
             summary: false,
             estimated_input_tokens: 0,
+            tools: self.services().tools.clone(),
         });
         let message = AssistantMessage::new(
             self.session.id.clone(),
