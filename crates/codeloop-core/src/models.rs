@@ -72,6 +72,9 @@ fn builtin_provider(name: &str) -> Option<(WireApi, &'static str, Option<&'stati
     Some(match name {
         "openai" => (WireApi::OpenAiChat, "https://api.openai.com/v1", Some("OPENAI_API_KEY")),
         "anthropic" => (WireApi::Anthropic, "https://api.anthropic.com/v1", Some("ANTHROPIC_API_KEY")),
+        "google" | "gemini" => {
+            (WireApi::Gemini, "https://generativelanguage.googleapis.com/v1beta", Some("GEMINI_API_KEY"))
+        }
         "openrouter" => (WireApi::OpenAiChat, "https://openrouter.ai/api/v1", Some("OPENROUTER_API_KEY")),
         "deepseek" => (WireApi::OpenAiChat, "https://api.deepseek.com/v1", Some("DEEPSEEK_API_KEY")),
         "groq" => (WireApi::OpenAiChat, "https://api.groq.com/openai/v1", Some("GROQ_API_KEY")),

@@ -326,6 +326,9 @@ mod tests {
             ("groq", "moonshotai/kimi-k2-instruct-0905"),
             ("groq", "llama-3.3-70b-versatile"),
             ("groq", "qwen/qwen3-32b"),
+            ("google", "gemini-2.5-pro"),
+            ("google", "gemini-2.5-flash"),
+            ("google", "gemini-2.0-flash"),
         ] {
             let info = catalogue.get(provider, model).unwrap_or_else(|| panic!("{provider}/{model}"));
             assert!(info.limit.context > info.limit.output, "{provider}/{model}");
@@ -362,6 +365,17 @@ mod tests {
         let got = cost(sonnet, &usage(150_000, 1_000, 0, 60_000, 0));
         let expected = (150_000.0 * 6.0 + 1_000.0 * 22.5 + 60_000.0 * 0.6) / 1e6;
         assert!(close(got, expected), "{got} != {expected}");
+    }
+
+    #[test]
+    fn gemini_prices_reasoning_at_the_output_rate_and_long_prompts_higher() {
+        let pro = Catalogue::builtin().get("google", "gemini-2.5-pro").unwrap();
+        // input $1.25, output $10 (thinking too), cache read $0.125 per million.
+        let got = cost(pro, &usage(100_000, 1_000, 9_000, 50_000, 0));
+        assert!(close(got, (100_000.0 * 1.25 + 10_000.0 * 10.0 + 50_000.0 * 0.125) / 1e6), "{got}");
+        // Above 200k prompt tokens (cached included): $2.50 / $15 / $0.25.
+        let got = cost(pro, &usage(150_000, 1_000, 0, 60_000, 0));
+        assert!(close(got, (150_000.0 * 2.5 + 1_000.0 * 15.0 + 60_000.0 * 0.25) / 1e6), "{got}");
     }
 
     #[test]

@@ -146,6 +146,8 @@ const OVERFLOW_PHRASES: &[&str] = &[
     "exceeds the limit of",
     "context size has been exceeded",
     "greater than the context length",
+    // Gemini: "The input token count (N) exceeds the maximum number of tokens allowed (M)."
+    "exceeds the maximum number of tokens",
 ];
 
 /// Error codes for a request or answer blocked by a content policy (OpenAI, Azure).
@@ -256,7 +258,9 @@ pub fn classify_stream_error(error: &serde_json::Value) -> ProviderError {
 
 fn error_message_from_body(body: &str) -> Option<String> {
     let value: serde_json::Value = serde_json::from_str(body).ok()?;
-    let error = value.get("error").unwrap_or(&value);
+    // Gemini sometimes wraps the error object in a one-element array.
+    let value = value.get(0).unwrap_or(&value);
+    let error = value.get("error").unwrap_or(value);
     if let Some(text) = error.as_str() {
         return Some(text.to_owned());
     }
@@ -310,6 +314,16 @@ mod tests {
         assert!(!e.retryable());
         let e = classify_stream_error(&serde_json::json!({"code": "content_filter", "message": "blocked"}));
         assert!(matches!(e, ProviderError::ContentFilter { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn gemini_error_bodies_are_read() {
+        let h = HeaderMap::new();
+        let body = r#"[{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED"}}]"#;
+        let e = classify_http_error("google", None, 429, &h, body);
+        assert!(e.retryable() && e.to_string().contains("Quota exceeded"), "{e}");
+        let body = r#"{"error":{"code":400,"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576).","status":"INVALID_ARGUMENT"}}"#;
+        assert!(classify_http_error("google", None, 400, &h, body).is_context_overflow());
     }
 
     #[test]

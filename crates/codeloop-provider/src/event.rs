@@ -1,5 +1,5 @@
-//! The normalised stream every adapter produces: one vocabulary for OpenAI Chat, OpenAI Responses and
-//! Anthropic Messages, consumed by the processor in codeloop-core.
+//! The normalised stream every adapter produces: one vocabulary for OpenAI Chat, OpenAI Responses,
+//! Anthropic Messages and Gemini, consumed by the processor in codeloop-core.
 
 use codeloop_types::{CacheTokens, Finish, Tokens};
 use serde_json::Value;

@@ -21,7 +21,9 @@ pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub(crate) struct HttpProvider {
     config: ProviderConfig,
     client: reqwest::Client,
-    url: String,
+    /// `base_url` without its trailing slash; the format's path (which may name the model) is appended
+    /// per request.
+    base: String,
     headers: HeaderMap,
 }
 
@@ -34,12 +36,12 @@ impl HttpProvider {
                 format!("base_url must start with http:// or https://, got `{base}`"),
             ));
         }
-        let url = format!("{base}{}", config.api.path());
+        let base = base.to_owned();
         let headers = headers(&config)?;
         let client = reqwest::Client::builder()
             .build()
             .map_err(|e| config_error(&config, format!("cannot build the HTTP client: {}", chain(&e))))?;
-        Ok(Self { config, client, url, headers })
+        Ok(Self { config, client, base, headers })
     }
 
     async fn send(&self, request: ProviderRequest) -> Result<EventStream, ProviderError> {
@@ -55,13 +57,14 @@ impl HttpProvider {
         }
         let body = serde_json::to_vec(&config.api.body(&request, &config.base_url))
             .map_err(|e| config_error(config, format!("cannot encode the request: {e}")))?;
-        let send = self.client.post(&self.url).headers(self.headers.clone()).body(body).send();
+        let url = format!("{}{}", self.base, config.api.path(&request.model));
+        let send = self.client.post(&url).headers(self.headers.clone()).body(body).send();
         let response = match tokio::time::timeout(config.headers_timeout, send).await {
             Err(_) => return Err(ProviderError::HeadersTimeout(config.headers_timeout)),
             Ok(Err(e)) if refused(&e) => {
                 return Err(ProviderError::Unreachable {
                     provider: config.name.clone(),
-                    url: self.url.clone(),
+                    url,
                     message: chain(&e),
                 });
             }
@@ -150,6 +153,11 @@ fn headers(config: &ProviderConfig) -> Result<HeaderMap, ProviderError> {
                 headers.insert("x-api-key", secret(key.clone())?);
             }
             headers.insert("anthropic-version", HeaderValue::from_static(ANTHROPIC_VERSION));
+        }
+        WireApi::Gemini => {
+            if let Some(key) = &config.api_key {
+                headers.insert("x-goog-api-key", secret(key.clone())?);
+            }
         }
     }
     for (name, value) in &config.headers {

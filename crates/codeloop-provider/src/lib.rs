@@ -2,8 +2,8 @@
 //! request, and the SSE response into normalised [`StreamEvent`]s.
 //!
 //! Owns: wire formats (OpenAI Chat Completions and every compatible server, OpenAI Responses, Anthropic
-//! Messages), SSE decoding, tool-argument assembly, usage normalisation, error classification, and the
-//! model catalogue (limits and prices).
+//! Messages, Google Gemini `streamGenerateContent`), SSE decoding, tool-argument assembly, usage
+//! normalisation, error classification, and the model catalogue (limits and prices).
 //! Must not: know about sessions, storage, tools or the run loop; retry (the run loop decides that).
 //!
 //! Use: [`connect`] a [`ProviderConfig`], then [`Provider::stream`] a request; price a step with
@@ -16,6 +16,7 @@ pub mod catalogue;
 mod endpoint;
 mod error;
 mod event;
+pub mod gemini;
 mod http;
 mod json;
 mod media;
@@ -62,6 +63,8 @@ pub enum WireApi {
     OpenAiResponses,
     #[serde(rename = "anthropic")]
     Anthropic,
+    #[serde(rename = "gemini")]
+    Gemini,
 }
 
 impl WireApi {
@@ -70,15 +73,17 @@ impl WireApi {
             WireApi::OpenAiChat => "openai-chat",
             WireApi::OpenAiResponses => "openai-responses",
             WireApi::Anthropic => "anthropic",
+            WireApi::Gemini => "gemini",
         }
     }
 
-    /// The endpoint path appended to `base_url`.
-    pub fn path(self) -> &'static str {
+    /// The endpoint path appended to `base_url`; Gemini names the model in the path rather than the body.
+    pub fn path(self, model: &str) -> String {
         match self {
-            WireApi::OpenAiChat => "/chat/completions",
-            WireApi::OpenAiResponses => "/responses",
-            WireApi::Anthropic => "/messages",
+            WireApi::OpenAiChat => "/chat/completions".into(),
+            WireApi::OpenAiResponses => "/responses".into(),
+            WireApi::Anthropic => "/messages".into(),
+            WireApi::Gemini => gemini::path(model),
         }
     }
 
@@ -88,6 +93,7 @@ impl WireApi {
             WireApi::OpenAiChat => openai_chat::build_body(request, Endpoint::of(base_url)),
             WireApi::OpenAiResponses => openai_responses::build_body(request, Endpoint::of(base_url)),
             WireApi::Anthropic => anthropic::build_body(request),
+            WireApi::Gemini => gemini::build_body(request),
         }
     }
 
@@ -97,6 +103,7 @@ impl WireApi {
             WireApi::OpenAiChat => Box::new(openai_chat::ChatDecoder::new()),
             WireApi::OpenAiResponses => Box::new(openai_responses::ResponsesDecoder::new()),
             WireApi::Anthropic => Box::new(anthropic::AnthropicDecoder::new()),
+            WireApi::Gemini => Box::new(gemini::GeminiDecoder::new()),
         }
     }
 }
@@ -113,7 +120,8 @@ pub struct ProviderConfig {
     /// The name in `[provider.NAME]`, used in messages.
     pub name: String,
     pub api: WireApi,
-    /// e.g. `https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`, `https://api.anthropic.com/v1`.
+    /// e.g. `https://api.openai.com/v1`, `http://127.0.0.1:8080/v1`, `https://api.anthropic.com/v1`,
+    /// `https://generativelanguage.googleapis.com/v1beta`.
     pub base_url: String,
     pub api_key: Option<String>,
     /// The variable the key comes from, named in authentication errors.

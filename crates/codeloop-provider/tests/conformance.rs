@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
-use codeloop_provider::{ProviderError, StreamEvent, Usage, WireApi, decode_sse};
+use codeloop_provider::{ProviderError, StreamEvent, Usage, WireApi, decode_sse, parse_arguments};
 use futures::StreamExt;
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
@@ -35,6 +35,7 @@ fn api_of(folder: &str) -> WireApi {
         "openai-chat" => WireApi::OpenAiChat,
         "openai-responses" => WireApi::OpenAiResponses,
         "anthropic-messages" => WireApi::Anthropic,
+        "gemini" => WireApi::Gemini,
         other => panic!("no decoder for {other}"),
     }
 }
@@ -215,6 +216,18 @@ fn expected_usage(api: WireApi, usage: &Value) -> Usage {
             cache_write: count(usage, "cache_creation_input_tokens"),
             total: None,
         },
+        // promptTokenCount includes the cached tokens; candidatesTokenCount excludes thinking.
+        WireApi::Gemini => {
+            let cached = count(usage, "cached_input_tokens");
+            Usage {
+                input: count(usage, "input_tokens") - cached,
+                output: count(usage, "output_tokens"),
+                reasoning: count(usage, "reasoning_tokens"),
+                cache_read: cached,
+                cache_write: 0,
+                total: usage["total_tokens"].as_u64(),
+            }
+        }
     }
 }
 
@@ -229,7 +242,7 @@ fn check(name: &str, api: WireApi, expected: &Value, s: &Summary) {
 
     let parts: Vec<&str> = s.reasoning_parts.iter().map(String::as_str).filter(|p| !p.is_empty()).collect();
     let reasoning = match api {
-        WireApi::OpenAiChat => parts.concat(),
+        WireApi::OpenAiChat | WireApi::Gemini => parts.concat(),
         _ => parts.join("\n\n"),
     };
     assert_eq!(reasoning, expected["reasoning"].as_str().unwrap_or(""), "{name}: reasoning");
@@ -259,16 +272,38 @@ fn check(name: &str, api: WireApi, expected: &Value, s: &Summary) {
             "{name}: redacted"
         );
     }
+    if api == WireApi::Gemini {
+        // Signatures ride on reasoning blocks (thought and text parts) and on tool calls (function-call
+        // parts), to be sent back where they came from.
+        let on_calls =
+            s.calls.iter().filter_map(|c| c.metadata.as_ref()?["gemini"]["thought_signature"].as_str());
+        let mut got: Vec<String> =
+            metadata("gemini", "thought_signature").into_iter().chain(on_calls.map(str::to_owned)).collect();
+        let mut want = strings("thought_signatures");
+        got.sort();
+        want.sort();
+        assert_eq!(got, want, "{name}: thought signatures");
+    }
 
     let calls = expected["tool_calls"].as_array().unwrap();
     assert_eq!(s.calls.len(), calls.len(), "{name}: tool call count {:?}", s.calls);
     for (call, want) in s.calls.iter().zip(calls) {
         if let Some(id) = want["id"].as_str() {
             assert_eq!(call.id, id, "{name}: call id");
+            if api == WireApi::Gemini {
+                let kept = call.metadata.as_ref().and_then(|m| m["gemini"]["id"].as_str());
+                assert_eq!(kept, Some(id), "{name}: Gemini's call id kept for echoing back");
+            }
         }
         assert_eq!(call.name, want["name"].as_str().unwrap(), "{name}: call name");
         let raw = want["arguments_raw"].as_str().unwrap_or("");
-        assert_eq!(call.streamed, raw, "{name}: streamed arguments of {}", call.id);
+        if api == WireApi::Gemini {
+            // Gemini sends arguments whole, as an object: the one delta is its JSON text.
+            let streamed = parse_arguments(&call.streamed).map_err(|e| e.raw);
+            assert_eq!(streamed, Ok(want["arguments"].clone()), "{name}: streamed arguments of {}", call.id);
+        } else {
+            assert_eq!(call.streamed, raw, "{name}: streamed arguments of {}", call.id);
+        }
         if let Some(item_id) = want.get("item_id").and_then(Value::as_str) {
             let got = call.metadata.as_ref().and_then(|m| m["openai"]["item_id"].as_str());
             assert_eq!(got, Some(item_id), "{name}: Responses item id kept for echoing back");
@@ -341,6 +376,14 @@ fn anthropic_fixtures_match_expected() {
     run_folder("anthropic-messages", 13);
 }
 
+#[test]
+fn gemini_fixtures_match_expected() {
+    run_folder("gemini", 8);
+}
+
+const APIS: [WireApi; 4] =
+    [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic, WireApi::Gemini];
+
 fn fixture_bytes(name: &str) -> Vec<u8> {
     std::fs::read(fixtures().join(name)).unwrap()
 }
@@ -349,8 +392,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), api in 0..3usize) {
-        let api = [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic][api];
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), api in 0..4usize) {
+        let api = APIS[api];
         let items = decode(api, vec![Bytes::from(bytes)]);
         // Whatever the input, the stream ends with Finish or an error.
         let last = items.last();
@@ -370,9 +413,9 @@ proptest! {
             ],
             0..20,
         ),
-        api in 0..3usize,
+        api in 0..4usize,
     ) {
-        let api = [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic][api];
+        let api = APIS[api];
         let body = lines.join("\n") + "\n\n";
         let items = decode(api, vec![Bytes::from(body)]);
         prop_assert!(matches!(items.last(), Some(Ok(StreamEvent::Finish)) | Some(Err(_))));
@@ -390,6 +433,8 @@ proptest! {
             "openai-responses/lmstudio-glm-4.7-flash-reasoning-text-function-call-no-deltas.sse",
             "anthropic-messages/claude-sonnet-4-thinking-signature-tool-use.sse",
             "anthropic-messages/claude-3-7-sonnet-max-tokens-truncated-tool-json.sse",
+            "gemini/gemini-2.5-pro-thoughts-then-long-text.sse",
+            "gemini/gemini-2.5-pro-parallel-function-calls.sse",
         ]),
     ) {
         let (folder, _) = fixture.split_once('/').unwrap();

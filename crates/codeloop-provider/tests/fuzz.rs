@@ -1,5 +1,5 @@
-//! Fuzzing the SSE decoder and the three adapters beyond what `conformance.rs` covers (its properties
-//! take arbitrary bytes in one chunk, SSE-shaped garbage, and chunk boundaries of eight fixtures):
+//! Fuzzing the SSE decoder and the four adapters beyond what `conformance.rs` covers (its properties
+//! take arbitrary bytes in one chunk, SSE-shaped garbage, and chunk boundaries of ten fixtures):
 //!
 //! - every recorded fixture, cut at arbitrary byte boundaries, decodes to the same events as whole;
 //! - arbitrary bytes cut at arbitrary boundaries never panic and decode as they do whole;
@@ -20,10 +20,11 @@ use proptest::sample::Index;
 
 type Item = Result<StreamEvent, ProviderError>;
 
-const FOLDERS: [(&str, WireApi); 3] = [
+const FOLDERS: [(&str, WireApi); 4] = [
     ("openai-chat", WireApi::OpenAiChat),
     ("openai-responses", WireApi::OpenAiResponses),
     ("anthropic-messages", WireApi::Anthropic),
+    ("gemini", WireApi::Gemini),
 ];
 
 fn fixtures_dir() -> PathBuf {
@@ -213,7 +214,7 @@ proptest! {
             0..400,
         ),
         cuts in prop::collection::vec(any::<Index>(), 0..24),
-        api in 0..3usize,
+        api in 0..4usize,
     ) {
         let api = FOLDERS[api].1;
         let whole = decode(api, vec![Bytes::from(bytes.clone())]);
@@ -281,8 +282,7 @@ fn repeated_event_failures(apis: &[WireApi]) -> Vec<String> {
 
 #[test]
 fn repeating_any_single_structural_event_never_completes_a_call_twice() {
-    let failures =
-        repeated_event_failures(&[WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic]);
+    let failures = repeated_event_failures(&FOLDERS.map(|(_, api)| api));
     assert!(
         failures.is_empty(),
         "{} repeated events broke a stream:\n{}",

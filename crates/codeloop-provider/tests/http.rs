@@ -330,3 +330,43 @@ async fn anthropic_stream_over_http_ends_with_usage() {
     );
     assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
 }
+
+#[tokio::test]
+async fn gemini_request_names_the_model_in_the_path_and_sends_the_key_header() {
+    let body = concat!(
+        "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"Ol\"}],\"role\": \"model\"}}]}\r\n\r\n",
+        "data: {\"candidates\": [{\"content\": {\"parts\": [{\"text\": \"á!\"}],\"role\": \"model\"},\"finishReason\": \"STOP\"}],",
+        "\"usageMetadata\": {\"promptTokenCount\": 11,\"cachedContentTokenCount\": 4,\"candidatesTokenCount\": 2,",
+        "\"thoughtsTokenCount\": 21,\"totalTokenCount\": 34}}\r\n\r\n",
+    );
+    // The connection stays open: the finish reason ends the stream.
+    let (base, captured) = serve(sse_response(body), Then::Stall).await;
+    let items = collect(WireApi::Gemini, &base).await.unwrap();
+    let captured = captured.await.unwrap();
+    assert!(
+        captured.head.starts_with("post /v1/models/gpt-4o-mini:streamgeneratecontent?alt=sse "),
+        "{}",
+        captured.head
+    );
+    assert!(captured.head.contains("x-goog-api-key: sk-test"));
+    assert!(!captured.head.contains("authorization:"));
+    assert_eq!(captured.body["systemInstruction"]["parts"][0]["text"], "Be brief.");
+    assert_eq!(captured.body["contents"][0]["role"], "user");
+    assert_eq!(captured.body["generationConfig"]["maxOutputTokens"], 100);
+    let usage = items.iter().find_map(|i| match i {
+        Ok(StreamEvent::FinishStep { usage, .. }) => *usage,
+        _ => None,
+    });
+    assert_eq!(
+        usage,
+        Some(codeloop_provider::Usage {
+            input: 7,
+            output: 2,
+            reasoning: 21,
+            cache_read: 4,
+            cache_write: 0,
+            total: Some(34)
+        })
+    );
+    assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
+}
