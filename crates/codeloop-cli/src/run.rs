@@ -216,15 +216,27 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
                 Err(RecvError::Lagged(_)) => continue,
                 Err(RecvError::Closed) => return,
             };
-            if let EventPayload::PermissionAsked(request) = &event.payload {
-                if request.session_id != session {
-                    continue;
+            match &event.payload {
+                EventPayload::PermissionAsked(request) if request.session_id == session => {
+                    let request = request.clone();
+                    let answer = tokio::task::spawn_blocking(move || ask_terminal(&request)).await;
+                    if let Ok((id, reply)) = answer {
+                        let _ = engine.reply_permission(&id, reply);
+                    }
                 }
-                let request = request.clone();
-                let answer = tokio::task::spawn_blocking(move || ask_terminal(&request)).await;
-                if let Ok((id, reply)) = answer {
-                    let _ = engine.reply_permission(&id, reply);
+                EventPayload::QuestionAsked(request) if request.session_id == session => {
+                    let request = request.clone();
+                    let id = request.id.clone();
+                    match tokio::task::spawn_blocking(move || ask_questions(&request)).await {
+                        Ok(Some(answers)) => {
+                            let _ = engine.reply_question(&id, answers);
+                        }
+                        _ => {
+                            let _ = engine.reject_question(&id);
+                        }
+                    }
                 }
+                _ => {}
             }
         }
     })
@@ -251,6 +263,40 @@ fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, R
         _ => Reply { reply: PermissionReply::Reject, message: None },
     };
     (request.id.clone(), reply)
+}
+
+/// Asks the model's questions on the terminal: a number picks an option (several with commas when
+/// allowed), anything else is the answer itself; an empty line declines them all.
+fn ask_questions(request: &codeloop_types::QuestionRequest) -> Option<Vec<Vec<String>>> {
+    let mut answers = Vec::new();
+    for question in &request.questions {
+        eprintln!("\nquestion: {}", question.question);
+        for (n, option) in question.options.iter().enumerate() {
+            match &option.description {
+                Some(description) => eprintln!("  {}. {} — {description}", n + 1, option.label),
+                None => eprintln!("  {}. {}", n + 1, option.label),
+            }
+        }
+        eprint!("  answer (empty declines) > ");
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        let line = line.trim();
+        if line.is_empty() {
+            return None;
+        }
+        let picked: Option<Vec<String>> = line
+            .split(',')
+            .map(|n| n.trim().parse::<usize>().ok().and_then(|n| question.options.get(n.wrapping_sub(1))))
+            .map(|o| o.map(|o| o.label.clone()))
+            .collect();
+        match picked {
+            Some(labels) if !labels.is_empty() && (question.multiple || labels.len() == 1) => {
+                answers.push(labels)
+            }
+            _ => answers.push(vec![line.to_owned()]),
+        }
+    }
+    Some(answers)
 }
 
 pub fn exit_code(outcome: &RunOutcome) -> ExitCode {

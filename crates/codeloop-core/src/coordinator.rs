@@ -202,6 +202,7 @@ impl Coordinator {
             entry.done.subscribe()
         };
         self.inner.services.permissions.reject_session(session);
+        self.inner.services.questions.reject_session(session);
         let _ = wait(rx).await;
     }
 

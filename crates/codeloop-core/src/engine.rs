@@ -87,8 +87,17 @@ impl Engine {
         let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
         let tool_output_dir = options.data_dir.join("tool-output");
         let allowed = vec![tool_output_dir.display().to_string(), std::env::temp_dir().display().to_string()];
-        let permissions =
-            PermissionEngine::new(store.clone(), bus.clone(), options.ask_policy, default_rules(&allowed));
+        let mut defaults = default_rules(&allowed);
+        if options.ask_policy == AskPolicy::Wait {
+            // Someone can answer: the model may ask questions.
+            defaults.push(codeloop_types::PermissionRule::new(
+                "question",
+                "*",
+                codeloop_types::PermissionAction::Allow,
+            ));
+        }
+        let permissions = PermissionEngine::new(store.clone(), bus.clone(), options.ask_policy, defaults);
+        let questions = crate::question::Questions::new(bus.clone(), options.ask_policy);
         let skill_dirs = options.skill_dirs.unwrap_or_else(codeloop_tools::SkillTool::default_dirs);
         let mut tools = ToolRegistry::builtin_with(BuiltinConfig { skill_dirs: skill_dirs.clone() });
         let agents = agents(&options.config);
@@ -127,6 +136,7 @@ impl Engine {
             tools: Arc::new(tools),
             tool_specs,
             permissions,
+            questions,
             data_dir: options.data_dir,
             tool_output_dir,
             global_instructions: options.global_instructions,
@@ -358,6 +368,26 @@ impl Engine {
         self.services.save_session(&mut session);
         self.flush().await?;
         Ok(session)
+    }
+
+    pub fn pending_questions(&self, session: Option<&SessionId>) -> Vec<codeloop_types::QuestionRequest> {
+        self.services.questions.pending(session)
+    }
+
+    /// Answers a pending question: one list of answers per question asked.
+    pub fn reply_question(
+        &self,
+        id: &codeloop_types::QuestionId,
+        answers: Vec<Vec<String>>,
+    ) -> Result<(), crate::question::QuestionError> {
+        self.services.questions.reply(id, answers)
+    }
+
+    pub fn reject_question(
+        &self,
+        id: &codeloop_types::QuestionId,
+    ) -> Result<(), crate::question::QuestionError> {
+        self.services.questions.reject(id)
     }
 
     pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {

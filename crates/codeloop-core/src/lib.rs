@@ -20,6 +20,7 @@ pub mod models;
 pub mod permission;
 pub mod processor;
 pub mod projection;
+pub mod question;
 pub mod retry;
 mod run;
 mod services;

@@ -29,6 +29,7 @@ pub struct Services {
     /// Provider-side tool definitions, generated once.
     pub tool_specs: Vec<codeloop_provider::ToolSpec>,
     pub permissions: PermissionEngine,
+    pub questions: crate::question::Questions,
     pub models: Models,
     pub agents: std::collections::BTreeMap<String, Agent>,
     pub data_dir: PathBuf,

@@ -46,6 +46,15 @@ impl ToolHost for RunToolHost {
         let _ = self.events.send(ToolEvent::Progress { call_id: call.call_id.clone(), title, metadata });
     }
 
+    async fn ask_questions(
+        &self,
+        call: &CallInfo,
+        questions: Vec<codeloop_types::Question>,
+    ) -> Result<Vec<Vec<String>>, PermissionError> {
+        let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
+        self.services.questions.ask(&self.session_id, Some(tool), questions).await
+    }
+
     async fn set_todos(&self, _call: &CallInfo, todos: Vec<Todo>) -> Result<(), String> {
         self.services.store.as_ref().set_todos_checked(&self.session_id, &todos)?;
         self.services.bus.publish(EventPayload::TodoUpdated { session_id: self.session_id.clone(), todos });

@@ -278,6 +278,13 @@ impl PermissionReplyBody {
     }
 }
 
+/// `POST /question/{requestID}/reply`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QuestionReplyBody {
+    /// One list of answers per question, in order (chosen option labels or typed text).
+    pub answers: Vec<Vec<String>>,
+}
+
 /// `POST /session/{id}/revert`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RevertBody {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use codeloop_types::{FilePart, MessageId, SessionId, Todo};
+use codeloop_types::{FilePart, MessageId, Question, SessionId, Todo};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -93,6 +93,15 @@ pub trait ToolHost: Send + Sync {
     fn progress(&self, call: &CallInfo, title: Option<String>, metadata: Option<Value>);
     /// Replaces the session's todo list.
     async fn set_todos(&self, call: &CallInfo, todos: Vec<Todo>) -> Result<(), String>;
+    /// Asks the person at the keyboard; resolves with one list of answers per question.
+    async fn ask_questions(
+        &self,
+        call: &CallInfo,
+        questions: Vec<Question>,
+    ) -> Result<Vec<Vec<String>>, PermissionError> {
+        let _ = (call, questions);
+        Err(PermissionError::Blocked { message: "no one can answer questions in this session".into() })
+    }
 }
 
 /// Where the project is: tools act inside `root` (and `directory`) unless `external_directory` allows.

@@ -23,8 +23,8 @@ pub use locks::FileLocks;
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
 pub use tools::{
-    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillInfo, SkillTool,
-    TodoWriteTool, WebFetchTool, WriteTool, list_skills,
+    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, QuestionTool, ReadTool, SkillInfo,
+    SkillTool, TodoWriteTool, WebFetchTool, WriteTool, list_skills,
 };
 pub use truncate::{Keep, TOOL_OUTPUT_RETENTION, Truncation, sweep_tool_output, truncate_output};
 

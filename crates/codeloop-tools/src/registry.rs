@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 
 use crate::locks::FileLocks;
 use crate::tools::{
-    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, ReadTool, SkillTool, TodoWriteTool,
-    WebFetchTool, WriteTool,
+    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, QuestionTool, ReadTool, SkillTool,
+    TodoWriteTool, WebFetchTool, WriteTool,
 };
 use crate::truncate::{Keep, truncate_output};
 use crate::{Tool, ToolContext, ToolFailure, ToolOutput, ToolSpec};
@@ -65,6 +65,7 @@ impl ToolRegistry {
         registry.register(Arc::new(GlobTool::new()));
         registry.register(Arc::new(TodoWriteTool::new()));
         registry.register(Arc::new(WebFetchTool::new()));
+        registry.register(Arc::new(QuestionTool::new()));
         registry.register(Arc::new(SkillTool::new(config.skill_dirs)));
         registry
     }

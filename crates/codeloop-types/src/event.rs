@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AssistantError, Message, MessageId, Millis, Part, PartId, PermissionId, PermissionRequest, Session,
-    SessionId,
+    AssistantError, Message, MessageId, Millis, Part, PartId, PermissionId, PermissionRequest, QuestionId,
+    QuestionRequest, Session, SessionId,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +52,13 @@ pub enum EventPayload {
     PermissionAsked(PermissionRequest),
     #[serde(rename = "permission.replied")]
     PermissionReplied { session_id: SessionId, request_id: PermissionId, reply: PermissionReply },
+    #[serde(rename = "question.asked")]
+    QuestionAsked(QuestionRequest),
+    /// `answers[i]` holds the chosen or typed answers to question `i`.
+    #[serde(rename = "question.replied")]
+    QuestionReplied { session_id: SessionId, request_id: QuestionId, answers: Vec<Vec<String>> },
+    #[serde(rename = "question.rejected")]
+    QuestionRejected { session_id: SessionId, request_id: QuestionId },
 }
 
 impl EventPayload {
@@ -71,6 +78,9 @@ impl EventPayload {
             EventPayload::TodoUpdated { .. } => "todo.updated",
             EventPayload::PermissionAsked(_) => "permission.asked",
             EventPayload::PermissionReplied { .. } => "permission.replied",
+            EventPayload::QuestionAsked(_) => "question.asked",
+            EventPayload::QuestionReplied { .. } => "question.replied",
+            EventPayload::QuestionRejected { .. } => "question.rejected",
         }
     }
 
@@ -87,7 +97,10 @@ impl EventPayload {
             | EventPayload::SessionIdle { session_id }
             | EventPayload::SessionCompacted { session_id }
             | EventPayload::TodoUpdated { session_id, .. }
-            | EventPayload::PermissionReplied { session_id, .. } => Some(session_id),
+            | EventPayload::PermissionReplied { session_id, .. }
+            | EventPayload::QuestionReplied { session_id, .. }
+            | EventPayload::QuestionRejected { session_id, .. } => Some(session_id),
+            EventPayload::QuestionAsked(request) => Some(&request.session_id),
             EventPayload::SessionError { session_id, .. } => session_id.as_ref(),
             EventPayload::PermissionAsked(request) => Some(&request.session_id),
         }

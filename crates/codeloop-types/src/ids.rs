@@ -104,6 +104,10 @@ id_type!(
     /// A permission request id (`per_…`, ascending).
     PermissionId, "per", ascending_id
 );
+id_type!(
+    /// A question request id (`que_…`, ascending).
+    QuestionId, "que", ascending_id
+);
 
 #[cfg(test)]
 mod tests {

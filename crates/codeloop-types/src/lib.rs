@@ -16,13 +16,16 @@ mod tool_state;
 
 pub use error::AssistantError;
 pub use event::{Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus};
-pub use ids::{MessageId, PartId, PermissionId, SessionId, ascending_id, descending_id};
+pub use ids::{MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{
     AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,
     StepFinishPart, StepStartPart, SubtaskPart, TextPart, ToolPart,
 };
-pub use permission::{PermissionAction, PermissionRequest, PermissionRule, ToolCallRef};
+pub use permission::{
+    PermissionAction, PermissionRequest, PermissionRule, Question, QuestionOption, QuestionRequest,
+    ToolCallRef,
+};
 pub use session::{ModelRef, ModelRefError, Session, SessionTime, date_of};
 pub use tool_state::{
     INTERRUPTED_ERROR, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,

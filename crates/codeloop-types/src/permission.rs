@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{MessageId, PermissionId, SessionId};
+use crate::{MessageId, PermissionId, QuestionId, SessionId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -38,6 +38,37 @@ pub struct PermissionRequest {
     pub metadata: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolCallRef>,
+}
+
+/// Questions a tool asks the person at the keyboard (the `question` tool), answered by any client.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionRequest {
+    pub id: QuestionId,
+    pub session_id: SessionId,
+    pub questions: Vec<Question>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolCallRef>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Question {
+    pub question: String,
+    /// A short label for the question (a few words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// Suggested answers; a person may also type their own.
+    #[serde(default)]
+    pub options: Vec<QuestionOption>,
+    /// Whether several options may be chosen.
+    #[serde(default)]
+    pub multiple: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuestionOption {
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -138,3 +138,38 @@ async fn a_rejection_stops_the_run_unless_configured_to_continue() {
         assert!(!h.project.path().join("out.txt").exists());
     }
 }
+
+#[tokio::test]
+async fn the_question_tool_waits_for_an_answer_from_a_client() {
+    let script = || {
+        Script::new([
+            Turn::from(ScriptReply::tool_call(
+                "question",
+                json!({"questions": [{"question": "Which database?", "options": [{"label": "SQLite"}, {"label": "Postgres"}]}]}),
+            )),
+            Turn::from(ScriptReply::text("SQLite it is.")),
+        ])
+    };
+    let h = Harness::with(script(), AskPolicy::Wait, |_| {}).await;
+    let mut events = h.engine.bus().subscribe();
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let run = tokio::spawn(async move {
+        engine.prompt(&session, PromptInput::text("set up storage"), Delivery::Queue).await.unwrap()
+    });
+    let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::QuestionAsked(_))).await;
+    let EventPayload::QuestionAsked(request) = &asked.payload else { unreachable!() };
+    assert_eq!(request.questions[0].options.len(), 2);
+    assert_eq!(h.engine.pending_questions(Some(&h.session.id)).len(), 1);
+    h.engine.reply_question(&request.id, vec![vec!["SQLite".into()]]).unwrap();
+    assert!(h.engine.reply_question(&request.id, vec![]).is_err(), "the first answer wins");
+    assert_eq!(run.await.unwrap().stop, StopReason::Completed);
+    let ToolState::Completed(done) = state(&h.tool_parts()[0]).clone() else { panic!() };
+    assert!(done.output.contains("\"Which database?\"=\"SQLite\""), "{}", done.output);
+
+    // Headless, no one can answer: the tool is not offered at all.
+    let headless = Harness::with(script(), AskPolicy::Deny, |_| {}).await;
+    headless.prompt("set up storage").await;
+    let offered = headless.fake.requests()[0].body["tools"].to_string();
+    assert!(!offered.contains("\"question\""), "{offered}");
+}

@@ -7,11 +7,13 @@
 use axum::Json;
 use axum::extract::State;
 use codeloop_core::models::catalogue;
-use codeloop_types::{PermissionId, PermissionRequest, SessionId};
+use codeloop_types::{PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId};
 use serde_json::Value;
 
 use crate::AppState;
-use crate::api::{Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, SessionQuery};
+use crate::api::{
+    Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody, SessionQuery,
+};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
 
 const REDACTED: &str = "[redacted]";
@@ -37,6 +39,37 @@ pub async fn reply_permission(
     let reply = body.to_reply();
     // An "always" reply saves the approval in the store.
     blocking(move || Ok(engine.reply_permission(&PermissionId::from(id.as_str()), reply)?)).await?;
+    Ok(Json(true))
+}
+
+pub async fn questions(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<SessionQuery>,
+) -> Json<Vec<QuestionRequest>> {
+    let session = query.session.filter(|s| !s.is_empty()).map(SessionId::from);
+    Json(state.engine.pending_questions(session.as_ref()))
+}
+
+pub async fn reply_question(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<QuestionReplyBody>,
+) -> Result<Json<bool>, ApiError> {
+    state
+        .engine
+        .reply_question(&QuestionId::from(id.as_str()), body.answers)
+        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+    Ok(Json(true))
+}
+
+pub async fn reject_question(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<bool>, ApiError> {
+    state
+        .engine
+        .reject_question(&QuestionId::from(id.as_str()))
+        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
     Ok(Json(true))
 }
 

@@ -175,6 +175,9 @@ pub fn api() -> Api {
         .add(post("/session/{id}/unrevert", "session.unrevert", "Undo the last revert").returns(Model("Session")), prompt::unrevert)
         .add(get("/permission", "permission.list", "Pending permission requests, oldest first").query::<SessionQuery>().returns(List("PermissionRequest")), misc::permissions)
         .add(post("/permission/{requestID}/reply", "permission.reply", "Answer a pending request; the first reply wins, later ones get 409").body::<PermissionReplyBody>().returns(Returns::AnyJson), misc::reply_permission)
+        .add(get("/question", "question.list", "Pending questions from the question tool, oldest first").query::<SessionQuery>().returns(List("QuestionRequest")), misc::questions)
+        .add(post("/question/{requestID}/reply", "question.reply", "Answer a pending question: one list of answers per question").body::<QuestionReplyBody>().returns(Returns::AnyJson), misc::reply_question)
+        .add(post("/question/{requestID}/reject", "question.reject", "Decline a pending question (stops the run like a rejected permission)").returns(Returns::AnyJson), misc::reject_question)
         .add(get("/config", "config.get", "The effective configuration (read-only, secrets redacted)").returns(Model("Config")), misc::config)
         .add(get("/models", "models.list", "The model catalogue").json::<Vec<ModelEntry>>(), misc::models)
 }

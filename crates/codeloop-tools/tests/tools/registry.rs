@@ -46,6 +46,7 @@ async fn specs_are_sorted_exclude_invalid_and_stay_small() {
             "edit",
             "glob",
             "grep",
+            "question",
             "read",
             "skill",
             "todowrite",
