@@ -82,7 +82,7 @@ pub(crate) async fn read_lines(path: &Path, offset: usize, limit: usize) -> Resu
         text.push_str(&format!("\n\n(End of file - total {total} lines)"));
     }
     text.push_str("\n</content>");
-    let preview = kept.iter().take(PREVIEW_LINES).cloned().collect::<Vec<_>>().join("\n");
+    let preview = preview_of(kept.iter().take(PREVIEW_LINES));
     Ok(Rendered { text, preview, truncated: more })
 }
 
@@ -132,6 +132,18 @@ pub(crate) async fn list_directory(
         path.display(),
         page.join("\n")
     );
-    let preview = page.iter().take(PREVIEW_LINES).cloned().collect::<Vec<_>>().join("\n");
+    let preview = preview_of(page.iter().take(PREVIEW_LINES));
     Ok(Rendered { text, preview, truncated })
+}
+
+/// Characters of the preview kept in metadata: it is for displays, and it is stored with every read, so
+/// it stays short instead of repeating the output.
+const PREVIEW_CHARS: usize = 500;
+
+fn preview_of<'a>(lines: impl Iterator<Item = &'a String>) -> String {
+    let joined = lines.map(String::as_str).collect::<Vec<_>>().join("\n");
+    match joined.char_indices().nth(PREVIEW_CHARS) {
+        Some((end, _)) => format!("{}…", &joined[..end]),
+        None => joined,
+    }
 }
