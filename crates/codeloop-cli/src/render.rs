@@ -209,12 +209,7 @@ pub fn summarize_input(tool: &str, input: &Value) -> String {
         _ => None,
     }
     .unwrap_or_else(|| input.to_string());
-    let line = text.lines().next().unwrap_or("").to_owned();
-    if line.chars().count() > 100 {
-        format!("{}…", line.chars().take(100).collect::<String>())
-    } else {
-        line
-    }
+    codeloop_tools::ellipsize(text.lines().next().unwrap_or(""), 100)
 }
 
 /// 1234567 → "1,234,567".

@@ -71,11 +71,7 @@ fn title_from(input: &PromptInput) -> Option<String> {
         _ => None,
     })?;
     let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
-    if line.chars().count() <= TITLE_CHARS {
-        return Some(line.to_owned());
-    }
-    let cut: String = line.chars().take(TITLE_CHARS - 1).collect();
-    Some(format!("{}…", cut.trim_end()))
+    Some(codeloop_tools::ellipsize(line, TITLE_CHARS))
 }
 
 /// A reverted session's hidden messages are removed for good when new input arrives (reference §10).

@@ -125,10 +125,9 @@ fn file_content(file: &FilePart, options: ProjectionOptions) -> UserContent {
 }
 
 fn cut(text: &str, max: Option<usize>) -> String {
-    match max {
-        Some(max) if text.chars().count() > max => {
-            let kept: String = text.chars().take(max).collect();
-            let omitted = text.chars().count() - max;
+    match max.map(|max| codeloop_tools::cut_chars(text, max)) {
+        Some((kept, true)) => {
+            let omitted = text[kept.len()..].chars().count();
             format!("{kept}\n[Tool output truncated for compaction: omitted {omitted} chars]")
         }
         _ => text.to_owned(),

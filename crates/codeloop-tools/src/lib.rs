@@ -22,6 +22,7 @@ pub use context::{
 pub use locks::FileLocks;
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
+pub use text::{cut_chars, ellipsize};
 pub use tools::{
     ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, QuestionTool, ReadTool, SkillInfo,
     SkillTool, TodoWriteTool, WebFetchTool, WriteTool, list_skills,

@@ -93,16 +93,31 @@ pub(crate) fn cut_at_byte(text: &str, max: usize) -> &str {
 }
 
 /// The first `max` chars of `text`, and whether anything was cut.
-pub(crate) fn cut_chars(text: &str, max: usize) -> (&str, bool) {
+pub fn cut_chars(text: &str, max: usize) -> (&str, bool) {
     match text.char_indices().nth(max) {
         Some((idx, _)) => (&text[..idx], true),
         None => (text, false),
     }
 }
 
+/// `text` in at most `max` chars: cut ones end with "…".
+pub fn ellipsize(text: &str, max: usize) -> String {
+    match cut_chars(text, max) {
+        (whole, false) => whole.to_owned(),
+        (_, true) => format!("{}…", cut_chars(text, max.saturating_sub(1)).0.trim_end()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ellipsize_keeps_short_text_and_marks_a_cut() {
+        assert_eq!(ellipsize("short", 10), "short");
+        assert_eq!(ellipsize("ünïcödé text", 6), "ünïcö…");
+        assert_eq!(ellipsize("ünïcödé text", 6).chars().count(), 6);
+    }
 
     #[test]
     fn bom_is_split_and_restored() {

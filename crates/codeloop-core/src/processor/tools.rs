@@ -103,7 +103,7 @@ impl Processor {
             let message = format!(
                 "The arguments provided to the tool are invalid: {}. The arguments received were: {}\nPlease rewrite the call with a valid JSON object.",
                 invalid.error,
-                preview(&invalid.raw, 500)
+                codeloop_tools::ellipsize(&invalid.raw, 500)
             );
             self.settle(index, Err(ToolFailure::Failed(message)));
             return Ok(());
@@ -256,17 +256,6 @@ impl Processor {
             }
         }
     }
-}
-
-fn preview(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return text.to_owned();
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
 }
 
 #[cfg(test)]

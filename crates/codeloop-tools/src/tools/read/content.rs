@@ -141,9 +141,5 @@ pub(crate) async fn list_directory(
 const PREVIEW_CHARS: usize = 500;
 
 fn preview_of<'a>(lines: impl Iterator<Item = &'a String>) -> String {
-    let joined = lines.map(String::as_str).collect::<Vec<_>>().join("\n");
-    match joined.char_indices().nth(PREVIEW_CHARS) {
-        Some((end, _)) => format!("{}…", &joined[..end]),
-        None => joined,
-    }
+    crate::text::ellipsize(&lines.map(String::as_str).collect::<Vec<_>>().join("\n"), PREVIEW_CHARS)
 }
