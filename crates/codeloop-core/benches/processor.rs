@@ -62,6 +62,7 @@ fn bench(c: &mut Criterion) {
         summary: false,
         estimated_input_tokens: 0,
         tools: engine.services().tools.clone(),
+        continue_on_reject: false,
     });
     let template = events();
     let mut group = c.benchmark_group("processor");

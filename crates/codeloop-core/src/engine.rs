@@ -104,15 +104,6 @@ impl Engine {
         let subagents: Vec<&Agent> = agents.values().filter(|a| a.mode == AgentMode::Subagent).collect();
         let task_runtime = Arc::new(TaskRuntime::default());
         tools.register(Arc::new(TaskTool::new(&subagents, task_runtime.clone())));
-        let tool_specs = tools
-            .specs()
-            .into_iter()
-            .map(|s| codeloop_provider::ToolSpec {
-                name: s.name,
-                description: s.description,
-                parameters: s.parameters,
-            })
-            .collect();
         // Spill files are swept now and then every hour, so a long-running server stays bounded too.
         let sweep_dir = tool_output_dir.clone();
         let _ = std::thread::Builder::new().name("codeloop-sweep".into()).spawn(move || {
@@ -134,7 +125,6 @@ impl Engine {
             writer,
             bus,
             tools: Arc::new(tools),
-            tool_specs,
             permissions,
             questions,
             data_dir: options.data_dir,

@@ -25,9 +25,8 @@ pub struct Services {
     pub store: Arc<SqliteStore>,
     pub writer: StoreWriter,
     pub bus: Bus,
+    /// The built-in tools; [`Services::tool_set`] adds the MCP ones.
     pub tools: Arc<ToolRegistry>,
-    /// Provider-side tool definitions, generated once.
-    pub tool_specs: Vec<codeloop_provider::ToolSpec>,
     pub permissions: PermissionEngine,
     pub questions: crate::question::Questions,
     pub models: Models,
@@ -63,13 +62,15 @@ impl Services {
     pub async fn tool_set(&self) -> &ToolSet {
         self.all_tools
             .get_or_init(|| async {
-                if self.mcp.is_empty() {
-                    return ToolSet { registry: self.tools.clone(), specs: self.tool_specs.clone() };
-                }
-                let mut registry = self.tools.as_ref().clone();
-                for tool in self.mcp.tools().await {
-                    registry.register(tool.clone());
-                }
+                let registry = if self.mcp.is_empty() {
+                    self.tools.clone()
+                } else {
+                    let mut registry = self.tools.as_ref().clone();
+                    for tool in self.mcp.tools().await {
+                        registry.register(tool.clone());
+                    }
+                    Arc::new(registry)
+                };
                 let specs = registry
                     .specs()
                     .into_iter()
@@ -79,7 +80,7 @@ impl Services {
                         parameters: s.parameters,
                     })
                     .collect();
-                ToolSet { registry: Arc::new(registry), specs }
+                ToolSet { registry, specs }
             })
             .await
     }

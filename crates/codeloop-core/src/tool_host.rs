@@ -56,20 +56,9 @@ impl ToolHost for RunToolHost {
     }
 
     async fn set_todos(&self, _call: &CallInfo, todos: Vec<Todo>) -> Result<(), String> {
-        self.services.store.as_ref().set_todos_checked(&self.session_id, &todos)?;
+        codeloop_store::Store::set_todos(self.services.store.as_ref(), &self.session_id, &todos)
+            .map_err(|e| format!("could not save the todo list: {e}"))?;
         self.services.bus.publish(EventPayload::TodoUpdated { session_id: self.session_id.clone(), todos });
         Ok(())
-    }
-}
-
-/// Small adapter so the store error reads well as a tool failure.
-trait TodoStore {
-    fn set_todos_checked(&self, session: &SessionId, todos: &[Todo]) -> Result<(), String>;
-}
-
-impl TodoStore for codeloop_store::SqliteStore {
-    fn set_todos_checked(&self, session: &SessionId, todos: &[Todo]) -> Result<(), String> {
-        codeloop_store::Store::set_todos(self, session, todos)
-            .map_err(|e| format!("could not save the todo list: {e}"))
     }
 }

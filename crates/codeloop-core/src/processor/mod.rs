@@ -73,6 +73,8 @@ pub struct TurnContext {
     pub estimated_input_tokens: u64,
     /// The tools this turn can run (built-in and MCP).
     pub tools: Arc<codeloop_tools::ToolRegistry>,
+    /// A user's rejection is fed back to the model instead of stopping the run.
+    pub continue_on_reject: bool,
 }
 
 pub struct Processor {
@@ -406,10 +408,6 @@ impl Processor {
         } else {
             Signal::Continue
         }
-    }
-
-    pub fn set_compact(&mut self) {
-        self.needs_compaction = true;
     }
 }
 

@@ -231,7 +231,7 @@ impl Processor {
     pub(super) fn settle(&mut self, index: usize, result: Result<codeloop_tools::ToolOutput, ToolFailure>) {
         let now = now_ms();
         let mut block = None;
-        let continue_on_reject = self.ctx.services.config.continue_on_reject;
+        let continue_on_reject = self.ctx.continue_on_reject;
         let Some(tool) = self.tool_mut(index) else { return };
         let ok = match result {
             Ok(output) => {

@@ -86,13 +86,17 @@ impl Run<'_> {
             }
             _ => (None, visible.clone()),
         };
-        let mut replay: Option<MessageWithParts> = None;
+        // After an overflow the last real user message is replayed, and the summary covers what came before.
+        let mut replay: Option<(UserMessage, Vec<Part>)> = None;
         if part.overflow {
-            let real_user = source.iter().rposition(|m| {
-                matches!(m.info, Message::User(_)) && !m.parts.iter().any(|p| p.as_compaction().is_some())
+            let real_user = source.iter().enumerate().rev().find_map(|(position, m)| match &m.info {
+                Message::User(user) if !m.parts.iter().any(|p| p.as_compaction().is_some()) => {
+                    Some((position, user.clone(), m.parts.clone()))
+                }
+                _ => None,
             });
-            if let Some(position) = real_user.filter(|p| *p > 0) {
-                replay = Some(source[position].clone());
+            if let Some((position, user, parts)) = real_user.filter(|(p, ..)| *p > 0) {
+                replay = Some((user, parts));
                 source.truncate(position);
             }
         }
@@ -154,7 +158,7 @@ impl Run<'_> {
         self.record_tail(index, tail);
         if part.auto {
             let follow_up = match replay {
-                Some(original) => replayed_message(&self.session.id, &original),
+                Some((user, parts)) => replayed_message(&self.session.id, &user, &parts),
                 None => continue_message(&self.session.id, &request_user, part.overflow),
             };
             self.services.save_message(&follow_up.info);
@@ -223,15 +227,15 @@ fn continue_message(
 }
 
 /// A copy of the user message whose request overflowed, with media replaced by a note.
-fn replayed_message(session_id: &codeloop_types::SessionId, original: &MessageWithParts) -> MessageWithParts {
-    let Message::User(like) = &original.info else {
-        return continue_message(session_id, &fallback_user(original), true);
-    };
+fn replayed_message(
+    session_id: &codeloop_types::SessionId,
+    like: &UserMessage,
+    parts: &[Part],
+) -> MessageWithParts {
     let mut info = user_info(session_id, like);
     info.system = like.system.clone();
     info.format = like.format.clone();
-    let parts = original
-        .parts
+    let parts = parts
         .iter()
         .map(|part| {
             let kind = match &part.kind {
@@ -252,19 +256,4 @@ fn replayed_message(session_id: &codeloop_types::SessionId, original: &MessageWi
         })
         .collect();
     MessageWithParts { info: Message::User(info), parts }
-}
-
-fn fallback_user(message: &MessageWithParts) -> UserMessage {
-    let assistant = message.info.as_assistant();
-    UserMessage {
-        id: message.info.id().clone(),
-        session_id: message.info.session_id().clone(),
-        time: MessageTime { created: now_ms(), completed: None },
-        agent: assistant.map(|a| a.agent.clone()).unwrap_or_else(|| crate::agents::DEFAULT_AGENT.into()),
-        model: assistant
-            .map(|a| a.model.clone())
-            .unwrap_or_else(|| codeloop_types::ModelRef::new("unknown", "unknown")),
-        system: None,
-        format: None,
-    }
 }

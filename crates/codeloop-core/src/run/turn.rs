@@ -82,6 +82,7 @@ impl Run<'_> {
             summary,
             estimated_input_tokens,
             tools: self.tools.registry.clone(),
+            continue_on_reject: self.services.config.continue_on_reject,
         })
     }
 

@@ -165,6 +165,7 @@ impl Fixture {
             summary: false,
             estimated_input_tokens: 0,
             tools: self.services().tools.clone(),
+            continue_on_reject: false,
         });
         let message = AssistantMessage::new(
             self.session.id.clone(),
