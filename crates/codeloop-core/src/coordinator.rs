@@ -291,24 +291,22 @@ impl Inner {
             if entry.pending_wake.swap(false, Ordering::SeqCst) || !entry.inbox.is_empty() {
                 continue;
             }
-            let queued = entry.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
-            match queued {
-                Some(Queued { input, reply: tx }) => match self.record_input(&session, &input) {
-                    Ok(()) => reply = Some(tx),
+            // The next queued turn whose input can be recorded; the ones that cannot get their error.
+            let next = loop {
+                let Some(Queued { input, reply: tx }) =
+                    entry.queue.lock().unwrap_or_else(|e| e.into_inner()).pop_front()
+                else {
+                    break None;
+                };
+                match self.record_input(&session, &input) {
+                    Ok(()) => break Some(tx),
                     Err(e) => {
                         let _ = tx.send(Err(e));
-                        // Nothing new to run for this item; look at the rest of the queue next time round.
-                        drop(sessions);
-                        if entry.queue.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-                            let mut sessions = self.lock();
-                            entry.release();
-                            sessions.remove(&session);
-                            let _ = entry.done.send(Some(result));
-                            return;
-                        }
-                        continue;
                     }
-                },
+                }
+            };
+            match next {
+                Some(tx) => reply = Some(tx),
                 None => {
                     entry.release();
                     sessions.remove(&session);

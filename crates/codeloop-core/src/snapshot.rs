@@ -189,10 +189,7 @@ mod tests {
 
     #[tokio::test]
     async fn tracks_changes_and_restores_files_without_touching_the_users_git() {
-        if !git_available() {
-            eprintln!("git not installed: skipping");
-            return;
-        }
+        assert!(git_available(), "snapshots need git: install it (.ci/run does)");
         let data = tempfile::tempdir().unwrap();
         let project = tempfile::tempdir().unwrap();
         let root = project.path().canonicalize().unwrap();
