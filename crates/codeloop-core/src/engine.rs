@@ -64,7 +64,9 @@ pub enum EngineError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Run(#[from] RunError),
-    #[error("session {0} not found")]
+    #[error(
+        "session {0} not found: `codeloop session list --all` (or GET /session) shows the sessions in this data directory"
+    )]
     SessionNotFound(SessionId),
     /// The session is running and the operation needs it idle.
     #[error("{0}")]
@@ -208,7 +210,9 @@ impl Engine {
     pub fn rename_session(&self, id: &SessionId, title: &str) -> Result<Session, EngineError> {
         let title = title.trim();
         if title.is_empty() {
-            return Err(EngineError::Invalid("the title is empty".into()));
+            return Err(EngineError::Invalid(
+                "the title is empty: give the session a title with at least one character".into(),
+            ));
         }
         let mut session = self.session(id)?;
         if self.coordinator.is_busy(id) {
@@ -304,7 +308,11 @@ impl Engine {
         let start = history
             .iter()
             .position(|m| m.info.id() == message)
-            .ok_or_else(|| EngineError::Invalid(format!("message {message} is not part of session {id}")))?;
+            .ok_or_else(|| {
+                EngineError::Invalid(format!(
+                    "message {message} is not part of session {id}: `codeloop session export {id}` lists its message ids"
+                ))
+            })?;
         let project = ProjectInfo::discover(Path::new(&session.directory));
         let snapshots = self.services.snapshots_for(&project).ok_or_else(|| {
             EngineError::Invalid(

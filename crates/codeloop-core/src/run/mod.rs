@@ -53,7 +53,9 @@ pub struct RunOutcome {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RunError {
-    #[error("session {0} not found")]
+    #[error(
+        "session {0} not found: `codeloop session list --all` (or GET /session) shows the sessions in this data directory"
+    )]
     SessionNotFound(SessionId),
     #[error("{0}")]
     Busy(String),
@@ -263,7 +265,9 @@ impl Run<'_> {
             }
             let latest = Latest::find(&self.history);
             if latest.last_user.is_none() {
-                return Err(RunError::Input("the session has no user message to answer".into()));
+                return Err(RunError::Input(
+                    "the session has no user message to answer: send a prompt first".into(),
+                ));
             }
             if latest.should_exit(&self.history) {
                 return Ok(StopReason::Completed);
