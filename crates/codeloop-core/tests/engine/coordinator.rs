@@ -14,13 +14,7 @@ fn slow_text(text: &str) -> Turn {
 #[tokio::test]
 async fn concurrent_runs_on_one_session_share_one_provider_run() {
     let h = Harness::new(Script::new([slow_text("one answer for everyone")])).await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let prompt = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("hi"), Delivery::Queue).await.unwrap()
-    });
-    wait_for_event(&mut events, |p| matches!(p, EventPayload::PartDelta { .. })).await;
+    let (prompt, _) = h.start("hi", |p| matches!(p, EventPayload::PartDelta { .. })).await;
     let (a, b) =
         tokio::join!(h.engine.coordinator().run(&h.session.id), h.engine.coordinator().run(&h.session.id));
     let first = prompt.await.unwrap();
@@ -74,13 +68,7 @@ async fn queued_inputs_become_separate_turns_in_order() {
         slow_text("third answer"),
     ]))
     .await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let first = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("one"), Delivery::Queue).await.unwrap()
-    });
-    wait_for_event(&mut events, |p| matches!(p, EventPayload::PartDelta { .. })).await;
+    let (first, _) = h.start("one", |p| matches!(p, EventPayload::PartDelta { .. })).await;
     let (second, third) =
         tokio::join!(h.engine.prompt(&h.session.id, PromptInput::text("two"), Delivery::Queue), async {
             tokio::task::yield_now().await;
@@ -117,17 +105,12 @@ async fn queued_inputs_become_separate_turns_in_order() {
 async fn interrupt_returns_after_the_running_tool_is_marked_interrupted() {
     let h = Harness::new(Script::new([Turn::from(Reply::tool_call("bash", json!({"command": "sleep 30"})))]))
         .await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let run = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("go"), Delivery::Queue).await.unwrap()
-    });
-    wait_for_event(&mut events, |p| {
-        matches!(p, EventPayload::PartUpdated { part, .. }
+    let (run, _) = h
+        .start("go", |p| {
+            matches!(p, EventPayload::PartUpdated { part, .. }
             if part.as_tool().is_some_and(|t| matches!(t.state, ToolState::Running(_))))
-    })
-    .await;
+        })
+        .await;
     h.engine.coordinator().interrupt(&h.session.id).await;
     // Cleanup is done by the time interrupt returns: the stored part is already settled.
     let parts: Vec<_> = h.history().into_iter().flat_map(|m| m.parts).collect();
@@ -137,6 +120,8 @@ async fn interrupt_returns_after_the_running_tool_is_marked_interrupted() {
     });
     assert!(tool.is_some_and(|s| s.is_interrupted()));
     assert_eq!(run.await.unwrap().stop, StopReason::Interrupted);
-    // An idle interrupt is a no-op.
+    // An idle interrupt is a no-op: nothing starts, nothing is sent.
     h.engine.coordinator().interrupt(&h.session.id).await;
+    assert!(!h.engine.coordinator().is_busy(&h.session.id));
+    assert_eq!(h.fake.request_count(), 1);
 }

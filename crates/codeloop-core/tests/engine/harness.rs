@@ -8,7 +8,7 @@ use codeloop_core::permission::AskPolicy;
 use codeloop_core::{Delivery, Engine, EngineOptions, PromptInput, RunOutcome};
 use codeloop_store::MessageWithParts;
 use codeloop_testkit::{FakeProvider, Script};
-use codeloop_types::{Event, EventPayload, Part, PartKind, Session, ToolState};
+use codeloop_types::{Event, EventPayload, Part, PartKind, PermissionRequest, Session, ToolState};
 use serde_json::Value;
 use tempfile::TempDir;
 
@@ -48,6 +48,32 @@ impl Harness {
 
     pub async fn prompt(&self, text: &str) -> RunOutcome {
         self.engine.prompt(&self.session.id, PromptInput::text(text), Delivery::Queue).await.unwrap()
+    }
+
+    /// Starts a prompt in the background and returns once the run published an event matching `until`
+    /// (driven by the bus, no sleeping), with the run's handle and that event.
+    pub async fn start(
+        &self,
+        text: &str,
+        until: impl Fn(&EventPayload) -> bool,
+    ) -> (tokio::task::JoinHandle<RunOutcome>, Arc<Event>) {
+        let mut events = self.engine.bus().subscribe();
+        let engine = self.engine.clone();
+        let session = self.session.id.clone();
+        let input = PromptInput::text(text);
+        let run = tokio::spawn(async move { engine.prompt(&session, input, Delivery::Queue).await.unwrap() });
+        let event = wait_for_event(&mut events, until).await;
+        (run, event)
+    }
+
+    /// Starts a prompt and returns once it asks a permission.
+    pub async fn start_until_asked(
+        &self,
+        text: &str,
+    ) -> (tokio::task::JoinHandle<RunOutcome>, PermissionRequest) {
+        let (run, event) = self.start(text, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
+        let EventPayload::PermissionAsked(request) = &event.payload else { unreachable!("matched above") };
+        (run, request.clone())
     }
 
     pub fn history(&self) -> Vec<MessageWithParts> {

@@ -7,7 +7,7 @@ use codeloop_testkit::{Reply as ScriptReply, Script, Turn};
 use codeloop_types::{EventPayload, PermissionAction, PermissionReply, PermissionRule, ToolState};
 use serde_json::json;
 
-use crate::harness::{Harness, config_for, open_engine, state, wait_for_event};
+use crate::harness::{Harness, config_for, open_engine, state};
 
 fn ask_for_bash(config: &mut codeloop_core::config::Config) {
     config.permission = PermissionConfig(vec![PermissionRule::new("bash", "*", PermissionAction::Ask)]);
@@ -55,14 +55,7 @@ async fn a_deny_rule_is_fed_back_to_the_model_and_the_run_continues() {
 #[tokio::test]
 async fn an_always_approval_is_saved_and_honoured_by_a_new_process() {
     let h = Harness::with(bash_script(), AskPolicy::Wait, ask_for_bash).await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let run = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("write out.txt"), Delivery::Queue).await.unwrap()
-    });
-    let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
-    let EventPayload::PermissionAsked(request) = &asked.payload else { unreachable!() };
+    let (run, request) = h.start_until_asked("write out.txt").await;
     assert_eq!(request.permission, "bash");
     assert_eq!(request.always, vec!["echo *".to_owned()]);
     h.engine.reply_permission(&request.id, Reply { reply: PermissionReply::Always, message: None }).unwrap();
@@ -92,14 +85,7 @@ async fn an_always_approval_is_saved_and_honoured_by_a_new_process() {
 #[tokio::test]
 async fn a_rejection_with_a_message_is_fed_back_to_the_model() {
     let h = Harness::with(bash_script(), AskPolicy::Wait, ask_for_bash).await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let run = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("write out.txt"), Delivery::Queue).await.unwrap()
-    });
-    let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
-    let EventPayload::PermissionAsked(request) = &asked.payload else { unreachable!() };
+    let (run, request) = h.start_until_asked("write out.txt").await;
     let reply = Reply { reply: PermissionReply::Reject, message: Some("use printf instead".into()) };
     h.engine.reply_permission(&request.id, reply).unwrap();
     assert_eq!(run.await.unwrap().stop, StopReason::Completed);
@@ -116,14 +102,7 @@ async fn a_rejection_stops_the_run_unless_configured_to_continue() {
             config.continue_on_reject = continue_on_reject;
         })
         .await;
-        let mut events = h.engine.bus().subscribe();
-        let engine = h.engine.clone();
-        let session = h.session.id.clone();
-        let run = tokio::spawn(async move {
-            engine.prompt(&session, PromptInput::text("write out.txt"), Delivery::Queue).await.unwrap()
-        });
-        let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::PermissionAsked(_))).await;
-        let EventPayload::PermissionAsked(request) = &asked.payload else { unreachable!() };
+        let (run, request) = h.start_until_asked("write out.txt").await;
         h.engine
             .reply_permission(&request.id, Reply { reply: PermissionReply::Reject, message: None })
             .unwrap();
@@ -151,13 +130,7 @@ async fn the_question_tool_waits_for_an_answer_from_a_client() {
         ])
     };
     let h = Harness::with(script(), AskPolicy::Wait, |_| {}).await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let run = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("set up storage"), Delivery::Queue).await.unwrap()
-    });
-    let asked = wait_for_event(&mut events, |p| matches!(p, EventPayload::QuestionAsked(_))).await;
+    let (run, asked) = h.start("set up storage", |p| matches!(p, EventPayload::QuestionAsked(_))).await;
     let EventPayload::QuestionAsked(request) = &asked.payload else { unreachable!() };
     assert_eq!(request.questions[0].options.len(), 2);
     assert_eq!(h.engine.pending_questions(Some(&h.session.id)).len(), 1);

@@ -8,7 +8,7 @@ use codeloop_testkit::{Reply, Script, ScriptToolCall, ScriptUsage, Turn};
 use codeloop_types::{EventPayload, Finish, Message, PartKind, ToolState};
 use serde_json::json;
 
-use crate::harness::{Harness, state, tool_results, wait_for_event};
+use crate::harness::{Harness, state, tool_results};
 
 #[tokio::test]
 async fn two_turn_tool_round_trip_edits_a_file_and_sends_the_result_back() {
@@ -117,17 +117,12 @@ async fn a_running_tool_is_marked_interrupted_when_the_run_is_aborted() {
         Turn::from(Reply::text("ok, stopped")),
     ]))
     .await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let run = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("sleep"), Delivery::Queue).await.unwrap()
-    });
-    wait_for_event(&mut events, |p| {
-        matches!(p, EventPayload::PartUpdated { part, .. }
+    let (run, _) = h
+        .start("sleep", |p| {
+            matches!(p, EventPayload::PartUpdated { part, .. }
             if part.as_tool().is_some_and(|t| matches!(t.state, ToolState::Running(_))))
-    })
-    .await;
+        })
+        .await;
     let started = Instant::now();
     h.engine.abort(&h.session.id).await;
     let elapsed = started.elapsed();
@@ -194,17 +189,12 @@ async fn steered_input_joins_the_next_step_of_the_active_run() {
         |_| {},
     )
     .await;
-    let mut events = h.engine.bus().subscribe();
-    let engine = h.engine.clone();
-    let session = h.session.id.clone();
-    let first = tokio::spawn(async move {
-        engine.prompt(&session, PromptInput::text("first"), Delivery::Queue).await.unwrap()
-    });
-    wait_for_event(&mut events, |p| {
-        matches!(p, EventPayload::PartUpdated { part, .. }
+    let (first, _) = h
+        .start("first", |p| {
+            matches!(p, EventPayload::PartUpdated { part, .. }
             if part.as_tool().is_some_and(|t| matches!(t.state, ToolState::Running(_))))
-    })
-    .await;
+        })
+        .await;
     let steered = h
         .engine
         .prompt(&h.session.id, PromptInput::text("also check the logs"), Delivery::Steer)
