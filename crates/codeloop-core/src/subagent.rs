@@ -203,7 +203,14 @@ fn child_session(
 }
 
 fn last_text(services: &Services, session: &SessionId) -> String {
-    let history = services.store.load_history(session).unwrap_or_default();
+    let history = match services.store.load_history(session) {
+        Ok(history) => history,
+        Err(e) => {
+            return format!(
+                "(the subagent finished, but its answer could not be read: {e}; see session {session})"
+            );
+        }
+    };
     history
         .iter()
         .rev()
