@@ -7,6 +7,7 @@ use anyhow::Context;
 use codeloop_core::config::{Config, ConfigSources};
 use codeloop_core::instructions::ProjectInfo;
 use codeloop_core::permission::AskPolicy;
+use codeloop_core::trust::TrustStore;
 use codeloop_core::{Engine, EngineOptions};
 
 pub fn init_tracing() {
@@ -45,16 +46,27 @@ pub fn config_dir() -> Option<PathBuf> {
     home().map(|h| h.join(".config/codeloop"))
 }
 
-/// Loads config for a project directory; prints warnings (unknown keys) to stderr.
-pub fn load_config(project: Option<&Path>) -> anyhow::Result<Config> {
+/// The user's trust records (`trusted.toml` in the config dir).
+pub fn trust_store() -> Option<TrustStore> {
+    config_dir().map(|dir| TrustStore::in_config_dir(&dir))
+}
+
+/// Where config comes from for a project directory (`None`: the user's files only).
+pub fn config_sources(project: Option<&Path>) -> ConfigSources {
     let info = project.map(ProjectInfo::discover);
-    let sources = ConfigSources {
+    ConfigSources {
         global: config_dir().map(|d| d.join("config.toml")),
         project_dir: project.map(Path::to_owned),
         project_root: info.map(|i| i.root),
         explicit: std::env::var_os("CODELOOP_CONFIG").filter(|c| !c.is_empty()).map(PathBuf::from),
-    };
-    let loaded = sources.load()?;
+        trust: trust_store(),
+    }
+}
+
+/// Loads config for a project directory; prints warnings (unknown keys, an untrusted project's ignored
+/// keys) to stderr.
+pub fn load_config(project: Option<&Path>) -> anyhow::Result<Config> {
+    let loaded = config_sources(project).load()?;
     for warning in &loaded.warnings {
         eprintln!("warning: {warning}");
     }

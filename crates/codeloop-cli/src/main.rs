@@ -9,6 +9,7 @@ mod render;
 mod run;
 mod serve;
 mod session;
+mod trust;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,7 +21,7 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "codeloop",
     version,
     about = "A coding agent runtime: streams a model's answer, runs its tools under a permission policy, and keeps the conversation inside the model's context window.",
-    after_help = "Data lives in $CODELOOP_DATA_DIR (default ~/.local/share/codeloop).\nConfig: ~/.config/codeloop/config.toml, then codeloop.toml / .codeloop/config.toml in the project, then $CODELOOP_CONFIG.\nTry `codeloop demo` for an offline run that needs no API key."
+    after_help = "Data lives in $CODELOOP_DATA_DIR (default ~/.local/share/codeloop).\nConfig: ~/.config/codeloop/config.toml, then codeloop.toml / .codeloop/config.toml in the project (only after `codeloop trust`; until then it may only narrow), then $CODELOOP_CONFIG.\nTry `codeloop demo` for an offline run that needs no API key."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -43,6 +44,8 @@ enum Command {
     /// List or revoke saved "always" permission approvals.
     #[command(subcommand)]
     Permissions(permissions::PermissionsCommand),
+    /// Trust a project's own config (codeloop.toml, .codeloop/): until then it may only narrow yours.
+    Trust(trust::TrustArgs),
 }
 
 /// `--format` of commands that print.
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
             Command::Models(args) => models::models(args),
             Command::Demo(args) => demo::demo(args).await,
             Command::Permissions(command) => permissions::permissions(command),
+            Command::Trust(args) => trust::trust(args),
         }
     });
     // Don't wait for stray blocking tasks (e.g. a tool that ignores cancellation) at exit.

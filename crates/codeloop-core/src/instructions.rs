@@ -50,8 +50,13 @@ pub fn instruction_files(project: &ProjectInfo, global: Option<&Path>, extra: &[
             break;
         }
     }
+    // A repository's instruction file that is a link to something outside it (`AGENTS.md ->
+    // ~/.ssh/id_rsa`) would read that file into the prompt: only files that really lie inside count.
+    let root = project.root.canonicalize().unwrap_or_else(|_| project.root.clone());
+    let inside = |path: &PathBuf| path.canonicalize().is_ok_and(|real| real.starts_with(&root));
     for name in ["AGENTS.md", "CLAUDE.md"] {
-        let found: Vec<PathBuf> = dirs.iter().rev().map(|d| d.join(name)).filter(|p| p.is_file()).collect();
+        let found: Vec<PathBuf> =
+            dirs.iter().rev().map(|d| d.join(name)).filter(|p| p.is_file() && inside(p)).collect();
         if !found.is_empty() {
             files.extend(found);
             break;
@@ -128,5 +133,18 @@ mod tests {
         assert!(system[1].contains("Today's date: 1970-01-01"));
         assert!(system[1].find("root rules").unwrap() < system[1].find("app rules").unwrap());
         assert!(!system[1].contains("claude rules"));
+    }
+
+    #[test]
+    fn an_instruction_file_linked_to_outside_the_project_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("secret.txt");
+        std::fs::write(&secret, "private key").unwrap();
+        let root = dir.path().join("repo");
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::os::unix::fs::symlink(&secret, root.join("AGENTS.md")).unwrap();
+        std::fs::write(root.join("CLAUDE.md"), "inside rules").unwrap();
+        let files = instruction_files(&ProjectInfo::discover(&root), None, &[]);
+        assert_eq!(files, vec![root.join("CLAUDE.md")]);
     }
 }

@@ -27,6 +27,7 @@ mod services;
 pub mod snapshot;
 mod subagent;
 mod tool_host;
+pub mod trust;
 
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};

@@ -152,6 +152,7 @@ impl Tool for McpTool {
             }
         };
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: self.name.clone(),
             patterns: vec!["*".into()],
             always: vec!["*".into()],

@@ -125,6 +125,7 @@ impl Tool for TaskTool {
             }
         };
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "task".into(),
             patterns: vec![agent.name.clone()],
             always: vec![agent.name.clone()],

@@ -37,6 +37,7 @@ impl ToolHost for RunToolHost {
             session_id: &self.session_id,
             project: &self.project,
             layers: &layers,
+            narrowing: &self.services.config.project_rules,
             tool: Some(ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() }),
         };
         self.services.permissions.ask(ctx, ask).await

@@ -73,6 +73,18 @@ pub struct PermissionAsk {
     /// Patterns an "always" reply approves from now on.
     pub always: Vec<String>,
     pub metadata: Value,
+    pub grant: Grant,
+}
+
+/// Who may grant an ask (DESIGN.md §5a "Rule precedence").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Grant {
+    /// The rules as usual: blanket rules, saved approvals, `--on-ask allow`, an "always" answer.
+    #[default]
+    Rules,
+    /// Writes to protected paths and sandbox escapes: only a rule that names the permission and the path
+    /// (a pattern that does not start with `*`) or an interactive answer, which is never saved.
+    Explicit,
 }
 
 /// Identifies the call a tool is running for.

@@ -16,8 +16,8 @@ mod tools;
 mod truncate;
 
 pub use context::{
-    CallInfo, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure, ToolHost,
-    ToolOutput, ToolSpec,
+    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure,
+    ToolHost, ToolOutput, ToolSpec,
 };
 pub use locks::FileLocks;
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
@@ -39,6 +39,16 @@ pub trait Tool: Send + Sync {
     fn description(&self) -> &str;
     /// JSON Schema of the arguments object.
     fn parameters(&self) -> &Value;
+    /// The permission this tool asks under and that disables it (`write` and `apply_patch` ask as `edit`).
+    fn permission(&self) -> &str {
+        self.name()
+    }
+    /// How long a call with these arguments may run before the engine's watchdog stops it. `None` means
+    /// the engine's default; a tool with its own time limit (bash's `timeout`) answers past that limit.
+    fn deadline(&self, args: &Value) -> Option<std::time::Duration> {
+        let _ = args;
+        None
+    }
     /// Runs the call. Arguments are raw JSON: the tool decodes them and reports a schema mismatch as
     /// [`ToolFailure::InvalidArguments`].
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure>;

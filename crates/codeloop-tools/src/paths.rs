@@ -102,6 +102,7 @@ pub(crate) async fn check_external(
     let pattern = external_pattern(path, kind);
     let parent = pattern.trim_end_matches("/*").to_string();
     ctx.ask(PermissionAsk {
+        grant: Default::default(),
         permission: "external_directory".to_string(),
         patterns: vec![pattern.clone()],
         always: vec![pattern],
@@ -120,6 +121,7 @@ pub(crate) async fn ask_external_patterns(
         return Ok(());
     }
     ctx.ask(PermissionAsk {
+        grant: Default::default(),
         permission: "external_directory".to_string(),
         patterns: patterns.clone(),
         always: patterns,

@@ -10,14 +10,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use codeloop_store::Store;
-use codeloop_tools::{PermissionAsk, PermissionError};
+use codeloop_tools::{Grant, PermissionAsk, PermissionError};
 use codeloop_types::{
     EventPayload, PermissionAction, PermissionId, PermissionReply, PermissionRequest, PermissionRule,
     SessionId, ToolCallRef,
 };
 use tokio::sync::oneshot;
 
-pub use rules::{disabled, evaluate, wildcard_match};
+pub use rules::{disabled, evaluate, evaluate_explicit, wildcard_match};
 
 use crate::Bus;
 
@@ -58,6 +58,8 @@ pub struct AskContext<'a> {
     pub project: &'a str,
     /// Rule layers after the built-in defaults: agent, config, session (in that order).
     pub layers: &'a [&'a [PermissionRule]],
+    /// An untrusted project's rules: they can only make a decision stricter.
+    pub narrowing: &'a [PermissionRule],
     pub tool: Option<ToolCallRef>,
 }
 
@@ -65,6 +67,8 @@ struct Pending {
     request: PermissionRequest,
     project: String,
     layers: Vec<PermissionRule>,
+    narrowing: Vec<PermissionRule>,
+    grant: Grant,
     answer: oneshot::Sender<Reply>,
 }
 
@@ -147,25 +151,15 @@ impl PermissionEngine {
         ctx: &AskContext<'_>,
         ask: &PermissionAsk,
     ) -> (PermissionAction, Option<PermissionRule>) {
-        let approvals = self.saved_approvals(ctx.project);
+        let approvals = match ask.grant {
+            Grant::Rules => self.saved_approvals(ctx.project),
+            // "Always" answers never cover protected paths or sandbox escapes.
+            Grant::Explicit => Vec::new(),
+        };
         let mut layers: Vec<&[PermissionRule]> = vec![&self.defaults];
         layers.extend(ctx.layers.iter().copied());
         layers.push(&approvals);
-        let patterns: Vec<&str> = if ask.patterns.is_empty() {
-            vec!["*"]
-        } else {
-            ask.patterns.iter().map(String::as_str).collect()
-        };
-        let mut all_allowed = true;
-        for pattern in patterns {
-            let (action, rule) = evaluate(&ask.permission, pattern, layers.iter().copied());
-            match action {
-                PermissionAction::Deny => return (PermissionAction::Deny, rule.cloned()),
-                PermissionAction::Ask => all_allowed = false,
-                PermissionAction::Allow => {}
-            }
-        }
-        if all_allowed { (PermissionAction::Allow, None) } else { (PermissionAction::Ask, None) }
+        decide_patterns(ask, &layers, ctx.narrowing)
     }
 
     /// Resolves when the call may go ahead, following the rules and, when they say ask, the reply.
@@ -187,7 +181,19 @@ impl PermissionEngine {
             (PermissionAction::Ask, _) => {}
         }
         match self.policy {
-            AskPolicy::Allow => return Ok(()),
+            AskPolicy::Allow if ask.grant == Grant::Rules => return Ok(()),
+            AskPolicy::Allow => {
+                return Err(PermissionError::Blocked {
+                    message: format!(
+                        "`{}` for `{}` is only granted by a rule that names it or by a person's answer, never by \
+                         --on-ask allow; add a rule such as [permission] {} = {{ \"{}\" = \"allow\" }} to your config",
+                        ask.permission,
+                        ask.patterns.join(", "),
+                        ask.permission,
+                        ask.patterns.first().map(String::as_str).unwrap_or("PATTERN"),
+                    ),
+                });
+            }
             AskPolicy::Deny => {
                 return Err(PermissionError::Blocked {
                     message: format!(
@@ -219,6 +225,8 @@ impl PermissionEngine {
                     request: request.clone(),
                     project: ctx.project.to_owned(),
                     layers: ctx.layers.iter().flat_map(|l| l.iter().cloned()).collect(),
+                    narrowing: ctx.narrowing.to_vec(),
+                    grant: ask.grant,
                     answer: tx,
                 },
             );
@@ -266,6 +274,10 @@ impl PermissionEngine {
         let session_id = entry.request.session_id.clone();
         let mut settled = vec![(entry.request.id.clone(), reply.reply)];
         match reply.reply {
+            PermissionReply::Always if entry.grant == Grant::Explicit => {
+                // Protected paths and sandbox escapes are answered one call at a time.
+                let _ = entry.answer.send(Reply { reply: PermissionReply::Once, message: None });
+            }
             PermissionReply::Always => {
                 let rules: Vec<PermissionRule> = entry
                     .request
@@ -340,10 +352,15 @@ impl PermissionEngine {
     }
 
     fn allowed_now(&self, pending: &Pending) -> bool {
+        if pending.grant == Grant::Explicit {
+            return false;
+        }
         let approvals = self.saved_approvals(&pending.project);
         let layers: [&[PermissionRule]; 3] = [&self.defaults, &pending.layers, &approvals];
         pending.request.patterns.iter().all(|p| {
-            evaluate(&pending.request.permission, p, layers.iter().copied()).0 == PermissionAction::Allow
+            let action = evaluate(&pending.request.permission, p, layers.iter().copied()).0;
+            stricter(action, narrowed(&pending.request.permission, p, &pending.narrowing))
+                == PermissionAction::Allow
         })
     }
 
@@ -357,6 +374,52 @@ impl PermissionEngine {
 
     fn forget(&self, id: &PermissionId) {
         self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+}
+
+/// The decision for every pattern of `ask` across `layers`, made stricter by `narrowing`.
+fn decide_patterns(
+    ask: &PermissionAsk,
+    layers: &[&[PermissionRule]],
+    narrowing: &[PermissionRule],
+) -> (PermissionAction, Option<PermissionRule>) {
+    let patterns: Vec<&str> =
+        if ask.patterns.is_empty() { vec!["*"] } else { ask.patterns.iter().map(String::as_str).collect() };
+    let mut all_allowed = true;
+    for pattern in patterns {
+        let (action, rule) = match ask.grant {
+            Grant::Rules => evaluate(&ask.permission, pattern, layers.iter().copied()),
+            Grant::Explicit => evaluate_explicit(&ask.permission, pattern, layers.iter().copied()),
+        };
+        let (project_action, project_rule) = evaluate(&ask.permission, pattern, [narrowing]);
+        let (action, rule) = match project_rule {
+            Some(project_rule) if stricter(action, project_action) != action => {
+                (project_action, Some(project_rule))
+            }
+            _ => (action, rule),
+        };
+        match action {
+            PermissionAction::Deny => return (PermissionAction::Deny, rule.cloned()),
+            PermissionAction::Ask => all_allowed = false,
+            PermissionAction::Allow => {}
+        }
+    }
+    if all_allowed { (PermissionAction::Allow, None) } else { (PermissionAction::Ask, None) }
+}
+
+/// What an untrusted project's rules say of one pattern: `Allow` (no constraint) when none matches.
+fn narrowed(permission: &str, pattern: &str, narrowing: &[PermissionRule]) -> PermissionAction {
+    let (action, rule) = evaluate(permission, pattern, [narrowing]);
+    if rule.is_some() { action } else { PermissionAction::Allow }
+}
+
+/// The stricter of two actions: deny > ask > allow.
+pub fn stricter(a: PermissionAction, b: PermissionAction) -> PermissionAction {
+    use PermissionAction::*;
+    match (a, b) {
+        (Deny, _) | (_, Deny) => Deny,
+        (Ask, _) | (_, Ask) => Ask,
+        (Allow, Allow) => Allow,
     }
 }
 

@@ -15,17 +15,22 @@ pub fn wildcard_match(pattern: &str, text: &str) -> bool {
     glob(pattern.as_bytes(), text.as_bytes())
 }
 
-/// Iterative wildcard matching with single-star backtracking: linear in practice, no recursion.
+/// Iterative wildcard matching with single-star backtracking: linear in practice, no recursion. Only the
+/// pattern has wildcards: a `*` or `?` in the text is an ordinary character (`rm *` matches `rm *.txt`).
+/// `?` matches one character, not one byte.
 fn glob(pattern: &[u8], text: &[u8]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
-        if p < pattern.len() && (pattern[p] == b'?' || pattern[p] == text[t]) {
-            p += 1;
-            t += 1;
-        } else if p < pattern.len() && pattern[p] == b'*' {
+        if p < pattern.len() && pattern[p] == b'*' {
             star = Some((p, t));
             p += 1;
+        } else if p < pattern.len() && pattern[p] == b'?' {
+            p += 1;
+            t += utf8_len(text[t]);
+        } else if p < pattern.len() && pattern[p] == text[t] {
+            p += 1;
+            t += 1;
         } else if let Some((sp, st)) = star {
             p = sp + 1;
             t = st + 1;
@@ -35,6 +40,16 @@ fn glob(pattern: &[u8], text: &[u8]) -> bool {
         }
     }
     pattern[p..].iter().all(|&c| c == b'*')
+}
+
+/// Bytes in the UTF-8 sequence that starts with `lead` (1 for a stray continuation byte).
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xF0..=0xF7 => 4,
+        0xE0..=0xEF => 3,
+        0xC0..=0xDF => 2,
+        _ => 1,
+    }
 }
 
 /// The action for one `permission` + `pattern` across layered rulesets: the last matching rule wins; no
@@ -53,6 +68,34 @@ pub fn evaluate<'a>(
         }
     }
     (found.map(|r| r.action).unwrap_or(PermissionAction::Ask), found)
+}
+
+/// Like [`evaluate`], counting only rules that name both the permission and the subject: a permission
+/// other than `*` and a pattern that does not start with `*`. Protected paths and sandbox escapes are
+/// granted this way only (DESIGN.md §5a), so `"*" = "allow"` or `edit = "allow"` never covers them; a deny
+/// of any shape still counts.
+pub fn evaluate_explicit<'a>(
+    permission: &str,
+    pattern: &str,
+    layers: impl IntoIterator<Item = &'a [PermissionRule]>,
+) -> (PermissionAction, Option<&'a PermissionRule>) {
+    let mut found: Option<&PermissionRule> = None;
+    for layer in layers {
+        for rule in layer {
+            let names_it = rule.permission != "*" && !rule.pattern.starts_with('*');
+            if (names_it || rule.action == PermissionAction::Deny)
+                && wildcard_match(&rule.permission, permission)
+                && wildcard_match(&rule.pattern, pattern)
+            {
+                found = Some(rule);
+            }
+        }
+    }
+    match found {
+        // A blanket deny or ask that matched still decides; a blanket allow never gets here.
+        Some(rule) => (rule.action, Some(rule)),
+        None => (PermissionAction::Ask, None),
+    }
 }
 
 /// True when the last rule matching `permission` for every pattern (`*`) denies it: the tool is then not
@@ -86,6 +129,23 @@ mod tests {
         assert!(wildcard_match("file?.txt", "file1.txt"));
         assert!(wildcard_match("/tmp/*", "/tmp/a/b"));
         assert!(!wildcard_match("/tmp/*", "/var/tmp/a"));
+        assert!(wildcard_match("file?.txt", "fileé.txt"));
+    }
+
+    #[test]
+    fn a_star_in_the_subject_is_an_ordinary_character() {
+        // The glob tool's pattern is the subject: the blanket allow must cover it.
+        assert!(wildcard_match("*", "*.txt"));
+        assert!(wildcard_match("*", "**/*"));
+        assert!(wildcard_match("rm *", "rm *.txt"));
+        assert!(wildcard_match("rm *", "rm -rf *"));
+        assert!(wildcard_match("*.env", "*.env"));
+        assert!(!wildcard_match("*.env", "*.txt"));
+        assert!(!wildcard_match("rm *", "rmdir *"));
+        assert!(wildcard_match("git *", "git add *.rs"));
+        let rules = vec![PermissionRule::new("*", "*", Allow), PermissionRule::new("bash", "rm *", Deny)];
+        assert_eq!(evaluate("bash", "rm *.txt", [rules.as_slice()]).0, Deny);
+        assert_eq!(evaluate("glob", "*.txt", [rules.as_slice()]).0, Allow);
     }
 
     #[test]

@@ -14,19 +14,10 @@ use crate::doom_loop::{DoomLoop, DoomLoopGuard};
 use crate::permission::AskContext;
 use crate::tool_host::ToolEvent;
 
-/// Longest a tool may run before it is stopped: tools have their own limits (bash's `timeout`), this
-/// watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its deadline).
+/// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
+/// `timeout`): this watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its
+/// limit).
 pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
-/// Extra time a `bash` call gets past its own timeout before the watchdog steps in.
-const BASH_WATCHDOG_GRACE: Duration = Duration::from_secs(60);
-
-fn watchdog_for(tool: &str, input: &Value) -> Duration {
-    if tool != "bash" {
-        return TOOL_WATCHDOG;
-    }
-    let timeout_ms = input.get("timeout").and_then(Value::as_u64).unwrap_or(120_000);
-    Duration::from_millis(timeout_ms).max(Duration::from_secs(120)) + BASH_WATCHDOG_GRACE
-}
 
 impl Processor {
     pub(super) fn ensure_call(&mut self, call_id: &str, name: &str) -> usize {
@@ -151,9 +142,11 @@ impl Processor {
             session_id: &self.message.session_id,
             project: &self.ctx.project_key,
             layers: &layers,
+            narrowing: &self.ctx.services.config.project_rules,
             tool: Some(codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id }),
         };
         let ask = PermissionAsk {
+            grant: Default::default(),
             permission: "doom_loop".into(),
             patterns: vec![tool.clone()],
             always: vec![tool.clone()],
@@ -182,7 +175,7 @@ impl Processor {
         let tools = self.ctx.tools.clone();
         let events = self.tool_tx.clone();
         self.running.insert(call_id.clone());
-        let limit = watchdog_for(&name, &input);
+        let limit = tools.get(&name).and_then(|tool| tool.deadline(&input)).unwrap_or(TOOL_WATCHDOG);
         tokio::spawn(async move {
             let result = match tokio::time::timeout(limit, tools.execute(&name, input, &ctx)).await {
                 Ok(result) => result,
@@ -255,17 +248,5 @@ impl Processor {
                 self.blocked = block;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_watchdog_gives_bash_its_own_timeout_plus_grace() {
-        assert_eq!(watchdog_for("read", &serde_json::json!({})), TOOL_WATCHDOG);
-        assert_eq!(watchdog_for("bash", &serde_json::json!({})), Duration::from_secs(180));
-        assert_eq!(watchdog_for("bash", &serde_json::json!({"timeout": 600_000})), Duration::from_secs(660));
     }
 }

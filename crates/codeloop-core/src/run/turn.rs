@@ -24,14 +24,6 @@ use crate::retry::{RetryDecision, RetryPolicy};
 /// Sent as the last message on the final allowed step, with no tools offered.
 pub const MAX_STEPS_TEXT: &str = "The maximum number of steps for this task has been reached and tools are now disabled. Do not call any tool. Reply in text only: say that the step limit was reached, summarise what was done, list what remains, and recommend the next steps.";
 
-/// Tools whose permission key differs from their name.
-fn permission_key(tool: &str) -> &str {
-    match tool {
-        "write" | "apply_patch" => "edit",
-        other => other,
-    }
-}
-
 /// What a finished attempt loop produced.
 pub(super) struct TurnEnd {
     pub error: Option<AssistantError>,
@@ -122,7 +114,12 @@ impl Run<'_> {
         self.tools
             .specs
             .iter()
-            .filter(|spec| !disabled(permission_key(&spec.name), [defaults, layers.as_slice()]))
+            .filter(|spec| {
+                let tool = self.tools.registry.get(&spec.name);
+                let permission = tool.as_deref().map_or(spec.name.as_str(), |t| t.permission());
+                let narrowing = self.services.config.project_rules.as_slice();
+                !disabled(permission, [defaults, layers.as_slice()]) && !disabled(permission, [narrowing])
+            })
             .cloned()
             .collect()
     }

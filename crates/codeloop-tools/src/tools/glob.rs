@@ -61,6 +61,7 @@ impl Tool for GlobTool {
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
         let params: Params = decode(self.name(), args)?;
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "glob".to_string(),
             patterns: vec![params.pattern.clone()],
             always: vec!["*".to_string()],

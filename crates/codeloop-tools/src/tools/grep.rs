@@ -83,6 +83,7 @@ impl Tool for GrepTool {
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
         let params: Params = decode(self.name(), args)?;
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "grep".to_string(),
             patterns: vec![params.pattern.clone()],
             always: vec!["*".to_string()],

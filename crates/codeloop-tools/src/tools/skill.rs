@@ -83,6 +83,7 @@ impl Tool for SkillTool {
             return Err(ToolFailure::Failed(format!("Skill \"{name}\" not found. Available skills: {list}")));
         };
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "skill".to_string(),
             patterns: vec![name.to_string()],
             always: vec![name.to_string()],

@@ -101,6 +101,7 @@ impl Tool for WebFetchTool {
             return Err(failed(format!("Only http and https URLs can be fetched, not {}", url.scheme())));
         }
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "webfetch".into(),
             patterns: vec![url.to_string()],
             always: vec![origin_pattern(&url)],

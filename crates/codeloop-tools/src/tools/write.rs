@@ -43,6 +43,10 @@ impl Tool for WriteTool {
         "write"
     }
 
+    fn permission(&self) -> &str {
+        "edit"
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }
@@ -66,6 +70,7 @@ impl Tool for WriteTool {
         let rel = paths::relative(ctx, &path);
         let diff = unified_diff(&rel, &old_text, &params.content);
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "edit".to_string(),
             patterns: vec![rel.clone()],
             always: vec!["*".to_string()],

@@ -162,3 +162,20 @@ fn print_specs() {
         );
     }
 }
+
+#[test]
+fn tools_declare_their_permission_and_deadline() {
+    let env = Env::new();
+    let permission = |name: &str| env.registry.get(name).map(|t| t.permission().to_owned());
+    assert_eq!(permission("write").as_deref(), Some("edit"));
+    assert_eq!(permission("apply_patch").as_deref(), Some("edit"));
+    assert_eq!(permission("edit").as_deref(), Some("edit"));
+    assert_eq!(permission("bash").as_deref(), Some("bash"));
+
+    let deadline = |name: &str, args: Value| env.registry.get(name).and_then(|t| t.deadline(&args));
+    assert_eq!(deadline("read", json!({})), None);
+    // bash: its own timeout (never below the 120 s default) plus a minute of grace.
+    assert_eq!(deadline("bash", json!({})), Some(Duration::from_secs(180)));
+    assert_eq!(deadline("bash", json!({"timeout": 1_000})), Some(Duration::from_secs(180)));
+    assert_eq!(deadline("bash", json!({"timeout": 600_000})), Some(Duration::from_secs(660)));
+}

@@ -69,6 +69,10 @@ impl Tool for ApplyPatchTool {
         "apply_patch"
     }
 
+    fn permission(&self) -> &str {
+        "edit"
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }
@@ -99,6 +103,7 @@ impl Tool for ApplyPatchTool {
         let diff: String = plan.iter().map(|c| unified_diff(&rel(c.target()), &c.before, &c.after)).collect();
         let files: Vec<Value> = plan.iter().map(|c| file_metadata(c, &rel)).collect();
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "edit".to_string(),
             patterns: patterns.clone(),
             always: vec!["*".to_string()],

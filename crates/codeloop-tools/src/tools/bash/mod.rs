@@ -29,6 +29,8 @@ const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 /// Longest timeout honoured; larger values are clamped (the reference has no maximum, but an `Instant`
 /// cannot be arbitrarily far away).
 const MAX_TIMEOUT_MS: u64 = 30 * 24 * 60 * 60 * 1000;
+/// Extra time a call gets past its own timeout before the engine's watchdog steps in.
+const WATCHDOG_GRACE: Duration = Duration::from_secs(60);
 
 const DESCRIPTION: &str = "Run a bash command in the project directory (or `workdir`) and return its combined stdout/stderr \
 and exit code. Use for builds, tests, git and other terminal tasks; prefer the read/grep/glob/edit tools over \
@@ -84,6 +86,13 @@ impl Tool for BashTool {
 
     fn parameters(&self) -> &Value {
         &self.parameters
+    }
+
+    /// The call's own timeout (at least the default) plus a grace for the process-group kill and the
+    /// output drain: the watchdog only steps in if bash's own limit failed.
+    fn deadline(&self, args: &Value) -> Option<Duration> {
+        let timeout_ms = args.get("timeout").and_then(Value::as_u64).unwrap_or(DEFAULT_TIMEOUT_MS);
+        Some(Duration::from_millis(timeout_ms.clamp(DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS)) + WATCHDOG_GRACE)
     }
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
@@ -201,7 +210,14 @@ async fn ask_permissions(
     if patterns.is_empty() {
         return Ok(());
     }
-    ctx.ask(PermissionAsk { permission: "bash".to_string(), patterns, always, metadata: json!({}) }).await?;
+    ctx.ask(PermissionAsk {
+        grant: Default::default(),
+        permission: "bash".to_string(),
+        patterns,
+        always,
+        metadata: json!({}),
+    })
+    .await?;
     Ok(())
 }
 

@@ -88,6 +88,7 @@ impl Tool for EditTool {
         let rel = paths::relative(ctx, &path);
         let diff = unified_diff(&rel, &change.before, &change.after);
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "edit".to_string(),
             patterns: vec![rel.clone()],
             always: vec!["*".to_string()],

@@ -88,6 +88,7 @@ impl Tool for ReadTool {
         paths::check_external(ctx, &path, kind).await?;
         let title = paths::relative(ctx, &path);
         ctx.ask(PermissionAsk {
+            grant: Default::default(),
             permission: "read".to_string(),
             patterns: vec![title.clone()],
             always: vec!["*".to_string()],
