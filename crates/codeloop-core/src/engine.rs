@@ -41,6 +41,8 @@ pub struct EngineOptions {
     pub bus_channel_capacity: usize,
     /// Events kept for replay after a reconnect (`Last-Event-ID`).
     pub bus_replay_capacity: usize,
+    /// Directories no tool writes without an explicit grant, besides the data dir (the user's config dir).
+    pub protected_dirs: Vec<PathBuf>,
 }
 
 impl EngineOptions {
@@ -54,6 +56,7 @@ impl EngineOptions {
             skill_dirs: None,
             bus_channel_capacity: crate::bus::DEFAULT_CHANNEL_CAPACITY,
             bus_replay_capacity: crate::bus::DEFAULT_REPLAY_CAPACITY,
+            protected_dirs: Vec::new(),
         }
     }
 }
@@ -88,8 +91,10 @@ impl Engine {
         let writer = StoreWriter::new(store.clone())?;
         let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
         let tool_output_dir = options.data_dir.join("tool-output");
-        let allowed = vec![tool_output_dir.display().to_string(), std::env::temp_dir().display().to_string()];
-        let mut defaults = default_rules(&allowed);
+        // Only codeloop's own dirs are outside the project without asking: the spill files here, and each
+        // session's temp dir (which the tools treat as part of the project), not the whole system temp dir.
+        let allowed = vec![tool_output_dir.display().to_string()];
+        let mut defaults = default_rules(&allowed, std::env::home_dir().as_deref());
         if options.ask_policy == AskPolicy::Wait {
             // Someone can answer: the model may ask questions.
             defaults.push(codeloop_types::PermissionRule::new(
@@ -131,6 +136,7 @@ impl Engine {
             questions,
             data_dir: options.data_dir,
             tool_output_dir,
+            protected_dirs: options.protected_dirs,
             global_instructions: options.global_instructions,
             skill_dirs,
             statuses: Default::default(),

@@ -34,6 +34,9 @@ pub struct Services {
     pub data_dir: PathBuf,
     /// Where truncated tool outputs are saved in full.
     pub tool_output_dir: PathBuf,
+    /// Directories outside any project that tools never write without an explicit grant (the user's
+    /// config dir; the data dir is always added).
+    pub protected_dirs: Vec<PathBuf>,
     /// A global `AGENTS.md` (e.g. `~/.config/codeloop/AGENTS.md`).
     pub global_instructions: Option<PathBuf>,
     /// Folders with `<name>/SKILL.md` skills (relative ones are inside the project).
@@ -97,6 +100,22 @@ impl Services {
         let snapshots = Arc::new(Snapshots::for_project(&self.data_dir, project)?);
         all.insert(project.root.clone(), snapshots.clone());
         Some(snapshots)
+    }
+
+    /// What a session's tools see of its project: the session's own temp dir (created here; without it
+    /// bash falls back to no TMPDIR of its own) and the protected dirs.
+    pub fn project_paths(&self, project: &ProjectInfo, session: &SessionId) -> codeloop_tools::ProjectPaths {
+        let mut paths = codeloop_tools::ProjectPaths::new(&project.directory, &project.root);
+        paths.temp_dir = match codeloop_tools::session_temp_dir(session.as_str()) {
+            Ok(dir) => Some(dir),
+            Err(e) => {
+                tracing::warn!("cannot create the session's temp dir: {e}");
+                None
+            }
+        };
+        paths.protected = self.protected_dirs.clone();
+        paths.protected.push(self.data_dir.clone());
+        paths
     }
 
     /// Records and announces a session's status.

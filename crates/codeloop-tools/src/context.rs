@@ -116,13 +116,27 @@ pub trait ToolHost: Send + Sync {
     }
 }
 
-/// Where the project is: tools act inside `root` (and `directory`) unless `external_directory` allows.
+/// Where the project is: tools act inside `root` (and `directory`, and the session's temp dir) unless
+/// `external_directory` allows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProjectPaths {
     /// The working directory of the session.
     pub directory: PathBuf,
     /// The worktree root (the git root, or `directory` when not in a repository).
     pub root: PathBuf,
+    /// The session's own temp dir (bash's `TMPDIR`), usable without asking.
+    pub temp_dir: Option<PathBuf>,
+    /// Directories outside the project that no tool writes without an explicit grant: the user's config
+    /// dir and codeloop's data dir. (Inside the project, `codeloop.toml`, `.codeloop/` and `.git/` are
+    /// always protected.)
+    pub protected: Vec<PathBuf>,
+}
+
+impl ProjectPaths {
+    /// A project without a temp dir or extra protected paths.
+    pub fn new(directory: impl Into<PathBuf>, root: impl Into<PathBuf>) -> Self {
+        Self { directory: directory.into(), root: root.into(), temp_dir: None, protected: Vec::new() }
+    }
 }
 
 /// Output limits (`[tool_output]` in config): over either, the output is cut and the full text spilled.

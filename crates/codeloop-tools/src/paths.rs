@@ -1,14 +1,19 @@
-//! Path resolution and the `external_directory` check shared by the file tools.
+//! Path resolution, the `external_directory` check, protected paths and atomic writes shared by the file
+//! tools (DESIGN.md §5a).
 //!
-//! Paths from the model may be absolute or relative to the session directory. Anything that resolves
-//! outside the project (its root or the session directory) needs an `external_directory` permission before
-//! a tool touches it; tools never decide that themselves, they only ask.
+//! Paths from the model may be absolute or relative to the session directory. They are resolved on the
+//! file system (`..`, then every symlink of the deepest existing ancestor) before any check, so a link
+//! inside the project that points outside counts as outside, and the tools then act on that real path.
+//! Anything outside the project (its root, the session directory, the session's temp dir) needs an
+//! `external_directory` permission; tools never decide that themselves, they only ask. Writes replace the
+//! file through a temp file renamed into place: atomic, and never through a hard link to an outside file.
 
+use std::io::Write as _;
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::json;
 
-use crate::{PermissionAsk, ToolContext, ToolFailure};
+use crate::{Grant, PermissionAsk, ToolContext, ToolFailure};
 
 /// Whether a path names a file (the ask covers its parent directory) or a directory (the ask covers it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,9 +22,32 @@ pub(crate) enum PathKind {
     Directory,
 }
 
-/// Resolves `raw` against the session directory (expanding a leading `~/`) and removes `.`/`..` lexically.
+/// Resolves `raw` against the session directory (expanding a leading `~/`) to the real path it names:
+/// `.`/`..` applied, then the deepest existing ancestor's symlinks resolved.
 pub(crate) fn resolve(ctx: &ToolContext, raw: &str) -> PathBuf {
-    resolve_from(&ctx.project.directory, raw)
+    real_path(&resolve_from(&ctx.project.directory, raw))
+}
+
+/// The path with its deepest existing ancestor canonicalised and the missing rest appended. A dangling
+/// symlink at the end stays as it is: writes replace the link itself, never its target.
+pub fn real_path(path: &Path) -> PathBuf {
+    let path = normalize(path);
+    let mut rest: Vec<&std::ffi::OsStr> = Vec::new();
+    let mut base = path.as_path();
+    loop {
+        if let Ok(real) = base.canonicalize() {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (base.parent(), base.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                base = parent;
+            }
+            _ => return path.clone(),
+        }
+    }
 }
 
 /// Like [`resolve`], with an explicit base directory.
@@ -60,17 +88,97 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Whether `path` is inside the project root or the session directory.
+/// Whether the real `path` is inside the project root, the session directory or the session's temp dir.
 pub(crate) fn is_inside_project(ctx: &ToolContext, path: &Path) -> bool {
     let path = normalize(path);
-    path.starts_with(normalize(&ctx.project.root)) || path.starts_with(normalize(&ctx.project.directory))
+    let project = &ctx.project;
+    [Some(&project.root), Some(&project.directory), project.temp_dir.as_ref()]
+        .into_iter()
+        .flatten()
+        .any(|dir| path.starts_with(normalize(dir)) || path.starts_with(real_path(dir)))
+}
+
+/// Whether a tool may write `path` only with an explicit grant (DESIGN.md §5a): codeloop's and git's
+/// config inside the project (`codeloop.toml`, `.codeloop/`, `.git/` at any depth), and the user's config
+/// and data dirs wherever they are.
+pub fn is_protected(project: &crate::ProjectPaths, path: &Path) -> bool {
+    let path = normalize(path);
+    if project.protected.iter().any(|dir| path.starts_with(dir) || path.starts_with(real_path(dir))) {
+        return true;
+    }
+    let inside = [&project.root, &project.directory]
+        .into_iter()
+        .find_map(|dir| path.strip_prefix(real_path(dir)).ok().or_else(|| path.strip_prefix(dir).ok()));
+    let Some(rel) = inside else { return false };
+    let names: Vec<&std::ffi::OsStr> = rel.iter().collect();
+    names.iter().any(|n| *n == ".git" || *n == ".codeloop")
+        || names.last().is_some_and(|n| *n == "codeloop.toml")
+}
+
+/// The session's own temp dir, `<system temp>/codeloop-<uid>/<session>`, created with mode 0700. The
+/// per-user parent must be a real directory owned by this user (not a link someone planted in `/tmp`).
+pub fn session_temp_dir(session: &str) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = nix::unistd::getuid().as_raw();
+    let parent = std::env::temp_dir().join(format!("codeloop-{uid}"));
+    let mut builder = std::fs::DirBuilder::new();
+    builder.mode(0o700);
+    match builder.create(&parent) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&parent)?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} is not a private directory of this user: remove it",
+            parent.display()
+        )));
+    }
+    let dir = parent.join(session);
+    match builder.create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    Ok(dir)
+}
+
+/// How a write to `path` is granted: protected paths only explicitly.
+pub(crate) fn write_grant(ctx: &ToolContext, path: &Path) -> Grant {
+    if is_protected(&ctx.project, path) { Grant::Explicit } else { Grant::Rules }
+}
+
+/// Replaces `path` with `contents` atomically: a temp file in the same directory, synced, given the old
+/// file's permissions, then renamed over the old name. Missing parent directories are created. A hard
+/// link to the old file keeps the old contents.
+pub(crate) async fn write_atomic(path: &Path, contents: Vec<u8>) -> std::io::Result<()> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || write_atomic_blocking(&path, &contents))
+        .await
+        .map_err(std::io::Error::other)?
+}
+
+fn write_atomic_blocking(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let old = std::fs::metadata(path).ok();
+    let mut temp = tempfile::Builder::new().prefix(".codeloop-write-").tempfile_in(dir)?;
+    temp.write_all(contents)?;
+    if let Some(old) = &old {
+        temp.as_file().set_permissions(old.permissions())?;
+    }
+    temp.as_file().sync_all()?;
+    temp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// The permission pattern for a path: relative to the project root with `/` separators, or the absolute
 /// path when it lies outside.
 pub(crate) fn relative(ctx: &ToolContext, path: &Path) -> String {
     let path = normalize(path);
-    match path.strip_prefix(normalize(&ctx.project.root)) {
+    let root = real_path(&ctx.project.root);
+    match path.strip_prefix(&root).or_else(|_| path.strip_prefix(normalize(&ctx.project.root))) {
         Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
         Ok(rel) => slashed(rel),
         Err(_) => slashed(&path),

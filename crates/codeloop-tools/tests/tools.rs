@@ -17,6 +17,8 @@ mod read;
 mod registry;
 #[path = "tools/search.rs"]
 mod search;
+#[path = "tools/walls.rs"]
+mod walls;
 #[path = "tools/webfetch.rs"]
 mod webfetch;
 #[path = "tools/write.rs"]

@@ -83,8 +83,8 @@ pub struct PermissionEngine {
 }
 
 /// Built-in defaults (reference §9): everything allowed except doom loops, paths outside the project and
-/// `.env` files, which ask.
-pub fn default_rules(always_allowed_dirs: &[String]) -> Vec<PermissionRule> {
+/// secrets (`.env` files, keys, `~/.ssh` and friends), which ask whatever way they are read.
+pub fn default_rules(always_allowed_dirs: &[String], home: Option<&std::path::Path>) -> Vec<PermissionRule> {
     use PermissionAction::*;
     let mut rules = vec![
         PermissionRule::new("*", "*", Allow),
@@ -103,7 +103,17 @@ pub fn default_rules(always_allowed_dirs: &[String]) -> Vec<PermissionRule> {
         PermissionRule::new("read", "*.env", Ask),
         PermissionRule::new("read", "*.env.*", Ask),
         PermissionRule::new("read", "*.env.example", Allow),
+        PermissionRule::new("read", "*.pem", Ask),
+        PermissionRule::new("read", "*.key", Ask),
     ]);
+    if let Some(home) = home {
+        let home = home.display().to_string();
+        let home = home.trim_end_matches('/');
+        for dir in [".ssh", ".aws", ".gnupg"] {
+            rules.push(PermissionRule::new("read", format!("{home}/{dir}/*"), Ask));
+        }
+        rules.push(PermissionRule::new("read", format!("{home}/.netrc"), Ask));
+    }
     rules
 }
 

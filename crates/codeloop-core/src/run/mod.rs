@@ -174,6 +174,8 @@ pub(crate) struct Run<'a> {
     session: Session,
     history: Vec<MessageWithParts>,
     project: ProjectInfo,
+    /// What the tools see of the project: its dirs, the session's temp dir, the protected dirs.
+    paths: codeloop_tools::ProjectPaths,
     cancel: CancellationToken,
     inbox: &'a Inbox,
     doom: DoomLoopGuard,
@@ -206,11 +208,13 @@ pub(crate) async fn run_session(
     }
     let project = ProjectInfo::discover(std::path::Path::new(&session.directory));
     let snapshots = services.snapshots_for(&project);
+    let paths = services.project_paths(&project, session_id);
     let mut run = Run {
         services: services.clone(),
         session,
         history,
         project,
+        paths,
         cancel,
         inbox,
         doom: DoomLoopGuard::default(),

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use codeloop_provider::{ChatMessage, ProviderError, ProviderRequest, ToolChoice, ToolSpec, UserContent};
 use codeloop_store::MessageWithParts;
-use codeloop_tools::ProjectPaths;
 use codeloop_types::{
     AssistantError, AssistantMessage, Finish, Message, MessagePath, PermissionRule, SessionStatus,
     UserMessage, now_ms,
@@ -62,10 +61,7 @@ impl Run<'_> {
         let compaction = &self.services.config.compaction;
         Arc::new(TurnContext {
             services: self.services.clone(),
-            project: ProjectPaths {
-                directory: self.project.directory.clone(),
-                root: self.project.root.clone(),
-            },
+            project: self.paths.clone(),
             project_key: self.project.root.display().to_string(),
             layers: self.layers(agent),
             pricing: model.pricing.clone(),

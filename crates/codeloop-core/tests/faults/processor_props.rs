@@ -156,7 +156,7 @@ impl Fixture {
         let project = self.project.path().to_owned();
         let ctx = Arc::new(TurnContext {
             services: self.services(),
-            project: ProjectPaths { directory: project.clone(), root: project.clone() },
+            project: ProjectPaths::new(project.clone(), project.clone()),
             project_key: project.display().to_string(),
             layers: Arc::new(Vec::new()),
             pricing: ModelPricing::default(),

@@ -70,19 +70,14 @@ impl Tool for WriteTool {
         let rel = paths::relative(ctx, &path);
         let diff = unified_diff(&rel, &old_text, &params.content);
         ctx.ask(PermissionAsk {
-            grant: Default::default(),
+            grant: paths::write_grant(ctx, &path),
             permission: "edit".to_string(),
             patterns: vec![rel.clone()],
             always: vec!["*".to_string()],
             metadata: json!({"filepath": path.to_string_lossy(), "diff": diff}),
         })
         .await?;
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_failure("create directory", parent, &e))?;
-        }
-        tokio::fs::write(&path, FileText::render(bom, &params.content))
+        paths::write_atomic(&path, FileText::render(bom, &params.content).into())
             .await
             .map_err(|e| io_failure("write", &path, &e))?;
         Ok(ToolOutput {

@@ -52,6 +52,8 @@ pub struct Env {
     pub registry: ToolRegistry,
     pub cancel: CancellationToken,
     pub limits: OutputLimits,
+    /// The session's temp dir, when a test gives it one.
+    pub temp_dir: Option<PathBuf>,
 }
 
 impl Env {
@@ -65,6 +67,7 @@ impl Env {
             host: Arc::new(FakeHost::default()),
             cancel: CancellationToken::new(),
             limits: OutputLimits::default(),
+            temp_dir: None,
         }
     }
 
@@ -107,7 +110,10 @@ impl Env {
                 call_id: "call_1".into(),
                 agent: "build".into(),
             },
-            project: ProjectPaths { directory: self.root().to_path_buf(), root: self.root().to_path_buf() },
+            project: ProjectPaths {
+                temp_dir: self.temp_dir.clone(),
+                ..ProjectPaths::new(self.root(), self.root())
+            },
             tool_output_dir: self.output_dir.path().to_path_buf(),
             limits: self.limits,
             cancel: self.cancel.clone(),

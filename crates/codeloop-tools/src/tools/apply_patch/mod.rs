@@ -18,7 +18,7 @@ use crate::locks::FileLocks;
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
 use crate::text::{FileText, count_changes, read_optional, unified_diff};
-use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
+use crate::{Grant, PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
 use parse::Hunk;
 
 const DESCRIPTION: &str = "Edit files with a patch. Format:\n*** Begin Patch\n*** Add File: path\n+line\n\
@@ -102,8 +102,9 @@ impl Tool for ApplyPatchTool {
         let patterns: Vec<String> = touched.iter().map(|p| rel(p)).collect();
         let diff: String = plan.iter().map(|c| unified_diff(&rel(c.target()), &c.before, &c.after)).collect();
         let files: Vec<Value> = plan.iter().map(|c| file_metadata(c, &rel)).collect();
+        let protected = touched.iter().any(|p| paths::write_grant(ctx, p) == Grant::Explicit);
         ctx.ask(PermissionAsk {
-            grant: Default::default(),
+            grant: if protected { Grant::Explicit } else { Grant::Rules },
             permission: "edit".to_string(),
             patterns: patterns.clone(),
             always: vec!["*".to_string()],
@@ -264,10 +265,7 @@ async fn write(change: &Planned) -> Result<(), ToolFailure> {
             .map_err(|e| io_failure("delete", &change.path, &e));
     }
     let target = change.target();
-    if let Some(parent) = target.parent() {
-        tokio::fs::create_dir_all(parent).await.map_err(|e| io_failure("create directory", parent, &e))?;
-    }
-    tokio::fs::write(target, FileText::render(change.bom, &change.after))
+    paths::write_atomic(target, FileText::render(change.bom, &change.after).into())
         .await
         .map_err(|e| io_failure("write", target, &e))?;
     if change.kind == Kind::Move && change.path != target {

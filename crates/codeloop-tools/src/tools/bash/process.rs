@@ -52,6 +52,9 @@ pub(crate) async fn run(
         .stderr(writer)
         .process_group(0)
         .kill_on_drop(false);
+    if let Some(temp) = &ctx.project.temp_dir {
+        command.env("TMPDIR", temp);
+    }
     let mut child = command.spawn()?;
     // The command keeps our copies of the pipe's write end: drop it, or the read side never sees EOF.
     drop(command);

@@ -88,19 +88,14 @@ impl Tool for EditTool {
         let rel = paths::relative(ctx, &path);
         let diff = unified_diff(&rel, &change.before, &change.after);
         ctx.ask(PermissionAsk {
-            grant: Default::default(),
+            grant: paths::write_grant(ctx, &path),
             permission: "edit".to_string(),
             patterns: vec![rel.clone()],
             always: vec!["*".to_string()],
             metadata: json!({"filepath": path.to_string_lossy(), "diff": diff}),
         })
         .await?;
-        if let Some(parent) = path.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(|e| io_failure("create directory", parent, &e))?;
-        }
-        tokio::fs::write(&path, FileText::render(change.bom, &change.after))
+        paths::write_atomic(&path, FileText::render(change.bom, &change.after).into())
             .await
             .map_err(|e| io_failure("write", &path, &e))?;
 
