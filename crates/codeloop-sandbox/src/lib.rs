@@ -15,7 +15,7 @@ mod helper;
 mod policy;
 mod probe;
 
-pub use check::{CheckLine, CheckReport, check};
+pub use check::{CheckKind, CheckLine, CheckReport, check};
 pub use command::{HELPER_ARG, looks_secret, wrap_command};
 pub use explain::explain_failure;
 pub use helper::{EXIT_SETUP_FAILED, helper_main};
