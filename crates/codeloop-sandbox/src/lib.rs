@@ -11,6 +11,7 @@
 mod check;
 mod command;
 mod explain;
+mod fingerprint;
 mod helper;
 mod policy;
 mod probe;
@@ -18,6 +19,7 @@ mod probe;
 pub use check::{CheckKind, CheckLine, CheckReport, check};
 pub use command::{HELPER_ARG, looks_secret, wrap_command};
 pub use explain::explain_failure;
+pub use fingerprint::{Fingerprint, fingerprint};
 pub use helper::{EXIT_SETUP_FAILED, helper_main};
 pub use policy::{SandboxMode, SandboxPolicy};
 pub use probe::{Support, probe};
