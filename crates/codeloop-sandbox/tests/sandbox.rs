@@ -387,3 +387,41 @@ fn a_missing_program_exits_127() {
         .unwrap();
     assert_eq!(out.status.code(), Some(127), "{}", text(&out));
 }
+
+#[test]
+fn signals_work_inside_the_walls_and_the_parent_can_kill_the_group() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+
+    let fx = Fixture::new();
+    let out = fx.bash("sleep 100 & kill $!; wait $!; echo status=$?");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "status=143\n", "{}", text(&out));
+
+    let args = [OsString::from("-c"), OsString::from("sleep 100 & wait")];
+    let mut child = wrap_command(Path::new(HELPER), &fx.policy, OsStr::new("bash"), &args)
+        .process_group(0)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let group = nix::unistd::Pid::from_raw(-i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert_eq!(child.wait().unwrap().signal(), Some(9));
+}
+
+#[test]
+fn git_reads_work_and_a_commit_is_refused_with_a_note() {
+    if !namespaces_here("git_reads_work_and_a_commit_is_refused_with_a_note") {
+        return;
+    }
+    let fx = Fixture::new();
+    fs::remove_dir_all(fx.root().join(".git")).unwrap();
+    let init = Command::new("git").args(["init", "-q", "."]).current_dir(fx.root()).status();
+    if !init.is_ok_and(|s| s.success()) {
+        eprintln!("!!! SKIPPED git_reads_work_and_a_commit_is_refused_with_a_note: no git here");
+        return;
+    }
+    let out = fx.bash("git status --short && git add victim");
+    assert!(!out.status.success(), "git add wrote the index: {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("?? victim"), "{}", text(&out));
+    let note = explain_failure(&fx.policy, &String::from_utf8_lossy(&out.stderr)).unwrap();
+    assert!(note.contains("git_write = true"), "{note}");
+}
