@@ -7,6 +7,10 @@
 //! This crate owns the policy shape, the probe, the wrapped command, the helper, failure notes and the
 //! self-check. It must not decide the policy (the caller resolves config and trust), spawn the tool's
 //! process, or read configuration.
+//!
+//! Use: the binary's `main` calls [`helper_main`] when `argv[1] == "__sandbox"` (before starting any thread);
+//! a tool builds its command with [`wrap_command`] (passing `std::env::current_exe()` as the helper), sets
+//! stdio, working dir and process group on it, spawns it, and on failure adds [`explain_failure`]'s note.
 
 mod check;
 mod command;

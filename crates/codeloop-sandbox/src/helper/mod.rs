@@ -25,6 +25,9 @@ pub(crate) const MESSAGE_PREFIX: &str = "codeloop sandbox:";
 
 /// Entry of the helper mode: `args` are the arguments after `__sandbox`. Never returns on success (the
 /// process becomes PROGRAM); otherwise prints one line to stderr and returns 125, 126 or 127.
+///
+/// Call it first thing in `main`, before any runtime, logger thread or other thread starts: the kernel
+/// refuses a user namespace to a multi-threaded process.
 pub fn helper_main(args: Vec<OsString>) -> ExitCode {
     match run(args) {
         Ok(never) => match never {},
