@@ -78,7 +78,7 @@ fn helper_plan(policy: &SandboxPolicy) -> Option<HelperPlan> {
     Some(HelperPlan { policy: policy.clone(), namespace })
 }
 
-/// Whether an environment variable's name contains one of [`SECRET_WORDS`], case-insensitively.
+/// Whether an environment variable's name contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, in any case.
 pub fn looks_secret(name: &OsStr) -> bool {
     let upper = name.to_string_lossy().to_ascii_uppercase();
     SECRET_WORDS.iter().any(|w| upper.contains(w))
