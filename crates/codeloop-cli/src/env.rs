@@ -73,11 +73,25 @@ pub fn load_config(project: Option<&Path>) -> anyhow::Result<Config> {
     Ok(loaded.config)
 }
 
+/// One warning per run when the config asks for walls this machine cannot put up.
+fn warn_without_landlock(config: &Config) {
+    if config.sandbox.mode != codeloop_sandbox::SandboxMode::Off && !codeloop_sandbox::probe().landlock() {
+        eprintln!(
+            "warning: this system has no Landlock, so commands run without OS walls (permission rules only); \
+             `codeloop sandbox check` shows what is enforced"
+        );
+    }
+}
+
 /// Opens the engine on the data directory.
 pub fn open_engine(config: Config, ask_policy: AskPolicy) -> anyhow::Result<Engine> {
     let data_dir = data_dir()?;
+    warn_without_landlock(&config);
     let mut options = EngineOptions::new(&data_dir, config);
     options.ask_policy = ask_policy;
+    options.home = home();
+    options.protected_dirs = config_dir().into_iter().collect();
+    options.sandbox_helper = std::env::current_exe().ok();
     options.global_instructions = config_dir().map(|d| d.join("AGENTS.md"));
     Engine::open(options).with_context(|| format!("cannot open the data directory {}", data_dir.display()))
 }

@@ -7,6 +7,7 @@ mod models;
 mod permissions;
 mod render;
 mod run;
+mod sandbox;
 mod serve;
 mod session;
 mod trust;
@@ -46,6 +47,9 @@ enum Command {
     Permissions(permissions::PermissionsCommand),
     /// Trust a project's own config (codeloop.toml, .codeloop/): until then it may only narrow yours.
     Trust(trust::TrustArgs),
+    /// Show and test the OS sandbox that walls in the commands tools run.
+    #[command(subcommand)]
+    Sandbox(sandbox::SandboxCommand),
 }
 
 /// `--format` of commands that print.
@@ -69,6 +73,11 @@ pub const EXIT_INTERRUPTED: u8 = 130;
 pub const EXIT_TERMINATED: u8 = 143;
 
 fn main() -> ExitCode {
+    // The sandbox helper mode: put the walls up and exec the command. First, before any thread starts (the
+    // kernel refuses a user namespace to a multi-threaded process).
+    if std::env::args_os().nth(1).is_some_and(|a| a == codeloop_sandbox::HELPER_ARG) {
+        return codeloop_sandbox::helper_main(std::env::args_os().skip(2).collect());
+    }
     let cli = Cli::parse();
     env::init_tracing();
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
@@ -87,6 +96,7 @@ fn main() -> ExitCode {
             Command::Demo(args) => demo::demo(args).await,
             Command::Permissions(command) => permissions::permissions(command),
             Command::Trust(args) => trust::trust(args),
+            Command::Sandbox(command) => sandbox::sandbox(command),
         }
     });
     // Don't wait for stray blocking tasks (e.g. a tool that ignores cancellation) at exit.

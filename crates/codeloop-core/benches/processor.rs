@@ -63,6 +63,7 @@ fn bench(c: &mut Criterion) {
         estimated_input_tokens: 0,
         tools: engine.services().tools.clone(),
         continue_on_reject: false,
+        walls: None,
     });
     let template = events();
     let mut group = c.benchmark_group("processor");

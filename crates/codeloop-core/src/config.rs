@@ -44,6 +44,8 @@ pub struct Config {
     pub continue_on_reject: bool,
     /// MCP servers whose tools are offered to the model: `[mcp.NAME] command = ["program", "arg"]`.
     pub mcp: BTreeMap<String, crate::mcp::McpSettings>,
+    /// OS walls for tools' child processes (DESIGN.md §5a).
+    pub sandbox: SandboxConfig,
     /// An untrusted project's own `[permission]` rules. They can only narrow: each call gets the stricter
     /// of these and every other layer (deny > ask > allow). Never read from a file directly.
     #[serde(skip)]
@@ -199,7 +201,7 @@ pub fn action_name(action: PermissionAction) -> &'static str {
     }
 }
 
-fn expand_home(pattern: &str) -> String {
+pub(crate) fn expand_home(pattern: &str) -> String {
     // Expansion happens with the HOME the process was started with; patterns stay literal otherwise.
     match (pattern.strip_prefix("~/"), std::env::home_dir()) {
         (Some(rest), Some(home)) => format!("{}/{rest}", home.display()),
@@ -262,6 +264,37 @@ pub struct ToolOutputConfig {
 impl Default for ToolOutputConfig {
     fn default() -> Self {
         Self { max_lines: 2000, max_bytes: 50 * 1024 }
+    }
+}
+
+/// `[sandbox]`: the walls around every process a tool starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SandboxConfig {
+    /// `"workspace-write"` (default), `"read-only"` or `"off"`.
+    pub mode: codeloop_sandbox::SandboxMode,
+    /// Whether commands may use the network (TCP, UDP); `webfetch` obeys it too.
+    pub network: bool,
+    /// Extra writable directories (`~/` expanded).
+    pub writable_roots: Vec<String>,
+    /// Let commands write the project's `.git` (commits, branches); otherwise it stays read-only.
+    pub git_write: bool,
+    /// Writable package caches; `None` = the usual ones (`~/.cargo/registry`, `~/.npm`, …), `[]` closes them.
+    pub cache_dirs: Option<Vec<String>>,
+    /// Environment variables kept although their names look secret (`*KEY*`, `*TOKEN*`, …).
+    pub env_keep: Vec<String>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            mode: codeloop_sandbox::SandboxMode::WorkspaceWrite,
+            network: true,
+            writable_roots: Vec::new(),
+            git_write: false,
+            cache_dirs: None,
+            env_keep: Vec::new(),
+        }
     }
 }
 

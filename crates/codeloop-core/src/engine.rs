@@ -43,6 +43,11 @@ pub struct EngineOptions {
     pub bus_replay_capacity: usize,
     /// Directories no tool writes without an explicit grant, besides the data dir (the user's config dir).
     pub protected_dirs: Vec<PathBuf>,
+    /// The executable with the sandbox helper mode (`codeloop` itself); `None` runs tools' commands
+    /// without OS walls (library tests).
+    pub sandbox_helper: Option<PathBuf>,
+    /// The user's home: secret rules, package caches and masks are under it.
+    pub home: Option<PathBuf>,
 }
 
 impl EngineOptions {
@@ -57,6 +62,8 @@ impl EngineOptions {
             bus_channel_capacity: crate::bus::DEFAULT_CHANNEL_CAPACITY,
             bus_replay_capacity: crate::bus::DEFAULT_REPLAY_CAPACITY,
             protected_dirs: Vec::new(),
+            sandbox_helper: None,
+            home: None,
         }
     }
 }
@@ -94,7 +101,7 @@ impl Engine {
         // Only codeloop's own dirs are outside the project without asking: the spill files here, and each
         // session's temp dir (which the tools treat as part of the project), not the whole system temp dir.
         let allowed = vec![tool_output_dir.display().to_string()];
-        let mut defaults = default_rules(&allowed, std::env::home_dir().as_deref());
+        let mut defaults = default_rules(&allowed, options.home.as_deref());
         if options.ask_policy == AskPolicy::Wait {
             // Someone can answer: the model may ask questions.
             defaults.push(codeloop_types::PermissionRule::new(
@@ -124,6 +131,7 @@ impl Engine {
             }
         });
         let mcp_settings = options.config.mcp.clone();
+        let data_dir = options.data_dir.clone();
         let services = Arc::new(Services {
             agents,
             models: Models::new(options.config.clone(), options.env),
@@ -136,6 +144,11 @@ impl Engine {
             questions,
             data_dir: options.data_dir,
             tool_output_dir,
+            walls: crate::walls::WallsSetup {
+                helper: options.sandbox_helper,
+                home: options.home,
+                masked: options.protected_dirs.iter().cloned().chain([data_dir]).collect(),
+            },
             protected_dirs: options.protected_dirs,
             global_instructions: options.global_instructions,
             skill_dirs,

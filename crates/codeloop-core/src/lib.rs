@@ -28,6 +28,7 @@ pub mod snapshot;
 mod subagent;
 mod tool_host;
 pub mod trust;
+pub mod walls;
 
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};

@@ -37,6 +37,8 @@ pub struct Services {
     /// Directories outside any project that tools never write without an explicit grant (the user's
     /// config dir; the data dir is always added).
     pub protected_dirs: Vec<PathBuf>,
+    /// How tools' child processes are walled in (helper, home, masked dirs).
+    pub walls: crate::walls::WallsSetup,
     /// A global `AGENTS.md` (e.g. `~/.config/codeloop/AGENTS.md`).
     pub global_instructions: Option<PathBuf>,
     /// Folders with `<name>/SKILL.md` skills (relative ones are inside the project).

@@ -152,6 +152,14 @@ impl Default for OutputLimits {
     }
 }
 
+/// The OS walls a tool's child processes run inside (DESIGN.md §5a "The sandbox").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Walls {
+    /// The executable whose `__sandbox` mode puts the walls up and execs the command (codeloop itself).
+    pub helper: PathBuf,
+    pub policy: codeloop_sandbox::SandboxPolicy,
+}
+
 /// Everything one call gets.
 #[derive(Clone)]
 pub struct ToolContext {
@@ -162,6 +170,8 @@ pub struct ToolContext {
     pub limits: OutputLimits,
     pub cancel: CancellationToken,
     pub host: Arc<dyn ToolHost>,
+    /// `None`: child processes run with permission rules only (`[sandbox] mode = "off"`, or no helper).
+    pub walls: Option<Arc<Walls>>,
 }
 
 impl ToolContext {

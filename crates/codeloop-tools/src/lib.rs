@@ -17,7 +17,7 @@ mod truncate;
 
 pub use context::{
     CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure,
-    ToolHost, ToolOutput, ToolSpec,
+    ToolHost, ToolOutput, ToolSpec, Walls,
 };
 pub use locks::FileLocks;
 pub use paths::{is_protected, real_path, session_temp_dir};

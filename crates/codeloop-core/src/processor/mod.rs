@@ -75,6 +75,8 @@ pub struct TurnContext {
     pub tools: Arc<codeloop_tools::ToolRegistry>,
     /// A user's rejection is fed back to the model instead of stopping the run.
     pub continue_on_reject: bool,
+    /// The OS walls of this agent's commands (`None`: permission rules only).
+    pub walls: Option<Arc<codeloop_tools::Walls>>,
 }
 
 pub struct Processor {

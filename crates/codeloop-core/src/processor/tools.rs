@@ -171,6 +171,7 @@ impl Processor {
             limits: self.services().limits(),
             cancel: self.tools_cancel.child_token(),
             host: self.host.clone(),
+            walls: self.ctx.walls.clone(),
         };
         let tools = self.ctx.tools.clone();
         let events = self.tool_tx.clone();

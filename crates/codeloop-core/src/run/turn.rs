@@ -71,6 +71,13 @@ impl Run<'_> {
             estimated_input_tokens,
             tools: self.tools.registry.clone(),
             continue_on_reject: self.services.config.continue_on_reject,
+            walls: crate::walls::walls_for(
+                &self.services.walls,
+                &self.services.config.sandbox,
+                &self.paths,
+                &agent.name,
+            )
+            .map(Arc::new),
         })
     }
 

@@ -166,6 +166,7 @@ impl Fixture {
             estimated_input_tokens: 0,
             tools: self.services().tools.clone(),
             continue_on_reject: false,
+            walls: None,
         });
         let message = AssistantMessage::new(
             self.session.id.clone(),

@@ -118,6 +118,7 @@ impl Env {
             limits: self.limits,
             cancel: self.cancel.clone(),
             host: self.host.clone(),
+            walls: None,
         }
     }
 

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
-use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
+use crate::{Grant, PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput, Walls};
 use output::OutputSink;
 use parse::{SimpleCommand, split_commands};
 use process::Ending;
@@ -55,6 +55,10 @@ struct Params {
     workdir: Option<String>,
     /// What the command does, in 5-10 words.
     description: Option<String>,
+    /// Run outside codeloop's sandbox. Only after a command failed because the sandbox blocked it; the
+    /// user is asked every time.
+    #[serde(default, deserialize_with = "crate::lenient::opt_bool")]
+    escalate: Option<bool>,
 }
 
 /// Runs shell commands.
@@ -126,13 +130,40 @@ impl Tool for BashTool {
                 Some(json!({"output": sink.live(), "description": description})),
             );
         };
+        let walls = walls_for(ctx, &params).await?;
         let timeout = Duration::from_millis(timeout_ms);
-        let ending = process::run(&params.command, &cwd, timeout, ctx, &mut sink, report)
+        let ending = process::run(&params.command, &cwd, timeout, ctx, walls, &mut sink, report)
             .await
             .map_err(|e| ToolFailure::Failed(format!("Failed to run command: {e}")))?;
-        let out = sink.finish().await;
-        Ok(render(title, description, ending, timeout_ms, out))
+        let mut out = sink.finish().await;
+        if let (Some(walls), Ending::Exited(Some(code))) = (walls, ending)
+            && code != 0
+            && let Some(note) = codeloop_sandbox::explain_failure(&walls.policy, &out.text)
+        {
+            out.text.push_str(&format!("\n\n<sandbox>\n{note}\n</sandbox>"));
+        }
+        let mut output = render(title, description, ending, timeout_ms, out);
+        output.metadata["sandbox"] = json!(walls.map_or("off", |w| w.policy.mode.as_str()));
+        Ok(output)
     }
+}
+
+/// The walls this call runs in: the session's, unless the model asked to escalate and a person (or a rule
+/// naming `sandbox_escalate`) agreed.
+async fn walls_for<'a>(ctx: &'a ToolContext, params: &Params) -> Result<Option<&'a Walls>, ToolFailure> {
+    let Some(walls) = ctx.walls.as_deref() else { return Ok(None) };
+    if walls.policy.mode == codeloop_sandbox::SandboxMode::Off || params.escalate != Some(true) {
+        return Ok(Some(walls));
+    }
+    ctx.ask(PermissionAsk {
+        grant: Grant::Explicit,
+        permission: "sandbox_escalate".to_string(),
+        patterns: vec![params.command.clone()],
+        always: vec![params.command.clone()],
+        metadata: json!({"command": params.command, "sandbox": walls.policy.mode.as_str()}),
+    })
+    .await?;
+    Ok(None)
 }
 
 fn render(

@@ -14,7 +14,7 @@ use tokio::process::{Child, Command};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::output::OutputSink;
-use crate::ToolContext;
+use crate::{ToolContext, Walls};
 
 /// Time between SIGTERM and SIGKILL for the process group.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(2);
@@ -32,29 +32,41 @@ pub(crate) enum Ending {
     Aborted,
 }
 
-/// Runs `script` in `cwd`, feeding output into `sink` and live progress into `progress`.
+/// Runs `script` in `cwd` (inside `walls` when given), feeding output into `sink` and live progress into
+/// `progress`.
 pub(crate) async fn run(
     script: &str,
     cwd: &Path,
     timeout: Duration,
     ctx: &ToolContext,
+    walls: Option<&Walls>,
     sink: &mut OutputSink,
     mut progress: impl FnMut(&OutputSink),
 ) -> std::io::Result<Ending> {
     let (reader, writer) = std::io::pipe()?;
-    let mut command = Command::new(shell());
+    let mut command = match walls {
+        Some(walls) => Command::from(codeloop_sandbox::wrap_command(
+            &walls.helper,
+            &walls.policy,
+            shell().as_os_str(),
+            &["-c".into(), script.into()],
+        )),
+        None => {
+            let mut command = Command::new(shell());
+            command.arg("-c").arg(script);
+            if let Some(temp) = &ctx.project.temp_dir {
+                command.env("TMPDIR", temp);
+            }
+            command
+        }
+    };
     command
-        .arg("-c")
-        .arg(script)
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(writer.try_clone()?)
         .stderr(writer)
         .process_group(0)
         .kill_on_drop(false);
-    if let Some(temp) = &ctx.project.temp_dir {
-        command.env("TMPDIR", temp);
-    }
     let mut child = command.spawn()?;
     // The command keeps our copies of the pipe's write end: drop it, or the read side never sees EOF.
     drop(command);

@@ -1,0 +1,123 @@
+//! The OS walls of a run (DESIGN.md §5a "The sandbox"): turns `[sandbox]` config, the project and the agent
+//! into the policy every tool's child process runs under.
+//!
+//! Owns: which paths are writable, protected and masked for one session. Must not: put walls up (that is
+//! `codeloop-sandbox`'s helper) or decide permissions.
+
+use std::path::{Path, PathBuf};
+
+use codeloop_sandbox::{SandboxMode, SandboxPolicy};
+use codeloop_tools::{ProjectPaths, Walls};
+
+use crate::config::{SandboxConfig, expand_home};
+
+/// Agents that never change files: their commands run read-only whatever the config says.
+const READ_ONLY_AGENTS: &[&str] = &["plan", "explore"];
+
+/// What the walls need to know besides the config.
+#[derive(Debug, Clone, Default)]
+pub struct WallsSetup {
+    /// The executable with the `__sandbox` helper mode; `None` runs commands without walls.
+    pub helper: Option<PathBuf>,
+    pub home: Option<PathBuf>,
+    /// Hidden from commands besides `~/.ssh` and friends: the user's config dir and the data dir.
+    pub masked: Vec<PathBuf>,
+}
+
+/// The walls for one agent's commands in a project; `None` when there is no helper.
+pub fn walls_for(
+    setup: &WallsSetup,
+    config: &SandboxConfig,
+    paths: &ProjectPaths,
+    agent: &str,
+) -> Option<Walls> {
+    let helper = setup.helper.clone()?;
+    let temp_dir = paths.temp_dir.clone()?;
+    let mode = if READ_ONLY_AGENTS.contains(&agent) { SandboxMode::ReadOnly } else { config.mode };
+    let root = real(&paths.root);
+    let mut policy = SandboxPolicy::new(root.clone(), temp_dir.clone());
+    policy.mode = mode;
+    policy.network = config.network;
+    policy.writable_roots = config.writable_roots.iter().map(|r| PathBuf::from(expand_home(r))).collect();
+    policy.protected = protected_paths(paths, config.git_write);
+    policy.env_keep = config.env_keep.clone();
+    if let Some(home) = &setup.home {
+        policy.cache_dirs = match &config.cache_dirs {
+            None => SandboxPolicy::default_cache_dirs(home),
+            Some(dirs) => dirs.iter().map(|d| PathBuf::from(expand_home(d))).collect(),
+        };
+        policy.masked = SandboxPolicy::default_masked(home);
+    }
+    policy.masked.extend(setup.masked.iter().cloned());
+    // Never hide the project or the temp dir (a data dir that holds the project, say).
+    policy.masked.retain(|m| {
+        let m = real(m);
+        m.exists() && !root.starts_with(&m) && !temp_dir.starts_with(&m)
+    });
+    policy.cache_dirs.retain(|d| d.exists());
+    policy.writable_roots.retain(|d| d.exists());
+    Some(Walls { helper, policy })
+}
+
+/// `codeloop.toml` and `.codeloop/` from the session directory up to the root, and the git dir (unless
+/// `git_write`): the ones that exist, by their real paths (a bind mount follows links).
+fn protected_paths(paths: &ProjectPaths, git_write: bool) -> Vec<PathBuf> {
+    let root = real(&paths.root);
+    let directory = real(&paths.directory);
+    let mut out = Vec::new();
+    for dir in directory.ancestors() {
+        out.push(dir.join("codeloop.toml"));
+        out.push(dir.join(".codeloop"));
+        if dir == root || !dir.starts_with(&root) {
+            break;
+        }
+    }
+    if !git_write {
+        let dot_git = root.join(".git");
+        out.push(dot_git.clone());
+        // A worktree or submodule: `.git` is a file naming the real git dir.
+        if let Ok(text) = std::fs::read_to_string(&dot_git)
+            && let Some(dir) = text.trim().strip_prefix("gitdir:")
+        {
+            out.push(root.join(dir.trim()));
+        }
+    }
+    let mut protected: Vec<PathBuf> = out.iter().filter(|p| p.exists()).map(|p| real(p)).collect();
+    protected.dedup();
+    protected
+}
+
+fn real(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_runs_read_only_and_protected_paths_are_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::create_dir_all(root.join("sub/.codeloop")).unwrap();
+        std::fs::write(root.join("codeloop.toml"), "").unwrap();
+        let temp = tempfile::tempdir().unwrap();
+        let mut paths = ProjectPaths::new(root.join("sub"), &root);
+        paths.temp_dir = Some(temp.path().to_owned());
+        let setup = WallsSetup { helper: Some("/bin/codeloop".into()), ..Default::default() };
+        let config = SandboxConfig::default();
+        let build = walls_for(&setup, &config, &paths, "build").unwrap();
+        assert_eq!(build.policy.mode, SandboxMode::WorkspaceWrite);
+        assert_eq!(
+            build.policy.protected,
+            vec![root.join("sub/.codeloop"), root.join("codeloop.toml"), root.join(".git")]
+        );
+        assert_eq!(walls_for(&setup, &config, &paths, "plan").unwrap().policy.mode, SandboxMode::ReadOnly);
+        let git = SandboxConfig { git_write: true, ..SandboxConfig::default() };
+        assert!(
+            !walls_for(&setup, &git, &paths, "build").unwrap().policy.protected.contains(&root.join(".git"))
+        );
+        assert!(walls_for(&WallsSetup::default(), &config, &paths, "build").is_none());
+    }
+}
