@@ -8,6 +8,9 @@ use std::process::{Command, Output};
 use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
 use serde_json::{Value, json};
 
+#[path = "cli/walls.rs"]
+mod walls;
+
 struct Env {
     data: tempfile::TempDir,
     home: tempfile::TempDir,

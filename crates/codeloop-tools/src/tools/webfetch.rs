@@ -100,6 +100,12 @@ impl Tool for WebFetchTool {
         if !matches!(url.scheme(), "http" | "https") {
             return Err(failed(format!("Only http and https URLs can be fetched, not {}", url.scheme())));
         }
+        if ctx.walls.as_ref().is_some_and(|w| !w.policy.network) {
+            return Err(failed(
+                "The network is closed for this session ([sandbox] network = false in the user's config); \
+                 webfetch cannot fetch anything. Ask the user if the page is needed.",
+            ));
+        }
         ctx.ask(PermissionAsk {
             grant: Default::default(),
             permission: "webfetch".into(),

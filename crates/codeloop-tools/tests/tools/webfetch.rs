@@ -4,6 +4,7 @@
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
+use codeloop_tools::ToolFailure;
 use serde_json::json;
 
 use crate::common::Env;
@@ -77,4 +78,19 @@ async fn a_denied_fetch_sends_nothing() {
     let result = env.run("webfetch", json!({"url": url})).await;
     assert!(matches!(result, Err(codeloop_tools::ToolFailure::Permission(_))), "{result:?}");
     assert!(listener.accept().is_err(), "no connection was made");
+}
+
+#[tokio::test]
+async fn a_closed_network_refuses_before_asking() {
+    let env = Env::new();
+    let mut ctx = env.ctx();
+    let mut policy = codeloop_sandbox::SandboxPolicy::new(env.root(), env.root());
+    policy.network = false;
+    ctx.walls = Some(std::sync::Arc::new(codeloop_tools::Walls { helper: "/bin/false".into(), policy }));
+    let result = env.registry.execute("webfetch", json!({"url": "http://127.0.0.1:9/"}), &ctx).await;
+    match result {
+        Err(ToolFailure::Failed(message)) => assert!(message.contains("network = false"), "{message}"),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert!(env.asks_for("webfetch").is_empty());
 }
