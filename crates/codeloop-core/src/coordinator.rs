@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use codeloop_store::{SessionLock, Store};
+use codeloop_store::SessionLock;
 use codeloop_types::SessionId;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;

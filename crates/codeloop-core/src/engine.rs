@@ -94,7 +94,7 @@ pub struct Engine {
 impl Engine {
     /// Opens the data directory (recovering what a crashed run left open) and builds the services.
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
-        let store = Arc::new(SqliteStore::open(&options.data_dir)?);
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&options.data_dir)?);
         let writer = StoreWriter::new(store.clone())?;
         let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
         let tool_output_dir = options.data_dir.join("tool-output");

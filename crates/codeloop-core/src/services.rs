@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use codeloop_store::{SqliteStore, Store, StoreWriter, Write};
+use codeloop_store::{Store, StoreWriter, Write};
 use codeloop_tools::{OutputLimits, ToolRegistry};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -22,7 +22,8 @@ use crate::snapshot::Snapshots;
 
 pub struct Services {
     pub config: Config,
-    pub store: Arc<SqliteStore>,
+    /// Only the trait: nothing above the store knows which store it has.
+    pub store: Arc<dyn Store>,
     pub writer: StoreWriter,
     pub bus: Bus,
     /// The built-in tools; [`Services::tool_set`] adds the MCP ones.
@@ -118,6 +119,17 @@ impl Services {
         paths.protected = self.protected_dirs.clone();
         paths.protected.push(self.data_dir.clone());
         paths
+    }
+
+    /// Runs a store call on the blocking pool: store work never stalls the async worker threads.
+    pub async fn blocking<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&dyn Store) -> codeloop_store::Result<T> + Send + 'static,
+    ) -> codeloop_store::Result<T> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || call(store.as_ref()))
+            .await
+            .unwrap_or_else(|e| Err(codeloop_store::StoreError::Interrupted(e.to_string())))
     }
 
     /// Records and announces a session's status.

@@ -7,7 +7,6 @@
 use std::sync::{Arc, OnceLock, Weak};
 
 use async_trait::async_trait;
-use codeloop_store::Store;
 use codeloop_tools::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput, decode, schema_for};
 use codeloop_types::{
     EventPayload, Message, PartKind, PermissionAction, PermissionRule, Session, SessionId, now_ms,

@@ -94,6 +94,9 @@ pub enum StoreError {
     /// Writes queued through the [`StoreWriter`] failed since the previous flush (each was logged).
     #[error("{count} queued store write(s) failed; first error: {first}")]
     WriteFailed { count: usize, first: String },
+    /// A store call on the blocking pool did not finish (the runtime is shutting down, or it panicked).
+    #[error("a store call was cut short: {0}")]
+    Interrupted(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -128,4 +131,8 @@ pub trait Store: Send + Sync {
     /// session): pending/running tool parts become interrupted errors, assistant messages without
     /// `time.completed` become `Aborted`.
     fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport>;
+
+    /// Takes the run lock of a session for as long as the guard lives; `SessionBusy` if any process
+    /// (this one included) already holds it. Never waits.
+    fn lock_session(&self, id: &SessionId) -> Result<SessionLock>;
 }

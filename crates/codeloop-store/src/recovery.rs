@@ -12,7 +12,7 @@ use rusqlite::Connection;
 
 use crate::rows::{message_from_row, part_from_row, upsert_message, upsert_part};
 use crate::sqlite::SqliteStore;
-use crate::{RecoveryReport, Result, StoreError};
+use crate::{RecoveryReport, Result, Store as _, StoreError};
 
 pub(crate) const OPEN_TOOL_SESSIONS_SQL: &str =
     "SELECT DISTINCT session_id FROM part WHERE tool_status IN ('pending', 'running')";

@@ -106,12 +106,6 @@ impl SqliteStore {
         &self.db_path
     }
 
-    /// Takes the run lock of a session for as long as the guard lives; `SessionBusy` if any process
-    /// (this one included) already holds it. Never waits.
-    pub fn lock_session(&self, id: &SessionId) -> Result<SessionLock> {
-        lock::acquire(&self.lock_dir, id)
-    }
-
     /// Page counts of the database file (after nothing else: no checkpoint is forced).
     pub fn disk_usage(&self) -> Result<DiskUsage> {
         let (page_size, page_count, freelist_count) = self.read(|conn| {
@@ -377,5 +371,9 @@ impl Store for SqliteStore {
             None => recovery::recover_unlocked(self, now_ms()),
             Some(id) => self.write(|conn| recovery::recover_session(conn, id, now_ms())),
         }
+    }
+
+    fn lock_session(&self, id: &SessionId) -> Result<SessionLock> {
+        lock::acquire(&self.lock_dir, id)
     }
 }

@@ -13,7 +13,7 @@ pub use compact::new_compaction_request;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use codeloop_store::{MessageWithParts, Store};
+use codeloop_store::MessageWithParts;
 use codeloop_types::{
     AssistantError, AssistantMessage, EventPayload, Finish, Message, MessageId, ModelRef, PartKind, Session,
     SessionId, SessionStatus, ToolState,
@@ -196,12 +196,16 @@ pub(crate) async fn run_session(
 ) -> Result<RunOutcome, RunError> {
     // The caller (the coordinator) holds the session's lock. Input it just recorded must be readable.
     services.writer.flush().await?;
-    services.store.recover(Some(session_id))?;
-    let session = services
-        .store
-        .get_session(session_id)?
+    let id = session_id.clone();
+    // Store work happens on the blocking pool, not on the async threads other sessions run on.
+    let (session, mut history) = services
+        .blocking(move |store| {
+            store.recover(Some(&id))?;
+            let Some(session) = store.get_session(&id)? else { return Ok(None) };
+            Ok(Some((session, store.load_history(&id)?)))
+        })
+        .await?
         .ok_or_else(|| RunError::SessionNotFound(session_id.clone()))?;
-    let mut history = services.store.load_history(session_id)?;
     // Messages a revert hid are never sent (they are removed by the next prompt).
     if let Some(from) = crate::input::reverted_from(&session) {
         history.retain(|m| m.info.id() < &from);

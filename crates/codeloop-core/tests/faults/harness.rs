@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 pub const KEY_ENV: &str = "CODELOOP_FAULTS_API_KEY";
 
 pub struct Harness {
-    _data: TempDir,
+    pub data: TempDir,
     pub project: TempDir,
     pub fake: FakeProvider,
     pub engine: Engine,
@@ -55,7 +55,7 @@ impl Harness {
         let engine = open_engine(data.path(), config, AskPolicy::Deny);
         let session = engine.create_session(project.path(), None, None, None).unwrap();
         std::fs::write(project.path().join("a.txt"), "hello from a.txt\n").unwrap();
-        Harness { _data: data, project, fake, engine, session }
+        Harness { data, project, fake, engine, session }
     }
 
     /// Sends `text` and waits for the run, recording what it published.

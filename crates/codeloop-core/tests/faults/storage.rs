@@ -13,7 +13,8 @@ const FILES: usize = 20;
 const TURNS: usize = 50;
 
 fn usage(h: &Harness) -> DiskUsage {
-    let store = &h.engine.services().store;
+    // The engine only knows the Store trait; the SQLite file's own figures come from a second handle.
+    let store = codeloop_store::SqliteStore::open(h.data.path()).unwrap();
     store.checkpoint().unwrap();
     store.disk_usage().unwrap()
 }
