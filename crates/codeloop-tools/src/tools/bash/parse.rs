@@ -23,6 +23,8 @@ const MAX_TREE_DEPTH: usize = 256;
 const MAX_NESTED_SCRIPTS: usize = 8;
 /// Longest script parsed; a longer one cannot be read.
 const MAX_SCRIPT_BYTES: usize = 1 << 20;
+/// Marks the pattern of a script or part the parser could not read.
+pub(crate) const UNPARSED: &str = "(unparsed) ";
 /// Commands that only move the shell: not asked as `bash` when their arguments are literal.
 const NOT_ASKED: &[&str] = &["cd", "pushd", "popd"];
 
@@ -87,14 +89,14 @@ fn analyse_into(script: &str, nesting: usize, dirs: Vec<String>, out: &mut Vec<C
     let tree =
         (nesting <= MAX_NESTED_SCRIPTS && script.len() <= MAX_SCRIPT_BYTES).then(|| parse(&script)).flatten();
     let Some(tree) = tree else {
-        out.push(Command::unreadable(raw, Vec::new(), dirs));
+        push_unparsed(out, raw, dirs);
         return;
     };
     let root = tree.root_node();
     let mut walker = Walker { src: &script, nesting, dirs: dirs.clone(), too_deep: false, out };
     walker.visit(root, 0);
     if walker.too_deep || root.has_error() {
-        out.push(Command::unreadable(raw, Vec::new(), dirs));
+        push_unparsed(out, raw, dirs);
     }
 }
 
@@ -115,6 +117,13 @@ fn join_continued_lines(script: &str) -> String {
         out.push(c);
     }
     out
+}
+
+/// Text the parser could not read: its raw text (so a deny rule such as `"rm *"` still sees it) and the
+/// same text marked, so a prefix rule (`"git status *"`) does not allow it and only `"*"` does.
+fn push_unparsed(out: &mut Vec<Command>, raw: &str, dirs: Vec<String>) {
+    out.push(Command::unreadable(raw, Vec::new(), dirs.clone()));
+    out.push(Command::unreadable(&format!("{UNPARSED}{}", raw.trim()), Vec::new(), dirs));
 }
 
 impl Command {
@@ -332,16 +341,25 @@ impl Walker<'_, '_> {
             return;
         }
         self.children(node, depth);
-        for content in named_children(node).filter(|c| c.kind() == "heredoc_content") {
-            let text = node_text(content, self.src);
-            match backtick_scripts(text) {
-                Some(scripts) => {
-                    for script in scripts {
-                        self.nested(&script);
-                    }
-                }
-                None => self.out.push(Command::unreadable(text, Vec::new(), self.dirs.clone())),
+        // tree-sitter leaves backticks (and the text around its first expansion) as plain content:
+        // read the body with the expansions it found blanked out.
+        let body = node_text(node, self.src);
+        let mut plain = body.to_string();
+        for child in named_children(node).filter(|c| c.kind() != "heredoc_content") {
+            let start = child.start_byte().saturating_sub(node.start_byte());
+            let end = child.end_byte().saturating_sub(node.start_byte());
+            if let Some(range) = plain.get(start..end) {
+                let blank = " ".repeat(range.len());
+                plain.replace_range(start..end, &blank);
             }
+        }
+        match backtick_scripts(&plain) {
+            Some(scripts) => {
+                for script in scripts {
+                    self.nested(&script);
+                }
+            }
+            None => push_unparsed(self.out, body, self.dirs.clone()),
         }
     }
 
@@ -544,6 +562,9 @@ mod tests {
     fn heredoc_bodies_expand_unless_the_delimiter_is_quoted() {
         check(&[
             ("cat <<EOF\n$(touch x) `touch y`\nEOF", &["touch x", "touch y", "cat"]),
+            ("cat <<EOF\n`touch x`\nEOF", &["touch x", "cat"]),
+            ("cat <<EOF\na `touch x` $HOME `touch y`\nEOF", &["touch x", "touch y", "cat"]),
+            ("cat <<EOF\n$(echo `touch x`)\nEOF", &["touch x", "echo `touch x`", "cat"]),
             ("cat <<-EOF\n\t${v:-$(touch x)}\n\tEOF", &["touch x", "cat"]),
             ("cat <<'EOF'\n$(touch x) `touch y`\nEOF", &["cat"]),
             ("cat <<\"EOF\"\n$(touch x)\nEOF", &["cat"]),
@@ -581,7 +602,7 @@ mod tests {
         assert!(!found.contains(&"rm x".to_string()), "read past the depth limit: {found:?}");
         let deep = format!("{}rm x{}", "$(".repeat(400), ")".repeat(400));
         let found = patterns(&deep);
-        assert_eq!(found.last(), Some(&deep), "too deep a tree is unreadable");
+        assert_eq!(found.last(), Some(&format!("{UNPARSED}{deep}")), "too deep a tree is unreadable");
     }
 
     fn shell_quote(s: &str) -> String {
@@ -667,8 +688,8 @@ mod tests {
             ("${X}rm x", &["${X}rm x"]),
             ("r{m,} x", &["r{m,} x"]),
             ("/bin/r? x", &["/bin/r? x"]),
-            ("echo 'unterminated", &["echo", "echo 'unterminated"]),
-            ("rm x; (((", &["rm x", "rm x; ((("]),
+            ("echo 'unterminated", &["echo", "echo 'unterminated", "(unparsed) echo 'unterminated"]),
+            ("rm x; (((", &["rm x", "rm x; (((", "(unparsed) rm x; ((("]),
         ]);
         let unreadable = analyse("$CMD x");
         assert_eq!(unreadable[0].always, "$CMD x", "an always answer covers only that exact text");
