@@ -237,6 +237,7 @@ async fn secret_files_ask_read_in_every_position() {
         ("cat ./sub/../.env", ".env"),
         ("cat *.env", "*.env"),
         ("cat notes.txt", ".env"),
+        ("echo \"$(< .env)\"", ".env"),
     ];
     for (script, pattern) in cases {
         let result = run(&env, &host, script).await;

@@ -151,9 +151,9 @@ fn known_text(word: &Word) -> Option<String> {
     match word.form {
         Form::Literal | Form::Glob => Some(word.value.clone()),
         Form::Dynamic => {
-            let rest = ["$HOME", "${HOME}", "\"$HOME\"", "\"${HOME}\""]
-                .iter()
-                .find_map(|prefix| word.source.strip_prefix(prefix))?;
+            let source = word.source.as_str();
+            let unquoted = source.strip_prefix('"').and_then(|s| s.strip_suffix('"')).unwrap_or(source);
+            let rest = ["$HOME", "${HOME}"].iter().find_map(|prefix| unquoted.strip_prefix(prefix))?;
             let simple = rest.is_empty() || rest.starts_with('/');
             let literal = !rest.contains(['$', '`', '"', '\'', '\\']);
             (simple && literal).then(|| format!("~{rest}"))

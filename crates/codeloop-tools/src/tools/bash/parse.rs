@@ -167,6 +167,7 @@ impl Walker<'_, '_> {
                 let saved = self.dirs.clone();
                 self.children(node, depth);
                 self.dirs = saved;
+                self.substitution_reads(node);
             }
             "pipeline" => {
                 let saved = self.dirs.clone();
@@ -182,6 +183,29 @@ impl Walker<'_, '_> {
             "comment" => {}
             _ => self.children(node, depth),
         }
+    }
+
+    /// `$(< file)` reads the file without a command.
+    fn substitution_reads(&mut self, node: Node) {
+        let mut targets = Vec::new();
+        let mut stdin = None;
+        for redirect in children_by_field(node, "redirect") {
+            self.collect_redirect(redirect, &mut targets, &mut stdin);
+        }
+        if !targets.is_empty() {
+            self.push_paths_only(targets);
+        }
+    }
+
+    fn push_paths_only(&mut self, redirects: Vec<Word>) {
+        self.out.push(Command {
+            pattern: String::new(),
+            always: String::new(),
+            words: Vec::new(),
+            redirects,
+            dirs: self.dirs.clone(),
+            check: Check::PathsOnly,
+        });
     }
 
     fn children(&mut self, node: Node, depth: usize) {
@@ -206,14 +230,7 @@ impl Walker<'_, '_> {
         }
         self.visit(body, depth + 1);
         if !targets.is_empty() {
-            self.out.push(Command {
-                pattern: String::new(),
-                always: String::new(),
-                words: Vec::new(),
-                redirects: targets,
-                dirs: self.dirs.clone(),
-                check: Check::PathsOnly,
-            });
+            self.push_paths_only(targets);
         }
     }
 
@@ -593,20 +610,17 @@ mod tests {
 
     #[test]
     fn nesting_is_bounded() {
-        let mut script = "rm x".to_string();
-        for _ in 0..12 {
-            script = format!("eval {}", shell_quote(&script));
-        }
+        // Each `eval` level is one more nested script: past the limit the rest is unparsed.
+        let script = format!("{}rm x", "eval ".repeat(12));
         let found = patterns(&script);
-        assert!(found.iter().any(|p| p.starts_with("eval ") && p.contains("rm x")), "{found:?}");
         assert!(!found.contains(&"rm x".to_string()), "read past the depth limit: {found:?}");
-        let deep = format!("{}rm x{}", "$(".repeat(400), ")".repeat(400));
+        assert!(found.iter().any(|p| p.starts_with(UNPARSED) && p.ends_with("rm x")), "{found:?}");
+        let shallow = patterns("eval eval 'rm x'");
+        assert!(shallow.contains(&"rm x".to_string()), "{shallow:?}");
+
+        let deep = format!("{}rm x{}", "$(".repeat(300), ")".repeat(300));
         let found = patterns(&deep);
         assert_eq!(found.last(), Some(&format!("{UNPARSED}{deep}")), "too deep a tree is unreadable");
-    }
-
-    fn shell_quote(s: &str) -> String {
-        format!("'{}'", s.replace('\'', r"'\''"))
     }
 
     #[test]
