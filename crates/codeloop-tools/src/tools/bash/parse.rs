@@ -387,7 +387,12 @@ impl Walker<'_, '_> {
 
     /// Turns an invocation into its command, then the commands it runs.
     fn emit(&mut self, invocation: Invocation) {
-        let Invocation { env, mut words, redirects, stdin, source } = invocation;
+        let Invocation { mut env, mut words, redirects, stdin, source } = invocation;
+        // A wrapper's command may start with assignments (`sudo FOO=1 rm x`).
+        while words.len() > 1 && words[0].is_literal() && wrappers::assignment_name(&words[0].value).is_some()
+        {
+            env.push(words.remove(0));
+        }
         let Some(name) = words.first() else { return };
         if name.form != Form::Literal {
             self.out.push(Command { redirects, ..Command::unreadable(&source, words, self.dirs.clone()) });
@@ -397,7 +402,7 @@ impl Walker<'_, '_> {
         words[0].value.clone_from(&name);
         let kept: Vec<Word> = env
             .into_iter()
-            .filter(|w| wrappers::assignment_name(&w.source).is_some_and(wrappers::changes_what_runs))
+            .filter(|w| wrappers::assignment_name(&w.value).is_some_and(wrappers::changes_what_runs))
             .collect();
         let values: Vec<String> = words.iter().map(|w| w.value.clone()).collect();
         let prefix: Vec<&str> = kept.iter().map(|w| w.value.as_str()).collect();
@@ -670,6 +675,9 @@ mod tests {
             ("sudo env /bin/rm x", &["sudo env /bin/rm x", "env /bin/rm x", "rm x"]),
             ("xargs sh -c 'rm x'", &["xargs sh -c rm x", "sh -c rm x", "rm x"]),
             ("command $CMD", &["command $CMD", "$CMD"]),
+            ("command -v rm", &["command -v rm"]),
+            ("sudo FOO=1 PAGER=x rm x", &["sudo FOO=1 PAGER=x rm x", "PAGER=x rm x"]),
+            ("env 'GIT_DIR=x' git status", &["env GIT_DIR=x git status", "GIT_DIR=x git status"]),
         ]);
     }
 

@@ -29,7 +29,15 @@ pub(crate) fn inner(words: &[Word]) -> Vec<Inner> {
     };
     match name {
         "builtin" | "nohup" | "coproc" | "busybox" | "chronic" | "unbuffer" => command_at(Some(1)),
-        "command" => command_at(operands(words, "", &[])),
+        // `command -v NAME` only says what NAME is.
+        "command" => {
+            let start = operands(words, "", &[]);
+            let options = &words[1..start.unwrap_or(words.len()).min(words.len())];
+            // `command -v NAME` only says what NAME is.
+            let describes =
+                options.iter().any(|w| w.value.contains(['v', 'V']) && !w.value.starts_with("--"));
+            if describes { Vec::new() } else { command_at(start) }
+        }
         "exec" => command_at(operands(words, "a", &[])),
         "time" => command_at(operands(words, "", &[])),
         "nice" => command_at(operands(words, "n", &["--adjustment"])),
@@ -328,6 +336,8 @@ mod tests {
             ("env -u HOME -- rm x", vec!["rm x"]),
             ("env FOO=1", vec![]),
             ("command -p rm x", vec!["rm x"]),
+            ("command -v rm", vec![]),
+            ("command rm -v x", vec!["rm -v x"]),
             ("exec -a name rm x", vec!["rm x"]),
             ("nice -n 5 rm x", vec!["rm x"]),
             ("nice -10 rm x", vec!["rm x"]),
