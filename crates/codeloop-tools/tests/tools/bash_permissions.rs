@@ -275,6 +275,12 @@ async fn paths_leaving_the_project_ask_external_directory() {
         assert!(ask.patterns.contains(&outside_pattern), "{script:?}: {:?}", ask.patterns);
     }
     assert!(!outside.path().join("new.txt").exists());
+    let mut ctx = env.ctx();
+    ctx.host = host.clone();
+    let in_link = env.registry.execute("bash", json!({"command": "ls", "workdir": "link"}), &ctx).await;
+    assert!(is_blocked(&in_link), "a workdir linked outside: {in_link:?}");
+    let (ask, _) = host.asks_for("external_directory").pop().unwrap();
+    assert_eq!(ask.patterns, vec![outside_pattern.clone()]);
     assert!(run(&env, &host, "cat missing.txt; ls .").await.is_ok());
 }
 

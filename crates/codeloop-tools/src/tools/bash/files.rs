@@ -77,6 +77,18 @@ pub(crate) fn file_asks(ctx: &ToolContext, cwd: &Path, commands: &[Command]) -> 
     asks
 }
 
+/// `path` and its real path, those of them outside the project.
+pub(crate) fn outside_project(ctx: &ToolContext, path: &Path) -> Vec<PathBuf> {
+    let project = Project::new(ctx);
+    let mut outside = Vec::new();
+    for candidate in [path.to_path_buf(), real_path(path)] {
+        if !project.contains(&candidate) && !outside.contains(&candidate) {
+            outside.push(candidate);
+        }
+    }
+    outside
+}
+
 /// The directory a command runs in: `cwd` moved by the `cd`s before it.
 pub(crate) fn command_dir(cwd: &Path, command: &Command) -> PathBuf {
     command.dirs.iter().fold(cwd.to_path_buf(), |base, dir| paths::resolve_from(&base, dir))

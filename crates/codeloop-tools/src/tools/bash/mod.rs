@@ -176,8 +176,10 @@ async fn ask_permissions(
 ) -> Result<(), ToolFailure> {
     let files = files::file_asks(ctx, cwd, commands);
     let mut external = files.external;
-    if explicit_workdir && !paths::is_inside_project(ctx, cwd) {
-        external.insert(paths::external_pattern(cwd, PathKind::Directory));
+    if explicit_workdir {
+        for dir in files::outside_project(ctx, cwd) {
+            external.insert(paths::external_pattern(&dir, PathKind::Directory));
+        }
     }
     paths::ask_external_patterns(ctx, external.into_iter().collect()).await?;
     if !files.read.is_empty() {
