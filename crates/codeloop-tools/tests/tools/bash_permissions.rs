@@ -121,6 +121,7 @@ async fn substitutions_and_env_prefixes_are_asked_under_an_allowed_git_status() 
         (r#"git status "$(touch x)""#, "touch x"),
         ("git status \"`touch x`\"", "touch x"),
         ("git status ${v:-$(touch x)}", "touch x"),
+        ("git status ${v:-`touch x`}", "touch x"),
         ("git status <<EOF\n$(touch x)\nEOF", "touch x"),
         ("git status <<EOF\n`touch x`\nEOF", "touch x"),
         ("git status $(( $(touch x) ))", "touch x"),
@@ -181,6 +182,7 @@ async fn deny_rules_see_through_quotes_paths_and_wrappers() {
         "bash <<'EOF'\nrm victim\nEOF",
         "f() { rm victim; }; f",
         "true && (cd . && rm victim)",
+        "cat <<EOF; rm victim\nbody\nEOF",
     ];
     for script in attacks {
         env.write("victim", "keep me");

@@ -121,9 +121,57 @@ fn join_continued_lines(script: &str) -> String {
 
 /// Text the parser could not read: its raw text (so a deny rule such as `"rm *"` still sees it) and the
 /// same text marked, so a prefix rule (`"git status *"`) does not allow it and only `"*"` does.
+/// Besides, each segment of the text between separators is checked as a command of its own (the
+/// commands tree-sitter recovered may miss some), so a deny rule still sees `rm x` in `cat <<EOF; rm x`.
 fn push_unparsed(out: &mut Vec<Command>, raw: &str, dirs: Vec<String>) {
+    for words in rough_commands(raw) {
+        let values: Vec<String> = words.iter().map(|w| w.value.clone()).collect();
+        let pattern = values.join(" ");
+        if out.iter().any(|c| c.pattern == pattern) {
+            continue;
+        }
+        let always = format!("{} *", arity::prefix(&values).join(" "));
+        out.push(Command {
+            pattern,
+            always,
+            words,
+            redirects: Vec::new(),
+            dirs: dirs.clone(),
+            check: Check::Bash,
+        });
+    }
     out.push(Command::unreadable(raw, Vec::new(), dirs.clone()));
     out.push(Command::unreadable(&format!("{UNPARSED}{}", raw.trim()), Vec::new(), dirs));
+}
+
+/// Words that open or close a compound command; the command proper follows them.
+const KEYWORDS: &[&str] = &[
+    "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "function", "if", "in",
+    "select", "then", "time", "until", "while",
+];
+
+/// A rough split of text the parser could not read into commands: segments between shell separators
+/// and substitution marks, words split on blanks with quotes and escapes removed, leading keywords and
+/// assignments dropped, an absolute command name reduced to its basename.
+fn rough_commands(raw: &str) -> Vec<Vec<Word>> {
+    let mut commands = Vec::new();
+    for segment in raw.split(['\n', ';', '&', '|', '(', ')', '`', '<', '>', '$', '{', '}']) {
+        let mut words: Vec<Word> = segment
+            .split_whitespace()
+            .map(|w| {
+                Word::synthetic(&w.chars().filter(|c| !matches!(c, '\'' | '"' | '\\')).collect::<String>())
+            })
+            .filter(|w| !w.value.is_empty())
+            .skip_while(|w| {
+                KEYWORDS.contains(&w.value.as_str()) || wrappers::assignment_name(&w.value).is_some()
+            })
+            .collect();
+        if let Some(first) = words.first_mut() {
+            first.value = words::command_name(&first.value).to_string();
+            commands.push(words);
+        }
+    }
+    commands
 }
 
 impl Command {
@@ -180,6 +228,10 @@ impl Walker<'_, '_> {
             "variable_assignment" => self.assignment(node, depth),
             "declaration_command" => self.declaration(node, depth),
             "heredoc_body" => self.heredoc_body(node, depth),
+            // tree-sitter leaves backticks inside `${v:-…}` as a plain word.
+            "word" if node_text(node, self.src).contains('`') => {
+                self.backticks_in(node, node_text(node, self.src))
+            }
             "comment" => {}
             _ => self.children(node, depth),
         }
@@ -370,13 +422,18 @@ impl Walker<'_, '_> {
                 plain.replace_range(start..end, &blank);
             }
         }
-        match backtick_scripts(&plain) {
+        self.backticks_in(node, &plain);
+    }
+
+    /// Parses the backtick substitutions of `text`, which tree-sitter did not (a heredoc body, a word).
+    fn backticks_in(&mut self, node: Node, text: &str) {
+        match backtick_scripts(text) {
             Some(scripts) => {
                 for script in scripts {
                     self.nested(&script);
                 }
             }
-            None => push_unparsed(self.out, body, self.dirs.clone()),
+            None => push_unparsed(self.out, node_text(node, self.src), self.dirs.clone()),
         }
     }
 
@@ -565,6 +622,13 @@ mod tests {
             ("echo `touch x`", &["touch x", "echo `touch x`"]),
             ("echo ${v:-$(touch x)}", &["touch x", "echo ${v:-$(touch x)}"]),
             ("echo \"${v:-$(touch x)}\"", &["touch x", "echo \"${v:-$(touch x)}\""]),
+            ("echo ${v:-`touch x`}", &["touch x", "echo ${v:-`touch x`}"]),
+            ("echo \"${v:-`touch x`}\"", &["touch x", "echo \"${v:-`touch x`}\""]),
+            ("(( $(touch x) )); echo $[ `touch y` ]", &["touch x", "touch y", "echo $[ `touch y` ]"]),
+            ("let \"x=$(touch x)\"", &["touch x", "let \"x=$(touch x)\""]),
+            ("case $(touch x) in *) rm y;; esac", &["touch x", "rm y"]),
+            ("select v in $(touch x); do :; done", &["touch x", ":"]),
+            ("read -r v <<< \"$(touch x)\"", &["touch x", "read -r v"]),
             ("echo $(( $(touch x) + 1 ))", &["touch x", "echo $(( $(touch x) + 1 ))"]),
             ("echo \"$(( `touch x` ))\"", &["touch x", "echo \"$(( `touch x` ))\""]),
             ("echo ${a[$(touch x)]}", &["touch x", "echo ${a[$(touch x)]}"]),
@@ -710,8 +774,22 @@ mod tests {
             ("${X}rm x", &["${X}rm x"]),
             ("r{m,} x", &["r{m,} x"]),
             ("/bin/r? x", &["/bin/r? x"]),
-            ("echo 'unterminated", &["echo", "echo 'unterminated", "(unparsed) echo 'unterminated"]),
+            (
+                "echo 'unterminated",
+                &["echo", "echo unterminated", "echo 'unterminated", "(unparsed) echo 'unterminated"],
+            ),
             ("rm x; (((", &["rm x", "rm x; (((", "(unparsed) rm x; ((("]),
+            (
+                "cat <<EOF; \\rm q\n$(touch r)\nEOF",
+                &[
+                    "touch r",
+                    "cat",
+                    "EOF",
+                    "rm q",
+                    "cat <<EOF; \\rm q\n$(touch r)\nEOF",
+                    "(unparsed) cat <<EOF; \\rm q\n$(touch r)\nEOF",
+                ],
+            ),
         ]);
         let unreadable = analyse("$CMD x");
         assert_eq!(unreadable[0].always, "$CMD x", "an always answer covers only that exact text");

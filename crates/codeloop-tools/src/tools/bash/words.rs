@@ -68,7 +68,10 @@ pub(crate) fn node_text<'s>(node: Node, src: &'s str) -> &'s str {
 fn literal(node: Node, src: &str) -> Option<(String, bool)> {
     let raw = node_text(node, src);
     match node.kind() {
-        "word" | "number" if node.child_count() == 0 => Some(unquoted(raw)),
+        // A `$` or backtick left inside a word is an expansion tree-sitter did not take apart.
+        "word" | "number" if node.child_count() == 0 && !has_unescaped(raw, &['`', '$']) => {
+            Some(unquoted(raw))
+        }
         "raw_string" => Some((raw.strip_prefix('\'')?.strip_suffix('\'')?.to_string(), false)),
         "string" => {
             let mut cursor = node.walk();
@@ -91,6 +94,22 @@ fn literal(node: Node, src: &str) -> Option<(String, bool)> {
         }
         _ => None,
     }
+}
+
+/// Whether `raw` holds one of `chars` not escaped by a backslash (a trailing `$` expands to itself).
+fn has_unescaped(raw: &str, chars: &[char]) -> bool {
+    let mut it = raw.chars().peekable();
+    while let Some(c) = it.next() {
+        match c {
+            '\\' => {
+                it.next();
+            }
+            '$' if it.peek().is_none() => {}
+            c if chars.contains(&c) => return true,
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Removes backslash escapes from unquoted text; notes unescaped glob and brace characters.
