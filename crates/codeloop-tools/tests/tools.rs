@@ -7,6 +7,8 @@
 mod apply_patch;
 #[path = "tools/bash.rs"]
 mod bash;
+#[path = "tools/bash_permissions.rs"]
+mod bash_permissions;
 #[path = "tools/common.rs"]
 mod common;
 #[path = "tools/edit.rs"]

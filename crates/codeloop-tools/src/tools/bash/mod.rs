@@ -1,15 +1,19 @@
 //! `bash`: runs a shell command in the project (reference §8.3 bash).
 //!
-//! Before running, it asks `external_directory` for a `workdir` or path arguments of file-touching commands
-//! outside the project, then `bash` with one pattern per command of the script and an arity-prefix
-//! `always` pattern (`git status --short` → `git status *`).
+//! Before running, the script is parsed once (tree-sitter-bash, [`parse`]) into every command it can run.
+//! Then, in one call each: `external_directory` for a `workdir` or path arguments outside the project,
+//! `read` for every path argument (relative to the project root; the rules make secrets ask), and
+//! `bash` with one normalised pattern per command and an arity-prefix `always` pattern
+//! (`git status --short` → `git status *`).
 
 mod arity;
+mod files;
 mod output;
 mod parse;
 mod process;
+mod words;
+mod wrappers;
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -22,7 +26,7 @@ use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
 use crate::{Grant, PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput, Walls};
 use output::OutputSink;
-use parse::{SimpleCommand, split_commands};
+use parse::{Check, Command, analyse};
 use process::Ending;
 
 const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -36,12 +40,6 @@ const DESCRIPTION: &str = "Run a bash command in the project directory (or `work
 and exit code. Use for builds, tests, git and other terminal tasks; prefer the read/grep/glob/edit tools over \
 cat/grep/find/sed. Use `workdir` instead of `cd`. Quote paths with spaces. Chain dependent commands with &&. \
 Default timeout 120000 ms. Long outputs are cut (the full output is saved to a file).";
-
-/// Commands that are not asked about: they only move the shell around.
-const NOT_ASKED: &[&str] = &["cd", "pushd", "popd"];
-/// Commands whose arguments are paths the command touches.
-const FILE_COMMANDS: &[&str] =
-    &["cat", "cd", "chmod", "chown", "cp", "ln", "mkdir", "mv", "pushd", "rm", "rmdir", "touch"];
 
 #[derive(Deserialize, JsonSchema)]
 struct Params {
@@ -69,6 +67,13 @@ pub struct BashTool {
 impl BashTool {
     pub fn new() -> Self {
         Self { parameters: schema_for::<Params>() }
+    }
+
+    /// The `bash` permission ask a script leads to (without the path asks, which depend on the file
+    /// system): one normalised pattern per command it can run. `None` when it runs nothing that is
+    /// asked (`cd dir`). Parses the script once; cheap enough to call per tool call.
+    pub fn permission_ask(script: &str) -> Option<PermissionAsk> {
+        bash_ask(&analyse(script))
     }
 }
 
@@ -114,7 +119,7 @@ impl Tool for BashTool {
             Some(dir) => paths::resolve(ctx, dir),
             None => ctx.project.directory.clone(),
         };
-        let commands = split_commands(&params.command);
+        let commands = analyse(&params.command);
         ask_permissions(ctx, &cwd, &commands, params.workdir.is_some()).await?;
         if !cwd.is_dir() {
             return Err(ToolFailure::Failed(format!("Working directory does not exist: {}", cwd.display())));
@@ -201,111 +206,60 @@ fn render(
     ToolOutput { title, output: text, metadata, attachments: Vec::new() }
 }
 
-/// `external_directory` for paths outside the project, then `bash` for every command of the script.
+/// `external_directory` for paths outside the project, `read` for every path argument, then `bash` for
+/// every command of the script; each in one ask, so one denied pattern denies the call.
 async fn ask_permissions(
     ctx: &ToolContext,
     cwd: &Path,
-    commands: &[SimpleCommand],
+    commands: &[Command],
     explicit_workdir: bool,
 ) -> Result<(), ToolFailure> {
-    let mut external = BTreeSet::new();
-    if explicit_workdir && !paths::is_inside_project(ctx, cwd) {
-        external.insert(paths::external_pattern(cwd, PathKind::Directory));
-    }
-    for command in commands {
-        let targets = command.redirect_targets.iter().filter(|t| !is_dynamic(t) && !t.starts_with("/dev/"));
-        for path in targets.map(|t| paths::resolve_from(cwd, t)) {
-            if !paths::is_inside_project(ctx, &path) {
-                external.insert(paths::external_pattern(&path, PathKind::File));
-            }
-        }
-        for path in path_arguments(cwd, &command.words) {
-            if !paths::is_inside_project(ctx, &path) {
-                let kind = if command.words[0] == "cd" || command.words[0] == "pushd" || path.is_dir() {
-                    PathKind::Directory
-                } else {
-                    PathKind::File
-                };
-                external.insert(paths::external_pattern(&path, kind));
-            }
+    let files = files::file_asks(ctx, cwd, commands);
+    let mut external = files.external;
+    if explicit_workdir {
+        for dir in files::outside_project(ctx, cwd) {
+            external.insert(paths::external_pattern(&dir, PathKind::Directory));
         }
     }
     paths::ask_external_patterns(ctx, external.into_iter().collect()).await?;
+    if !files.read.is_empty() {
+        let patterns = files.read;
+        ctx.ask(PermissionAsk {
+            grant: Default::default(),
+            permission: "read".to_string(),
+            always: patterns.clone(),
+            patterns,
+            metadata: json!({}),
+        })
+        .await?;
+    }
 
+    if let Some(ask) = bash_ask(commands) {
+        ctx.ask(ask).await?;
+    }
+    Ok(())
+}
+
+/// The `bash` ask for the commands of a script: one pattern per command, deduplicated; `None` when
+/// every command only moves the shell.
+fn bash_ask(commands: &[Command]) -> Option<PermissionAsk> {
     let mut patterns = Vec::new();
     let mut always = Vec::new();
-    for command in commands.iter().filter(|c| !NOT_ASKED.contains(&c.words[0].as_str())) {
-        push_unique(&mut patterns, command.text.clone());
-        push_unique(&mut always, format!("{} *", arity::prefix(&command.words).join(" ")));
+    for command in commands.iter().filter(|c| c.check == Check::Bash) {
+        push_unique(&mut patterns, command.pattern.clone());
+        push_unique(&mut always, command.always.clone());
     }
-    if patterns.is_empty() {
-        return Ok(());
-    }
-    ctx.ask(PermissionAsk {
+    (!patterns.is_empty()).then(|| PermissionAsk {
         grant: Default::default(),
         permission: "bash".to_string(),
         patterns,
         always,
         metadata: json!({}),
     })
-    .await?;
-    Ok(())
 }
 
 fn push_unique(list: &mut Vec<String>, item: String) {
     if !list.contains(&item) {
         list.push(item);
-    }
-}
-
-/// Resolved path arguments of a file-touching command. Flags, the mode/owner operand of chmod/chown and
-/// dynamic words (`$VAR`, substitutions) are skipped; a glob contributes its literal directory part.
-fn path_arguments(cwd: &Path, words: &[String]) -> Vec<std::path::PathBuf> {
-    let Some(command) = words.first() else { return Vec::new() };
-    if !FILE_COMMANDS.contains(&command.as_str()) {
-        return Vec::new();
-    }
-    let mut operands = words[1..].iter().filter(|w| !w.starts_with('-') || w.as_str() == "-");
-    if command == "chmod" || command == "chown" {
-        operands.next();
-    }
-    operands
-        .filter(|w| !is_dynamic(w) && w.as_str() != "-")
-        .filter_map(|w| {
-            let literal = match w.find(['*', '?', '[']) {
-                Some(idx) => {
-                    w[..idx].rsplit_once('/').map(|(dir, _)| if dir.is_empty() { "/" } else { dir })?
-                }
-                None => w.as_str(),
-            };
-            Some(paths::resolve_from(cwd, literal))
-        })
-        .collect()
-}
-
-/// A word whose value is only known when the shell runs it.
-fn is_dynamic(word: &str) -> bool {
-    word.contains('$') || word.contains('`')
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::path::PathBuf;
-
-    fn words(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
-    }
-
-    #[test]
-    fn path_arguments_skip_flags_modes_and_dynamic_words() {
-        let cwd = Path::new("/proj");
-        assert_eq!(
-            path_arguments(cwd, &words("rm -rf ../other /tmp/x")),
-            vec![PathBuf::from("/other"), PathBuf::from("/tmp/x")]
-        );
-        assert_eq!(path_arguments(cwd, &words("chmod 755 bin/run")), vec![PathBuf::from("/proj/bin/run")]);
-        assert_eq!(path_arguments(cwd, &words("rm $HOME/x /etc/*.conf")), vec![PathBuf::from("/etc")]);
-        assert!(path_arguments(cwd, &words("echo /etc/passwd")).is_empty());
     }
 }

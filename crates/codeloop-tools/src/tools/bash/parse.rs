@@ -1,414 +1,838 @@
-//! A small shell scanner for permission checks: splits a script into simple commands on `&&`, `||`, `;`,
-//! `|`, `&`, newlines and parentheses, with quotes, escapes, comments, redirections, here-documents and
-//! `$(…)`/backtick substitutions understood well enough to name each command. Not a shell parser: it only
-//! has to find every command a script runs, erring towards asking about more.
+//! Permission analysis of a bash script on the tree-sitter-bash grammar: every command that can run, with
+//! its permission pattern.
+//!
+//! Commands are found wherever bash runs them: lists, pipelines, subshells, groups, function bodies,
+//! compound statements, `$(…)` and backticks in any quoting (strings, `${v:-…}`, arithmetic, subscripts,
+//! redirection targets, heredoc bodies whose delimiter is unquoted), process substitution, the script of
+//! `bash -c`/`eval`/`trap`, a heredoc fed to a shell, and the command a wrapper runs (`env`, `sudo`,
+//! `xargs`, `find -exec`…; see [`super::wrappers`]). Whatever cannot be read (a syntax error, a command
+//! name only known at run time, too deep a nesting) becomes a command whose pattern is its raw source
+//! text, which only a rule such as `"*"` allows. This module never touches the file system.
 
-/// One command of a script.
+use std::cell::RefCell;
+
+use tree_sitter::{Node, Parser, Tree};
+
+use super::arity;
+use super::words::{self, Form, Word, node_text};
+use super::wrappers::{self, Inner};
+
+/// Deepest syntax tree walked; a deeper script cannot be read.
+const MAX_TREE_DEPTH: usize = 256;
+/// Deepest nesting of script strings (`bash -c "eval '…'"`).
+const MAX_NESTED_SCRIPTS: usize = 8;
+/// Longest script parsed; a longer one cannot be read.
+const MAX_SCRIPT_BYTES: usize = 1 << 20;
+/// Marks the pattern of a script or part the parser could not read.
+pub(crate) const UNPARSED: &str = "(unparsed) ";
+/// Commands that only move the shell: not asked as `bash` when their arguments are literal.
+const NOT_ASKED: &[&str] = &["cd", "pushd", "popd"];
+
+/// One command the script can run.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SimpleCommand {
-    /// Source text of the command, redirections included: the permission pattern.
-    pub text: String,
-    /// Unquoted words without leading keywords, assignments and redirections.
-    pub words: Vec<String>,
-    /// Files the command redirects to or from (`> out.txt` → `out.txt`).
-    pub redirect_targets: Vec<String>,
+pub(crate) struct Command {
+    /// The `bash` permission pattern: normalised words (with the assignments that change what runs)
+    /// joined by single spaces, or the raw source text of what cannot be read.
+    pub pattern: String,
+    /// What an "always" answer approves: the arity prefix and ` *`, or the exact raw text.
+    pub always: String,
+    /// Normalised words, command name first (empty for redirections of a compound statement).
+    pub words: Vec<Word>,
+    /// Files the command reads or writes through redirections (`> out.txt`).
+    pub redirects: Vec<Word>,
+    /// Literal `cd`/`pushd` targets in effect when the command runs, oldest first, relative to the
+    /// directory the script starts in.
+    pub dirs: Vec<String>,
+    pub check: Check,
 }
 
-/// Splits `script` into its simple commands, in source order (substitutions first).
-pub(crate) fn split_commands(script: &str) -> Vec<SimpleCommand> {
-    let mut scanner = Scanner::new(script);
-    scanner.run();
-    scanner.out
-}
-
-/// Words that start or end a compound command; the command proper follows them.
-const KEYWORDS: &[&str] =
-    &["!", "{", "}", "do", "done", "elif", "else", "esac", "fi", "if", "then", "time", "until", "while"];
-/// Compound commands whose first segment names no command (`for x in a b`).
-const HEADERS: &[&str] = &["case", "for", "function", "select"];
-
-#[derive(Debug)]
-struct Word {
-    value: String,
-    start: usize,
-    end: usize,
-    kind: WordKind,
-}
-
+/// Whether a command is asked as `bash`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum WordKind {
-    Plain,
-    Operator,
-    Target,
+pub(crate) enum Check {
+    /// Asked as `bash` with its pattern.
+    Bash,
+    /// Only its paths are checked (`cd dir`, the redirections of a `{ …; } > file` group).
+    PathsOnly,
 }
 
-struct Scanner<'a> {
-    src: &'a str,
-    chars: Vec<(usize, char)>,
-    pos: usize,
-    out: Vec<SimpleCommand>,
-    words: Vec<Word>,
-    word: Option<Word>,
-    /// What the next word is, when a redirection operator decided it.
-    next_kind: Option<WordKind>,
-    heredocs: Vec<(String, bool)>,
+/// Every command `script` can run, in the order the shell meets them (substitutions before the
+/// command that holds them).
+pub(crate) fn analyse(script: &str) -> Vec<Command> {
+    let mut out = Vec::new();
+    analyse_into(script, 0, Vec::new(), &mut out);
+    out
 }
 
-impl<'a> Scanner<'a> {
-    fn new(src: &'a str) -> Self {
-        Self {
-            src,
-            chars: src.char_indices().collect(),
-            pos: 0,
-            out: Vec::new(),
-            words: Vec::new(),
-            word: None,
-            next_kind: None,
-            heredocs: Vec::new(),
+thread_local! {
+    /// One parser per thread: creating one and loading the grammar costs more than parsing a command.
+    static PARSER: RefCell<Option<Parser>> = const { RefCell::new(None) };
+}
+
+fn parse(script: &str) -> Option<Tree> {
+    PARSER.with(|cell| {
+        let mut slot = cell.try_borrow_mut().ok()?;
+        if slot.is_none() {
+            let mut parser = Parser::new();
+            parser.set_language(&tree_sitter_bash::LANGUAGE.into()).ok()?;
+            *slot = Some(parser);
         }
-    }
+        slot.as_mut()?.parse(script, None)
+    })
+}
 
-    fn peek_at(&self, offset: usize) -> Option<char> {
-        self.chars.get(self.pos + offset).map(|(_, c)| *c)
+fn analyse_into(script: &str, nesting: usize, dirs: Vec<String>, out: &mut Vec<Command>) {
+    let raw = script.trim();
+    if raw.is_empty() {
+        return;
     }
-
-    fn byte_at(&self, pos: usize) -> usize {
-        self.chars.get(pos).map_or(self.src.len(), |(i, _)| *i)
+    let script = join_continued_lines(script);
+    let tree =
+        (nesting <= MAX_NESTED_SCRIPTS && script.len() <= MAX_SCRIPT_BYTES).then(|| parse(&script)).flatten();
+    let Some(tree) = tree else {
+        push_unparsed(out, raw, dirs);
+        return;
+    };
+    let root = tree.root_node();
+    let mut walker = Walker { src: &script, nesting, dirs: dirs.clone(), too_deep: false, out };
+    walker.visit(root, 0);
+    if walker.too_deep || root.has_error() {
+        push_unparsed(out, raw, dirs);
     }
+}
 
-    fn run(&mut self) {
-        while let Some(c) = self.peek_at(0) {
-            let next = self.peek_at(1);
-            match c {
-                ' ' | '\t' | '\r' => self.skip(1),
-                '\n' => {
-                    self.end_command();
-                    self.pos += 1;
-                    self.skip_heredoc_bodies();
-                }
-                ';' | '(' | ')' => self.separator(1),
-                '&' if next == Some('>') => self.redirect(),
-                '&' if next == Some('&') => self.separator(2),
-                '&' => self.separator(1),
-                '|' if matches!(next, Some('|' | '&')) => self.separator(2),
-                '|' => self.separator(1),
-                '>' | '<' => self.redirect(),
-                '#' if self.word.is_none() => self.skip_comment(),
-                '\'' => self.quoted('\''),
-                '"' => self.quoted('"'),
-                '\\' => self.escape(),
-                '$' if next == Some('(') => self.substitution(2),
-                '`' => self.substitution(1),
-                _ => {
-                    self.push_char(c);
-                    self.pos += 1;
-                }
-            }
+/// Removes backslash-newline pairs, as bash does before it splits words (`r\⏎m` is `rm`).
+fn join_continued_lines(script: &str) -> String {
+    if !script.contains("\\\n") {
+        return script.to_string();
+    }
+    let mut out = String::with_capacity(script.len());
+    let mut backslashes = 0usize;
+    for c in script.chars() {
+        if c == '\n' && backslashes % 2 == 1 {
+            out.pop();
+            backslashes = 0;
+            continue;
         }
-        self.end_command();
+        backslashes = if c == '\\' { backslashes + 1 } else { 0 };
+        out.push(c);
     }
+    out
+}
 
-    fn skip(&mut self, n: usize) {
-        self.end_word();
-        self.pos += n;
-    }
-
-    fn separator(&mut self, len: usize) {
-        self.end_command();
-        self.pos += len;
-    }
-
-    fn push_char(&mut self, c: char) {
-        let at = self.byte_at(self.pos);
-        let word = self.word.get_or_insert_with(|| Word {
-            value: String::new(),
-            start: at,
-            end: at,
-            kind: WordKind::Plain,
+/// Text the parser could not read: its raw text (so a deny rule such as `"rm *"` still sees it) and the
+/// same text marked, so a prefix rule (`"git status *"`) does not allow it and only `"*"` does.
+/// Besides, each segment of the text between separators is checked as a command of its own (the
+/// commands tree-sitter recovered may miss some), so a deny rule still sees `rm x` in `cat <<EOF; rm x`.
+fn push_unparsed(out: &mut Vec<Command>, raw: &str, dirs: Vec<String>) {
+    for words in rough_commands(raw) {
+        let values: Vec<String> = words.iter().map(|w| w.value.clone()).collect();
+        let pattern = values.join(" ");
+        if out.iter().any(|c| c.pattern == pattern) {
+            continue;
+        }
+        let always = format!("{} *", arity::prefix(&values).join(" "));
+        out.push(Command {
+            pattern,
+            always,
+            words,
+            redirects: Vec::new(),
+            dirs: dirs.clone(),
+            check: Check::Bash,
         });
-        word.value.push(c);
-        word.end = at + c.len_utf8();
     }
+    out.push(Command::unreadable(raw, Vec::new(), dirs.clone()));
+    out.push(Command::unreadable(&format!("{UNPARSED}{}", raw.trim()), Vec::new(), dirs));
+}
 
-    /// Extends the current word's source span to `pos` (exclusive) without adding to its value.
-    fn extend_to(&mut self, pos: usize) {
-        let end = self.byte_at(pos);
-        let start = self.byte_at(self.pos);
-        let word =
-            self.word.get_or_insert_with(|| Word { value: String::new(), start, end, kind: WordKind::Plain });
-        word.end = end;
+/// Words that open or close a compound command; the command proper follows them.
+const KEYWORDS: &[&str] = &[
+    "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "function", "if", "in",
+    "select", "then", "time", "until", "while",
+];
+
+/// A rough split of text the parser could not read into commands: segments between shell separators
+/// and substitution marks, words split on blanks with quotes and escapes removed, leading keywords and
+/// assignments dropped, an absolute command name reduced to its basename.
+fn rough_commands(raw: &str) -> Vec<Vec<Word>> {
+    let mut commands = Vec::new();
+    for segment in raw.split(['\n', ';', '&', '|', '(', ')', '`', '<', '>', '$', '{', '}']) {
+        let mut words: Vec<Word> = segment
+            .split_whitespace()
+            .map(|w| {
+                Word::synthetic(&w.chars().filter(|c| !matches!(c, '\'' | '"' | '\\')).collect::<String>())
+            })
+            .filter(|w| !w.value.is_empty())
+            .skip_while(|w| {
+                KEYWORDS.contains(&w.value.as_str()) || wrappers::assignment_name(&w.value).is_some()
+            })
+            .collect();
+        if let Some(first) = words.first_mut() {
+            first.value = words::command_name(&first.value).to_string();
+            commands.push(words);
+        }
     }
+    commands
+}
 
-    fn end_word(&mut self) {
-        if let Some(mut word) = self.word.take() {
-            if let Some(kind) = self.next_kind.take() {
-                word.kind = kind;
+impl Command {
+    fn unreadable(raw: &str, words: Vec<Word>, dirs: Vec<String>) -> Self {
+        let raw = raw.trim().to_string();
+        Self { pattern: raw.clone(), always: raw, words, redirects: Vec::new(), dirs, check: Check::Bash }
+    }
+}
+
+/// A command as found in the tree or inside a wrapper, before it is turned into [`Command`]s.
+struct Invocation {
+    /// `NAME=VALUE` words before the command.
+    env: Vec<Word>,
+    words: Vec<Word>,
+    redirects: Vec<Word>,
+    /// A script the command gets on standard input (heredoc or here-string), for shells.
+    stdin: Option<Word>,
+    source: String,
+}
+
+struct Walker<'s, 'o> {
+    src: &'s str,
+    nesting: usize,
+    /// `cd` targets in effect at this point of the walk.
+    dirs: Vec<String>,
+    too_deep: bool,
+    out: &'o mut Vec<Command>,
+}
+
+impl Walker<'_, '_> {
+    fn visit(&mut self, node: Node, depth: usize) {
+        if depth > MAX_TREE_DEPTH {
+            self.too_deep = true;
+            return;
+        }
+        match node.kind() {
+            "command" => self.command(node, Vec::new(), None, depth),
+            "redirected_statement" => self.redirected(node, depth),
+            // Each runs in a subshell: a `cd` inside does not move the commands after it.
+            "subshell" | "command_substitution" | "process_substitution" => {
+                let saved = self.dirs.clone();
+                self.children(node, depth);
+                self.dirs = saved;
+                self.substitution_reads(node);
             }
-            self.words.push(word);
-        }
-    }
-
-    fn skip_comment(&mut self) {
-        while self.peek_at(0).is_some_and(|c| c != '\n') {
-            self.pos += 1;
-        }
-    }
-
-    fn quoted(&mut self, quote: char) {
-        let open = self.pos;
-        self.extend_to(open);
-        self.pos += 1;
-        while let Some(c) = self.peek_at(0) {
-            if c == quote {
-                break;
+            "pipeline" => {
+                let saved = self.dirs.clone();
+                for child in named_children(node) {
+                    self.dirs = saved.clone();
+                    self.visit(child, depth + 1);
+                }
+                self.dirs = saved;
             }
-            if quote == '"' && c == '\\' && matches!(self.peek_at(1), Some('"' | '\\' | '$' | '`')) {
-                self.pos += 1;
+            "variable_assignment" => self.assignment(node, depth),
+            "declaration_command" => self.declaration(node, depth),
+            "heredoc_body" => self.heredoc_body(node, depth),
+            // tree-sitter leaves backticks inside `${v:-…}` as a plain word.
+            "word" if node_text(node, self.src).contains('`') => {
+                self.backticks_in(node, node_text(node, self.src))
             }
-            if let Some(c) = self.peek_at(0) {
-                self.push_char(c);
-            }
-            self.pos += 1;
-        }
-        self.pos += 1;
-        self.extend_to(self.pos.min(self.chars.len()));
-    }
-
-    fn escape(&mut self) {
-        match self.peek_at(1) {
-            Some('\n') => self.pos += 2,
-            Some(c) => {
-                self.extend_to(self.pos);
-                self.pos += 1;
-                self.push_char(c);
-                self.pos += 1;
-            }
-            None => self.pos += 1,
+            "comment" => {}
+            _ => self.children(node, depth),
         }
     }
 
-    /// `$(…)` or a backtick substitution: the inner script's commands are commands too; the substitution
-    /// stays part of the current word. `$((…))` is arithmetic and runs nothing.
-    fn substitution(&mut self, open_len: usize) {
-        let start = self.pos;
-        let arithmetic = open_len == 2 && self.peek_at(2) == Some('(');
-        let close = if open_len == 1 { self.find_char('`', start + 1) } else { self.find_close(start + 2) };
-        let inner_start = self.byte_at(start + open_len);
-        let inner_end = self.byte_at(close);
-        if !arithmetic && inner_start <= inner_end {
-            self.out.extend(split_commands(&self.src[inner_start..inner_end]));
+    /// `$(< file)` reads the file without a command.
+    fn substitution_reads(&mut self, node: Node) {
+        let mut targets = Vec::new();
+        let mut stdin = None;
+        for redirect in children_by_field(node, "redirect") {
+            self.collect_redirect(redirect, &mut targets, &mut stdin);
         }
-        for pos in start..=close.min(self.chars.len().saturating_sub(1)) {
-            let c = self.chars[pos].1;
-            self.pos = pos;
-            self.push_char(c);
+        if !targets.is_empty() {
+            self.push_paths_only(targets);
         }
-        self.pos = close + 1;
     }
 
-    fn find_char(&self, target: char, from: usize) -> usize {
-        (from..self.chars.len()).find(|&i| self.chars[i].1 == target).unwrap_or(self.chars.len())
+    fn push_paths_only(&mut self, redirects: Vec<Word>) {
+        self.out.push(Command {
+            pattern: String::new(),
+            always: String::new(),
+            words: Vec::new(),
+            redirects,
+            dirs: self.dirs.clone(),
+            check: Check::PathsOnly,
+        });
     }
 
-    /// Index of the `)` closing a `$(` whose body starts at `from`.
-    fn find_close(&self, from: usize) -> usize {
-        let mut depth = 1;
-        let mut quote: Option<char> = None;
-        for i in from..self.chars.len() {
-            let c = self.chars[i].1;
-            match (quote, c) {
-                (Some(q), c) if c == q => quote = None,
-                (Some(_), _) => {}
-                (None, '\'' | '"') => quote = Some(c),
-                (None, '(') => depth += 1,
-                (None, ')') => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return i;
+    fn children(&mut self, node: Node, depth: usize) {
+        for child in named_children(node) {
+            self.visit(child, depth + 1);
+        }
+    }
+
+    /// A statement with redirections: targets of file redirections belong to the command (or, for a
+    /// compound statement, stand alone); a heredoc or here-string is the command's input.
+    fn redirected(&mut self, node: Node, depth: usize) {
+        let mut targets = Vec::new();
+        let mut stdin = None;
+        for redirect in children_by_field(node, "redirect") {
+            self.visit(redirect, depth + 1);
+            self.collect_redirect(redirect, &mut targets, &mut stdin);
+        }
+        let Some(body) = node.child_by_field_name("body") else { return };
+        if body.kind() == "command" {
+            self.command(body, targets, stdin, depth + 1);
+            return;
+        }
+        self.visit(body, depth + 1);
+        if !targets.is_empty() {
+            self.push_paths_only(targets);
+        }
+    }
+
+    fn collect_redirect(&self, redirect: Node, targets: &mut Vec<Word>, stdin: &mut Option<Word>) {
+        match redirect.kind() {
+            "file_redirect" => {
+                let duplicates = (0..redirect.child_count())
+                    .filter_map(|i| redirect.child(i))
+                    .any(|c| matches!(c.kind(), ">&" | "<&" | ">&-" | "<&-"));
+                for target in children_by_field(redirect, "destination") {
+                    let word = words::word(target, self.src);
+                    let descriptor = word.value.chars().all(|c| c.is_ascii_digit() || c == '-');
+                    if !(duplicates && descriptor) {
+                        targets.push(word);
                     }
                 }
-                _ => {}
             }
+            "heredoc_redirect" => {
+                let body = named_children(redirect).find(|c| c.kind() == "heredoc_body");
+                *stdin = body.map(|b| words::word(b, self.src));
+            }
+            "herestring_redirect" => {
+                *stdin =
+                    redirect.named_child(redirect.named_child_count().saturating_sub(1) as u32).map(|w| {
+                        let mut word = words::word(w, self.src);
+                        word.value.push('\n');
+                        word
+                    });
+            }
+            _ => {}
         }
-        self.chars.len()
     }
 
-    /// A redirection operator (`>`, `2>>`, `&>`, `<`, `>&2`, `<<EOF`…). Its target word is not a command
-    /// word; a here-document's body is skipped at the next newline.
-    fn redirect(&mut self) {
-        let fd_prefix = self
-            .word
-            .as_ref()
-            .is_some_and(|w| !w.value.is_empty() && w.value.chars().all(|c| c.is_ascii_digit()));
-        let start = match (fd_prefix, self.word.take()) {
-            (true, Some(word)) => word.start,
-            (_, word) => {
-                self.word = word;
-                self.end_word();
-                self.byte_at(self.pos)
+    fn command(&mut self, node: Node, mut redirects: Vec<Word>, mut stdin: Option<Word>, depth: usize) {
+        let mut env = Vec::new();
+        let mut words = Vec::new();
+        let mut cursor = node.walk();
+        let mut more = cursor.goto_first_child();
+        while more {
+            let child = cursor.node();
+            match (cursor.field_name(), child.kind()) {
+                (_, "variable_assignment") => {
+                    self.children(child, depth + 1);
+                    env.push(self.assignment_word(child));
+                }
+                (Some("name" | "argument"), _) => {
+                    self.visit(child, depth + 1);
+                    words.push(words::word(child, self.src));
+                }
+                (Some("redirect"), _) => {
+                    self.visit(child, depth + 1);
+                    self.collect_redirect(child, &mut redirects, &mut stdin);
+                }
+                _ => self.visit(child, depth + 1),
             }
-        };
-        let mut op = String::new();
-        while let Some(c) = self.peek_at(0).filter(|c| matches!(c, '<' | '>' | '&' | '|') && op.len() < 3) {
-            op.push(c);
-            self.pos += 1;
+            more = cursor.goto_next_sibling();
         }
-        if op.ends_with('&') && !op.starts_with('&') {
-            // `>&2`, `<&-`: duplicates a descriptor, no target word.
-            while self.peek_at(0).is_some_and(|c| c.is_ascii_digit() || c == '-') {
-                self.pos += 1;
-            }
-        } else if op == "<<" {
-            let strip_tabs = self.peek_at(0) == Some('-');
-            if strip_tabs {
-                self.pos += 1;
-            }
-            let delimiter = self.heredoc_delimiter();
-            self.heredocs.push((delimiter, strip_tabs));
-        } else if op == "<<<" {
-            // A here-string's word is data, not a file.
-            self.next_kind = Some(WordKind::Operator);
-        } else {
-            self.next_kind = Some(WordKind::Target);
-        }
-        let end = self.byte_at(self.pos);
-        self.words.push(Word { value: op, start, end, kind: WordKind::Operator });
+        let source = node_text(node, self.src).to_string();
+        self.emit(Invocation { env, words, redirects, stdin, source });
     }
 
-    fn heredoc_delimiter(&mut self) -> String {
-        while matches!(self.peek_at(0), Some(' ' | '\t')) {
-            self.pos += 1;
-        }
-        let mut delimiter = String::new();
-        while let Some(c) = self.peek_at(0) {
-            if c.is_whitespace() || matches!(c, ';' | '&' | '|' | '<' | '>' | '(' | ')') {
-                break;
+    /// `NAME=VALUE` with its value normalised like a word.
+    fn assignment_word(&self, node: Node) -> Word {
+        let source = node_text(node, self.src).to_string();
+        let name = node.child_by_field_name("name").map(|n| node_text(n, self.src)).unwrap_or_default();
+        let operator = if source.contains("+=") && !source.contains("=+=") { "+=" } else { "=" };
+        match node.child_by_field_name("value").map(|v| words::word(v, self.src)) {
+            Some(value) if value.form != Form::Dynamic => {
+                Word { value: format!("{name}{operator}{}", value.value), source, form: value.form }
             }
-            if !matches!(c, '\'' | '"' | '\\') {
-                delimiter.push(c);
-            }
-            self.pos += 1;
+            Some(_) => Word { value: source.clone(), source, form: Form::Dynamic },
+            None => Word { value: format!("{name}{operator}"), source, form: Form::Literal },
         }
-        delimiter
     }
 
-    fn skip_heredoc_bodies(&mut self) {
-        for (delimiter, strip_tabs) in std::mem::take(&mut self.heredocs) {
-            while self.pos < self.chars.len() {
-                let line_end = self.find_char('\n', self.pos);
-                let line = &self.src[self.byte_at(self.pos)..self.byte_at(line_end)];
-                let line = if strip_tabs { line.trim_start_matches('\t') } else { line };
-                self.pos = line_end + 1;
-                if line.trim_end_matches('\r') == delimiter {
-                    break;
+    /// A statement-level `NAME=VALUE`: its substitutions run; an assignment that changes what later
+    /// commands run (`PATH=…`, `GIT_DIR=…`) is a command of its own.
+    fn assignment(&mut self, node: Node, depth: usize) {
+        self.children(node, depth);
+        let name = node.child_by_field_name("name").map(|n| node_text(n, self.src)).unwrap_or_default();
+        if wrappers::changes_what_runs(name) {
+            let word = self.assignment_word(node);
+            self.push_command(word.value.clone(), format!("{} *", word.value), vec![word], Vec::new());
+        }
+    }
+
+    /// `export`/`declare`/`local`/`readonly`/`typeset`: a command of its own when it sets or exports a
+    /// variable that changes what runs.
+    fn declaration(&mut self, node: Node, depth: usize) {
+        for child in named_children(node) {
+            match child.kind() {
+                // Checked here as a whole, not as statement-level assignments.
+                "variable_assignment" => self.children(child, depth + 1),
+                _ => self.visit(child, depth + 1),
+            }
+        }
+        let mut sensitive = false;
+        let mut words = Vec::new();
+        let mut cursor = node.walk();
+        for child in node.children(&mut cursor) {
+            let name = match child.kind() {
+                "variable_assignment" => child.child_by_field_name("name"),
+                "variable_name" => Some(child),
+                _ => None,
+            };
+            sensitive |= name.is_some_and(|n| wrappers::changes_what_runs(node_text(n, self.src)));
+            words.push(match child.kind() {
+                "variable_assignment" => self.assignment_word(child),
+                _ => words::word(child, self.src),
+            });
+        }
+        if sensitive {
+            let pattern = join(&words);
+            let always = format!("{} *", words.first().map(|w| w.value.as_str()).unwrap_or_default());
+            self.push_command(pattern, always, words, Vec::new());
+        }
+    }
+
+    /// A heredoc body expands like a double-quoted string unless its delimiter is quoted. tree-sitter
+    /// finds its `$(…)` but not its backticks, so those are read here.
+    fn heredoc_body(&mut self, node: Node, depth: usize) {
+        let start = node.parent().and_then(|p| named_children(p).find(|c| c.kind() == "heredoc_start"));
+        let quoted = start.is_some_and(|s| node_text(s, self.src).contains(['\'', '"', '\\']));
+        if quoted {
+            return;
+        }
+        self.children(node, depth);
+        // tree-sitter leaves backticks (and the text around its first expansion) as plain content:
+        // read the body with the expansions it found blanked out.
+        let body = node_text(node, self.src);
+        let mut plain = body.to_string();
+        for child in named_children(node).filter(|c| c.kind() != "heredoc_content") {
+            let start = child.start_byte().saturating_sub(node.start_byte());
+            let end = child.end_byte().saturating_sub(node.start_byte());
+            if let Some(range) = plain.get(start..end) {
+                let blank = " ".repeat(range.len());
+                plain.replace_range(start..end, &blank);
+            }
+        }
+        self.backticks_in(node, &plain);
+    }
+
+    /// Parses the backtick substitutions of `text`, which tree-sitter did not (a heredoc body, a word).
+    fn backticks_in(&mut self, node: Node, text: &str) {
+        match backtick_scripts(text) {
+            Some(scripts) => {
+                for script in scripts {
+                    self.nested(&script);
+                }
+            }
+            None => push_unparsed(self.out, node_text(node, self.src), self.dirs.clone()),
+        }
+    }
+
+    /// Parses a script string found in the script (`bash -c`, `eval`, backticks in a heredoc).
+    fn nested(&mut self, script: &str) {
+        analyse_into(script, self.nesting + 1, self.dirs.clone(), self.out);
+    }
+
+    /// Turns an invocation into its command, then the commands it runs.
+    fn emit(&mut self, invocation: Invocation) {
+        let Invocation { mut env, mut words, redirects, stdin, source } = invocation;
+        // A wrapper's command may start with assignments (`sudo FOO=1 rm x`).
+        while words.len() > 1 && words[0].is_literal() && wrappers::assignment_name(&words[0].value).is_some()
+        {
+            env.push(words.remove(0));
+        }
+        let Some(name) = words.first() else { return };
+        if name.form != Form::Literal {
+            self.out.push(Command { redirects, ..Command::unreadable(&source, words, self.dirs.clone()) });
+            return;
+        }
+        let name = words::command_name(&name.value).to_string();
+        words[0].value.clone_from(&name);
+        let kept: Vec<Word> = env
+            .into_iter()
+            .filter(|w| wrappers::assignment_name(&w.value).is_some_and(wrappers::changes_what_runs))
+            .collect();
+        let values: Vec<String> = words.iter().map(|w| w.value.clone()).collect();
+        let prefix: Vec<&str> = kept.iter().map(|w| w.value.as_str()).collect();
+        let pattern =
+            prefix.iter().copied().chain(values.iter().map(String::as_str)).collect::<Vec<_>>().join(" ");
+        let always = prefix
+            .iter()
+            .copied()
+            .chain(arity::prefix(&values).iter().map(String::as_str))
+            .chain(["*"])
+            .collect::<Vec<_>>()
+            .join(" ");
+        let moves_only =
+            NOT_ASKED.contains(&name.as_str()) && words[1..].iter().all(|w| w.is_literal() && w.value != "-");
+        self.out.push(Command {
+            pattern,
+            always,
+            words: words.clone(),
+            redirects,
+            dirs: self.dirs.clone(),
+            check: if moves_only { Check::PathsOnly } else { Check::Bash },
+        });
+        if matches!(name.as_str(), "cd" | "pushd") && moves_only {
+            self.change_dir(&words[1..]);
+        }
+        for inner in wrappers::inner(&words) {
+            match inner {
+                Inner::Command { env, words } => {
+                    let source =
+                        env.iter().chain(&words).map(|w| w.source.as_str()).collect::<Vec<_>>().join(" ");
+                    self.emit(Invocation { env, words, redirects: Vec::new(), stdin: stdin.clone(), source });
+                }
+                Inner::Script(script) if script.is_literal() => self.nested(&script.value),
+                Inner::Script(_) => {
+                    self.out.push(Command::unreadable(&source, Vec::new(), self.dirs.clone()))
+                }
+                // A heredoc or here-string fed to a shell: its text (with any expansion left as written,
+                // which reads as an unreadable command) is the script.
+                Inner::Stdin => {
+                    if let Some(input) = &stdin {
+                        self.nested(&input.value);
+                    }
                 }
             }
         }
     }
 
-    fn end_command(&mut self) {
-        self.end_word();
-        self.next_kind = None;
-        let words = std::mem::take(&mut self.words);
-        let Some(last) = words.last() else { return };
-        let mut first = None;
-        let mut command_words = Vec::new();
-        let mut redirect_targets = Vec::new();
-        for (idx, word) in words.iter().enumerate() {
-            match word.kind {
-                WordKind::Operator => continue,
-                WordKind::Target => {
-                    redirect_targets.push(word.value.clone());
-                    continue;
-                }
-                WordKind::Plain => {}
-            }
-            if first.is_none() {
-                if HEADERS.contains(&word.value.as_str()) {
-                    return;
-                }
-                if KEYWORDS.contains(&word.value.as_str()) || is_assignment(&word.value) {
-                    continue;
-                }
-                first = Some(idx);
-            }
-            command_words.push(word.value.clone());
+    fn change_dir(&mut self, args: &[Word]) {
+        let target = args.iter().find(|w| !w.value.starts_with('-'));
+        match target {
+            Some(dir) if dir.value.starts_with('/') => self.dirs = vec![dir.value.clone()],
+            Some(dir) => self.dirs.push(dir.value.clone()),
+            None => self.dirs = vec!["~".to_string()],
         }
-        let Some(first) = first else { return };
-        let text = self.src[words[first].start.min(last.end)..last.end].trim().to_string();
-        self.out.push(SimpleCommand { text, words: command_words, redirect_targets });
+    }
+
+    fn push_command(&mut self, pattern: String, always: String, words: Vec<Word>, redirects: Vec<Word>) {
+        self.out.push(Command {
+            pattern,
+            always,
+            words,
+            redirects,
+            dirs: self.dirs.clone(),
+            check: Check::Bash,
+        });
     }
 }
 
-fn is_assignment(word: &str) -> bool {
-    let Some((name, _)) = word.split_once('=') else { return false };
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+fn join(words: &[Word]) -> String {
+    words.iter().map(|w| w.value.as_str()).collect::<Vec<_>>().join(" ")
+}
+
+fn named_children<'t>(node: Node<'t>) -> impl Iterator<Item = Node<'t>> {
+    (0..node.named_child_count()).filter_map(move |i| node.named_child(i as u32))
+}
+
+fn children_by_field<'t>(node: Node<'t>, field: &'static str) -> Vec<Node<'t>> {
+    let mut cursor = node.walk();
+    node.children_by_field_name(field, &mut cursor).collect()
+}
+
+/// The scripts of the backtick substitutions in expanding text (a heredoc body); `None` when a backtick
+/// is not closed.
+fn backtick_scripts(text: &str) -> Option<Vec<String>> {
+    let mut scripts = Vec::new();
+    let mut current: Option<String> = None;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match (c, current.as_mut()) {
+            ('\\', Some(script)) => {
+                // Inside backticks, `\` escapes `$`, `` ` `` and `\`.
+                match chars.next() {
+                    Some(next @ ('$' | '`' | '\\')) => script.push(next),
+                    Some(next) => {
+                        script.push('\\');
+                        script.push(next);
+                    }
+                    None => return None,
+                }
+            }
+            ('\\', None) => {
+                chars.next();
+            }
+            ('`', Some(_)) => scripts.extend(current.take()),
+            ('`', None) => current = Some(String::new()),
+            (c, Some(script)) => script.push(c),
+            (_, None) => {}
+        }
+    }
+    current.is_none().then_some(scripts)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn texts(script: &str) -> Vec<String> {
-        split_commands(script).into_iter().map(|c| c.text).collect()
+    /// The `bash` patterns of a script, in order.
+    fn patterns(script: &str) -> Vec<String> {
+        analyse(script).into_iter().filter(|c| c.check == Check::Bash).map(|c| c.pattern).collect()
     }
 
-    fn words(script: &str) -> Vec<Vec<String>> {
-        split_commands(script).into_iter().map(|c| c.words).collect()
+    fn check(table: &[(&str, &[&str])]) {
+        for (script, expected) in table {
+            assert_eq!(patterns(script), *expected, "script: {script:?}");
+        }
     }
 
     #[test]
-    fn splits_on_operators() {
+    fn lists_pipelines_and_compound_statements() {
+        check(&[
+            ("git status", &["git status"]),
+            (
+                "git status && npm test || echo no; ls | wc -l & sleep 1",
+                &["git status", "npm test", "echo no", "ls", "wc -l", "sleep 1"],
+            ),
+            ("a\nb\n\nc # comment", &["a", "b", "c"]),
+            ("(rm a) ; { rm b; }", &["rm a", "rm b"]),
+            ("f() { rm x; }; function g { rm y; }", &["rm x", "rm y"]),
+            (
+                "if test -f x; then cat x; elif rm a; then :; else rm b; fi",
+                &["test -f x", "cat x", "rm a", ":", "rm b"],
+            ),
+            ("for f in a b; do rm $f; done", &["rm $f"]),
+            ("for ((i=0; i<$(rm n); i++)); do :; done", &["rm n", ":"]),
+            (
+                "while read l; do rm l; done < list; until false; do rm u; done",
+                &["read l", "rm l", "false", "rm u"],
+            ),
+            ("case $x in a) rm y;; *) rm z;; esac", &["rm y", "rm z"]),
+            ("! rm x", &["rm x"]),
+            ("[[ -f $(rm t) ]] && [ -f x ]", &["rm t"]),
+        ]);
+    }
+
+    #[test]
+    fn substitutions_in_any_quoting_are_commands() {
+        check(&[
+            (r#"git status "$(touch x)""#, &["touch x", r#"git status "$(touch x)""#]),
+            ("git status \"a`touch x`b\"", &["touch x", "git status \"a`touch x`b\""]),
+            ("echo `touch x`", &["touch x", "echo `touch x`"]),
+            ("echo ${v:-$(touch x)}", &["touch x", "echo ${v:-$(touch x)}"]),
+            ("echo \"${v:-$(touch x)}\"", &["touch x", "echo \"${v:-$(touch x)}\""]),
+            ("echo ${v:-`touch x`}", &["touch x", "echo ${v:-`touch x`}"]),
+            ("echo \"${v:-`touch x`}\"", &["touch x", "echo \"${v:-`touch x`}\""]),
+            ("(( $(touch x) )); echo $[ `touch y` ]", &["touch x", "touch y", "echo $[ `touch y` ]"]),
+            ("let \"x=$(touch x)\"", &["touch x", "let \"x=$(touch x)\""]),
+            ("case $(touch x) in *) rm y;; esac", &["touch x", "rm y"]),
+            ("select v in $(touch x); do :; done", &["touch x", ":"]),
+            ("read -r v <<< \"$(touch x)\"", &["touch x", "read -r v"]),
+            ("echo $(( $(touch x) + 1 ))", &["touch x", "echo $(( $(touch x) + 1 ))"]),
+            ("echo \"$(( `touch x` ))\"", &["touch x", "echo \"$(( `touch x` ))\""]),
+            ("echo ${a[$(touch x)]}", &["touch x", "echo ${a[$(touch x)]}"]),
+            (
+                "echo $(echo $(touch deep))",
+                &["touch deep", "echo $(touch deep)", "echo $(echo $(touch deep))"],
+            ),
+            ("cat > \"$(touch x)\" < `touch y`", &["touch x", "touch y", "cat"]),
+            ("diff <(rm a) >(rm b)", &["rm a", "rm b", "diff <(rm a) >(rm b)"]),
+            ("X=$(touch x)", &["touch x"]),
+            ("a=(1 $(touch x))", &["touch x"]),
+            ("local v=$(touch x); export W=`touch y`", &["touch x", "touch y"]),
+        ]);
+    }
+
+    #[test]
+    fn heredoc_bodies_expand_unless_the_delimiter_is_quoted() {
+        check(&[
+            ("cat <<EOF\n$(touch x) `touch y`\nEOF", &["touch x", "touch y", "cat"]),
+            ("cat <<EOF\n`touch x`\nEOF", &["touch x", "cat"]),
+            ("cat <<EOF\na `touch x` $HOME `touch y`\nEOF", &["touch x", "touch y", "cat"]),
+            ("cat <<EOF\n$(echo `touch x`)\nEOF", &["touch x", "echo `touch x`", "cat"]),
+            ("cat <<-EOF\n\t${v:-$(touch x)}\n\tEOF", &["touch x", "cat"]),
+            ("cat <<'EOF'\n$(touch x) `touch y`\nEOF", &["cat"]),
+            ("cat <<\"EOF\"\n$(touch x)\nEOF", &["cat"]),
+            ("cat <<\\EOF\n$(touch x)\nEOF", &["cat"]),
+            ("cat <<EOF > out.txt\nhello\nEOF\nrm x", &["cat", "rm x"]),
+            ("cat <<EOF && rm x\nbody\nEOF", &["rm x", "cat"]),
+        ]);
+    }
+
+    #[test]
+    fn script_strings_are_parsed() {
+        check(&[
+            ("bash -c 'rm x'", &["bash -c rm x", "rm x"]),
+            ("sh -ec \"rm x; rm y\" arg0", &["sh -ec rm x; rm y arg0", "rm x", "rm y"]),
+            ("zsh -c 'rm x'; dash -c 'rm y'", &["zsh -c rm x", "rm x", "dash -c rm y", "rm y"]),
+            ("eval 'rm x' y", &["eval rm x y", "rm x y"]),
+            ("eval \"$CMD\"", &["eval \"$CMD\"", "eval \"$CMD\""]),
+            ("bash -c \"$X\"", &["bash -c \"$X\"", "bash -c \"$X\""]),
+            ("bash -c 'bash -c \"rm x\"'", &["bash -c bash -c \"rm x\"", "bash -c rm x", "rm x"]),
+            ("trap 'rm x' EXIT", &["trap rm x EXIT", "rm x"]),
+            ("bash <<EOF\nrm x\nEOF", &["bash", "rm x"]),
+            ("sh <<< 'rm x'", &["sh", "rm x"]),
+            ("bash script.sh", &["bash script.sh"]),
+        ]);
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        // Each `eval` level is one more nested script: past the limit the rest is unparsed.
+        let script = format!("{}rm x", "eval ".repeat(12));
+        let found = patterns(&script);
+        assert!(!found.contains(&"rm x".to_string()), "read past the depth limit: {found:?}");
+        assert!(found.iter().any(|p| p.starts_with(UNPARSED) && p.ends_with("rm x")), "{found:?}");
+        let shallow = patterns("eval eval 'rm x'");
+        assert!(shallow.contains(&"rm x".to_string()), "{shallow:?}");
+
+        let deep = format!("{}rm x{}", "$(".repeat(300), ")".repeat(300));
+        let found = patterns(&deep);
+        assert_eq!(found.last(), Some(&format!("{UNPARSED}{deep}")), "too deep a tree is unreadable");
+    }
+
+    #[test]
+    fn command_words_are_normalised() {
+        check(&[
+            (r"\rm x", &["rm x"]),
+            ("'rm' x", &["rm x"]),
+            (r#"r""m x"#, &["rm x"]),
+            (r#""rm" "-rf" 'a b'"#, &["rm -rf a b"]),
+            (r"$'r\x6d' x", &["rm x"]),
+            ("/bin/rm x", &["rm x"]),
+            ("/usr/bin/rm -rf /", &["rm -rf /"]),
+            ("./rm x", &["./rm x"]),
+            ("r\\\nm x", &["rm x"]),
+            ("git   status   --short", &["git status --short"]),
+            ("ls *.txt", &["ls *.txt"]),
+            ("cargo test 2>&1 > out.txt", &["cargo test"]),
+        ]);
+    }
+
+    #[test]
+    fn wrappers_are_checked_with_the_command_they_run() {
+        check(&[
+            ("command rm x", &["command rm x", "rm x"]),
+            ("env rm x", &["env rm x", "rm x"]),
+            (
+                "env -i PATH=/x GIT_DIR=y FOO=1 git status",
+                &["env -i PATH=/x GIT_DIR=y FOO=1 git status", "PATH=/x GIT_DIR=y git status"],
+            ),
+            ("exec rm x", &["exec rm x", "rm x"]),
+            ("builtin cd x", &["builtin cd x"]),
+            ("nohup rm x &", &["nohup rm x", "rm x"]),
+            ("nice -n 10 rm x", &["nice -n 10 rm x", "rm x"]),
+            ("timeout -k 5 10s rm x", &["timeout -k 5 10s rm x", "rm x"]),
+            ("stdbuf -oL rm x", &["stdbuf -oL rm x", "rm x"]),
+            ("sudo -u root rm x", &["sudo -u root rm x", "rm x"]),
+            ("doas rm x", &["doas rm x", "rm x"]),
+            ("time rm x", &["time rm x", "rm x"]),
+            ("ls | xargs rm", &["ls", "xargs rm", "rm"]),
+            ("xargs -0 -I{} rm {}", &["xargs -0 -I{} rm {}", "rm {}"]),
+            ("find . -name '*.o' -delete", &["find . -name *.o -delete", "rm ."]),
+            (r"find src -exec rm {} \;", &["find src -exec rm {} ;", "rm {}"]),
+            (
+                "find . -execdir sh -c 'rm x' \\; -ok rm y +",
+                &["find . -execdir sh -c rm x ; -ok rm y +", "sh -c rm x", "rm x", "rm y"],
+            ),
+            ("sudo env /bin/rm x", &["sudo env /bin/rm x", "env /bin/rm x", "rm x"]),
+            ("xargs sh -c 'rm x'", &["xargs sh -c rm x", "sh -c rm x", "rm x"]),
+            ("command $CMD", &["command $CMD", "$CMD"]),
+            ("command -v rm", &["command -v rm"]),
+            ("sudo FOO=1 PAGER=x rm x", &["sudo FOO=1 PAGER=x rm x", "PAGER=x rm x"]),
+            ("env 'GIT_DIR=x' git status", &["env GIT_DIR=x git status", "GIT_DIR=x git status"]),
+        ]);
+    }
+
+    #[test]
+    fn env_prefixes_that_change_what_runs_stay_in_the_pattern() {
+        check(&[
+            (
+                "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='touch x' git status",
+                &["GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0=touch x git status"],
+            ),
+            ("PAGER='sh -c id' git log", &["PAGER=sh -c id git log"]),
+            ("LD_PRELOAD=./evil.so ls", &["LD_PRELOAD=./evil.so ls"]),
+            ("RUST_LOG=debug cargo test", &["cargo test"]),
+            ("CI=1 FOO=$(touch x) npm test", &["touch x", "npm test"]),
+            ("GIT_DIR=$(pwd)/x git status", &["pwd", "GIT_DIR=$(pwd)/x git status"]),
+            ("PATH=/tmp/evil:$PATH; git status", &["PATH=/tmp/evil:$PATH", "git status"]),
+            ("export GIT_SSH_COMMAND='touch x'", &["export GIT_SSH_COMMAND=touch x"]),
+            ("export FOO=1", &[]),
+        ]);
+        let always: Vec<String> =
+            analyse("GIT_PAGER=cat git log --oneline").into_iter().map(|c| c.always).collect();
+        assert_eq!(always, vec!["GIT_PAGER=cat git log *"]);
+    }
+
+    #[test]
+    fn unreadable_commands_keep_their_source_text() {
+        check(&[
+            ("$CMD x", &["$CMD x"]),
+            ("\"$(echo rm)\" x", &["echo rm", "\"$(echo rm)\" x"]),
+            ("${X}rm x", &["${X}rm x"]),
+            ("r{m,} x", &["r{m,} x"]),
+            ("/bin/r? x", &["/bin/r? x"]),
+            (
+                "echo 'unterminated",
+                &["echo", "echo unterminated", "echo 'unterminated", "(unparsed) echo 'unterminated"],
+            ),
+            ("rm x; (((", &["rm x", "rm x; (((", "(unparsed) rm x; ((("]),
+            (
+                "cat <<EOF; \\rm q\n$(touch r)\nEOF",
+                &[
+                    "touch r",
+                    "cat",
+                    "EOF",
+                    "rm q",
+                    "cat <<EOF; \\rm q\n$(touch r)\nEOF",
+                    "(unparsed) cat <<EOF; \\rm q\n$(touch r)\nEOF",
+                ],
+            ),
+        ]);
+        let unreadable = analyse("$CMD x");
+        assert_eq!(unreadable[0].always, "$CMD x", "an always answer covers only that exact text");
+    }
+
+    #[test]
+    fn cd_moves_later_commands_but_is_not_asked() {
+        let commands = analyse("cd sub && cat a; (cd /x; cat b); cat c; cd; cat d");
+        let seen: Vec<(String, Check, Vec<String>)> =
+            commands.into_iter().map(|c| (c.pattern, c.check, c.dirs)).collect();
+        let dirs = |d: &[&str]| d.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            texts("git status && npm test || echo no; ls | wc -l & sleep 1"),
-            vec!["git status", "npm test", "echo no", "ls", "wc -l", "sleep 1"]
+            seen,
+            vec![
+                ("cd sub".to_string(), Check::PathsOnly, dirs(&[])),
+                ("cat a".to_string(), Check::Bash, dirs(&["sub"])),
+                ("cd /x".to_string(), Check::PathsOnly, dirs(&["sub"])),
+                ("cat b".to_string(), Check::Bash, dirs(&["/x"])),
+                ("cat c".to_string(), Check::Bash, dirs(&["sub"])),
+                ("cd".to_string(), Check::PathsOnly, dirs(&["sub"])),
+                ("cat d".to_string(), Check::Bash, dirs(&["~"])),
+            ]
         );
-        assert_eq!(texts("a\nb\n\nc"), vec!["a", "b", "c"]);
+        check(&[("cd $X && ls", &["cd $X", "ls"]), ("cd - && ls", &["cd -", "ls"]), ("popd", &[])]);
     }
 
     #[test]
-    fn quotes_and_escapes_do_not_split() {
-        assert_eq!(texts("echo 'a && b' \"c; d\" e\\;f"), vec!["echo 'a && b' \"c; d\" e\\;f"]);
-        assert_eq!(words("echo 'a && b' \"c; d\""), vec![vec!["echo", "a && b", "c; d"]]);
-    }
-
-    #[test]
-    fn redirections_stay_in_text_but_not_in_words() {
-        let cmds = split_commands("cargo test 2>&1 > out.txt");
-        assert_eq!(cmds[0].text, "cargo test 2>&1 > out.txt");
-        assert_eq!(cmds[0].words, vec!["cargo", "test"]);
-        assert_eq!(cmds[0].redirect_targets, vec!["out.txt"]);
-        assert_eq!(words("ls &> /dev/null"), vec![vec!["ls"]]);
-        let here = split_commands("bc <<< /abs");
+    fn redirections_are_files_not_pattern_words() {
+        let commands = analyse("cargo test 2>&1 > out.txt; { ls; } >> log.txt; echo x >&2");
+        let redirects: Vec<(String, Vec<String>)> = commands
+            .iter()
+            .map(|c| (c.pattern.clone(), c.redirects.iter().map(|w| w.value.clone()).collect()))
+            .collect();
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            (here[0].words.clone(), here[0].redirect_targets.clone()),
-            (vec!["bc".to_string()], vec![])
+            redirects,
+            vec![
+                ("cargo test".to_string(), s(&["out.txt"])),
+                ("ls".to_string(), s(&[])),
+                (String::new(), s(&["log.txt"])),
+                ("echo x".to_string(), s(&[])),
+            ]
         );
-    }
-
-    #[test]
-    fn heredoc_bodies_are_not_commands() {
-        let script = "cat <<'EOF' > notes.txt\nrm -rf /\nEOF\necho done";
-        assert_eq!(words(script), vec![vec!["cat"], vec!["echo", "done"]]);
-    }
-
-    #[test]
-    fn substitutions_are_commands_too() {
-        assert_eq!(
-            texts("echo $(rm -rf x) `whoami`"),
-            vec!["rm -rf x", "whoami", "echo $(rm -rf x) `whoami`"]
-        );
-        assert_eq!(texts("echo $((1 + 2))"), vec!["echo $((1 + 2))"]);
-    }
-
-    #[test]
-    fn keywords_assignments_and_comments_are_skipped() {
-        assert_eq!(texts("FOO=1 make build # comment"), vec!["make build"]);
-        assert_eq!(texts("if test -f x; then cat x; fi"), vec!["test -f x", "cat x"]);
-        assert_eq!(texts("for f in a b; do echo $f; done"), vec!["echo $f"]);
-        assert_eq!(texts("(cd sub && make)"), vec!["cd sub", "make"]);
     }
 
     #[test]
@@ -432,15 +856,16 @@ mod tests {
             "<<<",
             "'",
             "\\\n",
+            "cat <<EOF\n`unclosed\nEOF",
         ];
         for script in samples {
-            let _ = split_commands(script);
+            let found = analyse(script);
+            assert!(found.iter().all(|c| c.check == Check::PathsOnly || !c.pattern.is_empty()), "{script}");
         }
-        let bytes: Vec<char> = "a'b\"c$(d)e`f`g\\h>i<j&k|l;m\n#n(o)p{q}r é".chars().collect();
-        for start in 0..bytes.len() {
-            for end in start..=bytes.len() {
-                let script: String = bytes[start..end].iter().collect();
-                let _ = split_commands(&script);
+        let chars: Vec<char> = "a'b\"c$(d)e`f`g\\h>i<j&k|l;m\n#n(o)p{q}r é".chars().collect();
+        for start in 0..chars.len() {
+            for end in start..=chars.len() {
+                let _ = analyse(&chars[start..end].iter().collect::<String>());
             }
         }
     }
