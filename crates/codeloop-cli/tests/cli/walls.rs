@@ -339,3 +339,72 @@ async fn commands_do_not_see_secrets_in_the_environment() {
     let seen = tool_result(&fake, 1);
     assert!(seen.contains("plain=visible") && !seen.contains("sk-secret"), "{seen}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quoting_wrappers_substitutions_and_env_prefixes_do_not_get_past_the_rules() {
+    let rules =
+        "[permission]\nbash = { \"*\" = \"ask\", \"git status *\" = \"allow\", \"rm *\" = \"deny\" }\n";
+    // (command the model runs, what must happen): asked commands stop a headless run; denied ones are
+    // refused and fed back; allowed ones run.
+    let cases = [
+        ("git status \"$(touch pwned)\"", "stops"),
+        ("git status \"`touch pwned`\"", "stops"),
+        ("git status ${v:-$(touch pwned)}", "stops"),
+        ("git status $(( $(touch pwned) ))", "stops"),
+        (
+            "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='touch pwned' git status",
+            "stops",
+        ),
+        ("cat <<EOF\n$(touch pwned)\nEOF", "stops"),
+        ("\\rm victim.txt", "denied"),
+        ("'rm' victim.txt", "denied"),
+        ("r\"\"m victim.txt", "denied"),
+        ("/bin/rm victim.txt", "denied"),
+        ("command rm victim.txt", "denied"),
+        ("env rm victim.txt", "denied"),
+        ("echo victim.txt | xargs rm", "denied"),
+        ("find . -name victim.txt -delete", "denied"),
+        ("sh -c 'rm victim.txt'", "denied"),
+        ("rm *.txt", "denied"),
+        ("git status", "runs"),
+    ];
+    for (command, expected) in cases {
+        let env = Env::new();
+        std::process::Command::new("git")
+            .arg("init")
+            .arg("-q")
+            .current_dir(env.project.path())
+            .status()
+            .unwrap();
+        std::fs::write(env.project.path().join("victim.txt"), "keep me").unwrap();
+        let fake = FakeProvider::start(Script::new([
+            Turn::from(Reply::tool_call("bash", json!({"command": command}))),
+            Turn::from(Reply::text("done")),
+        ]))
+        .await
+        .unwrap();
+        let config = env.config(&fake.base_url(), rules);
+        let output = codeloop(&env, &config, &["run", "go"]).await;
+        let (_, stderr) = text(&output);
+        assert!(!env.project.path().join("pwned").exists(), "{command}: the hidden command ran");
+        assert!(env.project.path().join("victim.txt").exists(), "{command}: the deny rule was bypassed");
+        match expected {
+            "stops" => {
+                assert_eq!(output.status.code(), Some(1), "{command}: {stderr}");
+                assert!(stderr.contains("needs approval"), "{command}: {stderr}");
+            }
+            "denied" => {
+                assert!(output.status.success(), "{command}: {stderr}");
+                assert!(
+                    tool_result(&fake, 1).starts_with("Permission denied"),
+                    "{command}: {}",
+                    tool_result(&fake, 1)
+                );
+            }
+            _ => {
+                assert!(output.status.success(), "{command}: {stderr}");
+                assert!(tool_result(&fake, 1).contains("branch"), "{command}: {}", tool_result(&fake, 1));
+            }
+        }
+    }
+}
