@@ -453,6 +453,7 @@ impl ConfigSources {
             ConfigError::Invalid { path: files.last().cloned().unwrap_or_default(), message: e.to_string() }
         })?;
         config.project_rules = project_rules;
+        warnings.extend(unknown_permissions(&config));
         Ok(LoadedConfig { config, files, warnings, project: project.map(|(p, _)| p) })
     }
 
@@ -504,6 +505,53 @@ impl ConfigSources {
         }
         Ok(kept)
     }
+}
+
+/// Permissions the engine asks for; a rule for any other name never matches anything.
+pub const KNOWN_PERMISSIONS: &[&str] = &[
+    "bash",
+    "read",
+    "edit",
+    "glob",
+    "grep",
+    "todowrite",
+    "task",
+    "skill",
+    "webfetch",
+    "question",
+    "external_directory",
+    "doom_loop",
+    "sandbox_escalate",
+];
+
+/// A warning per permission rule whose name nothing asks for (a typo such as `bahs`), naming the known ones.
+fn unknown_permissions(config: &Config) -> Vec<String> {
+    let agent_rules = config.agent.values().flat_map(|a| a.permission.0.iter());
+    let mut unknown: Vec<&str> = Vec::new();
+    for rule in config.permission.0.iter().chain(agent_rules).chain(&config.project_rules) {
+        let name = rule.permission.as_str();
+        let known = KNOWN_PERMISSIONS.contains(&name)
+            || name.contains('*')
+            || name.contains('?')
+            || config.mcp.keys().any(|server| name.starts_with(&format!("{server}_")));
+        if !known && !unknown.contains(&name) {
+            unknown.push(name);
+        }
+    }
+    unknown
+        .into_iter()
+        .map(|name| {
+            let hint = match name {
+                "write" | "apply_patch" | "patch" => " (writes ask as `edit`)".to_string(),
+                _ => String::new(),
+            };
+            format!(
+                "[permission] `{name}` is not a permission codeloop asks for{hint}, so its rules never match; \
+                 known: {}, and NAME_TOOL for MCP tools",
+                KNOWN_PERMISSIONS.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// The keys of a project config outside the allow-list: what a trust record covers.
@@ -760,5 +808,26 @@ mod tests {
         assert!(changed.config.mcp.is_empty());
         assert_eq!(changed.project.unwrap().trust, TrustState::Changed);
         assert!(changed.warnings.iter().any(|w| w.contains("changed since you trusted it")));
+    }
+
+    #[test]
+    fn a_misspelt_permission_is_named_with_the_known_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(
+            &file,
+            "[permission]\nbahs = \"deny\"\nbash = \"ask\"\nwrite = \"deny\"\n\"*\" = \"allow\"\nfs_read = \"ask\"\n\
+             [mcp.fs]\ncommand = [\"x\"]\n",
+        )
+        .unwrap();
+        let loaded = ConfigSources { explicit: Some(file), ..Default::default() }.load().unwrap();
+        let warnings: Vec<&String> = loaded.warnings.iter().filter(|w| w.contains("[permission]")).collect();
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("`bahs`") && warnings[0].contains("bash, read, edit"),
+            "{}",
+            warnings[0]
+        );
+        assert!(warnings[1].contains("`write`") && warnings[1].contains("as `edit`"), "{}", warnings[1]);
     }
 }
