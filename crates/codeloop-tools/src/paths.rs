@@ -144,6 +144,17 @@ pub fn session_temp_dir(session: &str) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// Whether a file likely holds secrets (the default secret rules of DESIGN.md §4 by name): `*.env`,
+/// `*.env.*` but not `*.env.example`, `*.pem`, `*.key`, `.netrc`, and anything under `.ssh`, `.aws` or
+/// `.gnupg`. Walking tools leave these out; reading one goes through the `read` rules.
+pub fn is_secret(path: &Path) -> bool {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let env_file = name.ends_with(".env") || (name.contains(".env.") && !name.ends_with(".env.example"));
+    let key_file = name.ends_with(".pem") || name.ends_with(".key") || name == ".netrc";
+    let secret_dir = path.iter().any(|c| c == ".ssh" || c == ".aws" || c == ".gnupg");
+    env_file || key_file || secret_dir
+}
+
 /// How a write to `path` is granted: protected paths only explicitly.
 pub(crate) fn write_grant(ctx: &ToolContext, path: &Path) -> Grant {
     if is_protected(&ctx.project, path) { Grant::Explicit } else { Grant::Rules }

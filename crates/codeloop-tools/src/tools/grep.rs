@@ -64,6 +64,8 @@ struct Results {
     found: Vec<Found>,
     total: usize,
     errors: bool,
+    /// Files that may hold secrets, left out of a directory search.
+    secrets: Vec<PathBuf>,
 }
 
 #[async_trait]
@@ -97,6 +99,17 @@ impl Tool for GrepTool {
         paths::check_external(ctx, &root, PathKind::Directory).await?;
         if !root.exists() {
             return Err(ToolFailure::Failed(format!("Path not found: {}", root.display())));
+        }
+        if root.is_file() {
+            let rel = paths::relative(ctx, &root);
+            ctx.ask(PermissionAsk {
+                grant: Default::default(),
+                permission: "read".to_string(),
+                patterns: vec![rel],
+                always: vec!["*".to_string()],
+                metadata: json!({}),
+            })
+            .await?;
         }
         let matcher = RegexMatcher::new_line_matcher(&params.pattern)
             .map_err(|e| ToolFailure::Failed(format!("Invalid regex pattern: {e}")))?;
@@ -150,6 +163,11 @@ fn search(
             continue;
         }
         let path = entry.path();
+        // A directory search never reads `.env` files or keys; naming one as the path asks `read` instead.
+        if path != root.as_path() && crate::paths::is_secret(path) {
+            results.secrets.push(path.to_path_buf());
+            continue;
+        }
         let sink = Lossy(|line, text: &str| {
             results.total += 1;
             if results.found.len() < LIMIT {
@@ -169,12 +187,28 @@ fn search(
     Ok(results)
 }
 
+/// Says which files that may hold secrets were not searched, and how to read one.
+fn secrets_note(lines: &mut Vec<String>, secrets: &[PathBuf]) {
+    if secrets.is_empty() {
+        return;
+    }
+    let names: Vec<String> = secrets.iter().take(5).map(|p| p.display().to_string()).collect();
+    let more = if secrets.len() > 5 { format!(" and {} more", secrets.len() - 5) } else { String::new() };
+    lines.push(String::new());
+    lines.push(format!(
+        "(Not searched, as they may hold secrets: {}{more}. Search one by naming it as the path; that asks the user.)",
+        names.join(", ")
+    ));
+}
+
 fn render(pattern: &str, results: Results) -> ToolOutput {
     let truncated = results.total > results.found.len();
     if results.found.is_empty() {
+        let mut lines = vec!["No files found".to_string()];
+        secrets_note(&mut lines, &results.secrets);
         return ToolOutput {
             title: pattern.to_string(),
-            output: "No files found".to_string(),
+            output: lines.join("\n"),
             metadata: json!({"matches": 0, "truncated": false}),
             attachments: Vec::new(),
         };
@@ -207,6 +241,7 @@ fn render(pattern: &str, results: Results) -> ToolOutput {
         lines.push(String::new());
         lines.push("(Some paths were inaccessible and skipped)".to_string());
     }
+    secrets_note(&mut lines, &results.secrets);
     ToolOutput {
         title: pattern.to_string(),
         output: lines.join("\n"),

@@ -143,3 +143,25 @@ async fn the_session_temp_dir_is_part_of_the_project_but_the_system_temp_dir_is_
     let out = env.ok("bash", json!({"command": "echo $TMPDIR"})).await;
     assert_eq!(out.output.trim(), temp.path().to_string_lossy());
 }
+
+#[tokio::test]
+async fn a_directory_search_leaves_secrets_out_and_naming_one_asks_read() {
+    let env = Env::new();
+    env.write(".env", "API_TOKEN=hunter2\n");
+    env.write("deploy/server.key", "hunter2 key\n");
+    env.write("src/app.rs", "// hunter2 is the example password\n");
+    env.write(".env.example", "API_TOKEN=hunter2-example\n");
+    let out = env.ok("grep", json!({"pattern": "hunter2"})).await;
+    assert!(out.output.contains("app.rs") && out.output.contains(".env.example"), "{}", out.output);
+    assert!(
+        !out.output.contains("API_TOKEN=hunter2\n") && !out.output.contains("hunter2 key"),
+        "{}",
+        out.output
+    );
+    assert!(out.output.contains("Not searched") && out.output.contains("server.key"), "{}", out.output);
+    assert!(env.asks_for("read").is_empty());
+
+    env.deny("read");
+    assert!(is_denied(env.run("grep", json!({"pattern": "hunter2", "path": ".env"})).await));
+    assert_eq!(env.asks_for("read")[0].patterns, vec![".env".to_string()]);
+}
