@@ -64,6 +64,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         (None, true) => AskPolicy::Wait,
         (None, false) => AskPolicy::Deny,
     };
+    if interactive {
+        crate::trust::offer(&dir)?;
+    }
     let config = env::load_config(Some(&dir))?;
     let engine = env::open_engine(config, policy)?;
     let session = pick_session(&engine, &args, &dir, model.clone())?;

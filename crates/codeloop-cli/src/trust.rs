@@ -25,6 +25,32 @@ pub struct TrustArgs {
     list: bool,
 }
 
+/// In a terminal: a project whose config wants more than an untrusted one may do is asked about once
+/// ("trust it?"); a yes records it as `codeloop trust` would, a no leaves it narrowing only (and its warning
+/// says how to trust it later).
+pub fn offer(dir: &std::path::Path) -> anyhow::Result<()> {
+    let sources = env::config_sources(Some(dir));
+    let Some(store) = &sources.trust else { return Ok(()) };
+    let Some(project) = sources.project()? else { return Ok(()) };
+    if project.trusted() || project.wants.is_empty() {
+        return Ok(());
+    }
+    let files: Vec<String> = project.files.iter().map(|f| f.display().to_string()).collect();
+    let again = if project.trust == TrustState::Changed { " changed since you trusted it and" } else { "" };
+    eprintln!("This repository's config ({}){again} wants to:", files.join(", "));
+    for want in &project.wants {
+        eprintln!("  - {want}");
+    }
+    eprint!("Trust it? Until you do, it may only narrow your settings. [y/N] ");
+    let mut answer = String::new();
+    std::io::stdin().read_line(&mut answer).context("cannot read the answer")?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        store.trust(&project.root, &project.hash, codeloop_types::now_ms())?;
+        eprintln!("trusted {} (codeloop trust --revoke undoes it)", project.root.display());
+    }
+    Ok(())
+}
+
 pub fn trust(args: TrustArgs) -> anyhow::Result<ExitCode> {
     let store =
         env::trust_store().context("cannot find the config directory: set HOME or XDG_CONFIG_HOME")?;
