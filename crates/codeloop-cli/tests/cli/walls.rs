@@ -408,3 +408,32 @@ async fn quoting_wrappers_substitutions_and_env_prefixes_do_not_get_past_the_rul
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escaping_the_sandbox_is_granted_by_a_rule_naming_it_never_by_on_ask_allow() {
+    if !landlock() {
+        return;
+    }
+    let (_dir, outside) = outside_dir();
+    let call = json!({"command": format!("echo x > {}", outside.display()), "escalate": true});
+    let script =
+        || Script::new([Turn::from(Reply::tool_call("bash", call.clone())), Turn::from(Reply::text("done"))]);
+    let env = Env::new();
+    let fake = FakeProvider::start(script()).await.unwrap();
+    let config = env.config(&fake.base_url(), "[permission]\n\"*\" = \"allow\"\n");
+    let output = codeloop(&env, &config, &["run", "--on-ask", "allow", "go"]).await;
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("sandbox_escalate"), "{stderr}");
+    assert!(!outside.exists());
+
+    let env = Env::new();
+    let fake = FakeProvider::start(script()).await.unwrap();
+    let config = env.config(
+        &fake.base_url(),
+        "[permission]\nsandbox_escalate = \"allow\"\nexternal_directory = \"allow\"\n",
+    );
+    let output = codeloop(&env, &config, &["run", "go"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    assert!(outside.exists(), "the user's rule let the command out");
+}

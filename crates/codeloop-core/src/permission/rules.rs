@@ -71,7 +71,8 @@ pub fn evaluate<'a>(
 }
 
 /// Like [`evaluate`], counting only rules that name both the permission and the subject: a permission
-/// other than `*` and a pattern that does not start with `*`. Protected paths and sandbox escapes are
+/// without wildcards and a pattern that does not start with `*` (for `sandbox_escalate`, naming the
+/// permission is enough). Protected paths and sandbox escapes are
 /// granted this way only (DESIGN.md §5a), so `"*" = "allow"` or `edit = "allow"` never covers them; a deny
 /// of any shape still counts.
 pub fn evaluate_explicit<'a>(
@@ -82,7 +83,9 @@ pub fn evaluate_explicit<'a>(
     let mut found: Option<&PermissionRule> = None;
     for layer in layers {
         for rule in layer {
-            let names_it = rule.permission != "*" && !rule.pattern.starts_with('*');
+            // `sandbox_escalate = "allow"` names the permission itself; `edit = "allow"` names no path.
+            let names_it = !rule.permission.contains('*')
+                && (!rule.pattern.starts_with('*') || rule.permission == "sandbox_escalate");
             if (names_it || rule.action == PermissionAction::Deny)
                 && wildcard_match(&rule.permission, permission)
                 && wildcard_match(&rule.pattern, pattern)

@@ -22,6 +22,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use codeloop_sandbox::SandboxMode;
+
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
 use crate::{Grant, PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput, Walls};
@@ -136,11 +138,27 @@ impl Tool for BashTool {
             );
         };
         let walls = walls_for(ctx, &params).await?;
+        // Without a mount namespace the protected paths are not read-only mounts: check them afterwards.
+        let watched = walls
+            .filter(|w| w.policy.mode != SandboxMode::Off && !codeloop_sandbox::probe().user_namespaces)
+            .map(|w| (w, codeloop_sandbox::fingerprint(&w.policy.protected)));
         let timeout = Duration::from_millis(timeout_ms);
         let ending = process::run(&params.command, &cwd, timeout, ctx, walls, &mut sink, report)
             .await
             .map_err(|e| ToolFailure::Failed(format!("Failed to run command: {e}")))?;
         let mut out = sink.finish().await;
+        if let Some((walls, before)) = watched {
+            let changed = before.changed(&codeloop_sandbox::fingerprint(&walls.policy.protected));
+            if !changed.is_empty() {
+                let list: Vec<String> = changed.iter().map(|p| p.display().to_string()).collect();
+                out.text.push_str(&format!(
+                    "\n\n<sandbox>\nThis command changed protected paths ({}), which commands must not write; \
+                     the user has been told. Do not do this again.\n</sandbox>",
+                    list.join(", ")
+                ));
+                tracing::warn!("a command changed protected paths: {}", list.join(", "));
+            }
+        }
         if let (Some(walls), Ending::Exited(Some(code))) = (walls, ending)
             && code != 0
             && let Some(note) = codeloop_sandbox::explain_failure(&walls.policy, &out.text)
@@ -157,7 +175,7 @@ impl Tool for BashTool {
 /// naming `sandbox_escalate`) agreed.
 async fn walls_for<'a>(ctx: &'a ToolContext, params: &Params) -> Result<Option<&'a Walls>, ToolFailure> {
     let Some(walls) = ctx.walls.as_deref() else { return Ok(None) };
-    if walls.policy.mode == codeloop_sandbox::SandboxMode::Off || params.escalate != Some(true) {
+    if walls.policy.mode == SandboxMode::Off || params.escalate != Some(true) {
         return Ok(Some(walls));
     }
     ctx.ask(PermissionAsk {
