@@ -161,8 +161,10 @@ pub(crate) fn write_grant(ctx: &ToolContext, path: &Path) -> Grant {
 }
 
 /// Replaces `path` with `contents` atomically: a temp file in the same directory, synced, given the old
-/// file's permissions, then renamed over the old name. Missing parent directories are created. A hard
-/// link to the old file keeps the old contents.
+/// file's mode, owner and extended attributes, then renamed over the old name. Missing parent directories
+/// are created. The directory is opened once without following any symlink, and the temp file and the
+/// rename go through that handle, so nothing swapped in after the path was checked is written through. A
+/// hard link to the old file keeps the old contents.
 pub(crate) async fn write_atomic(path: &Path, contents: Vec<u8>) -> std::io::Result<()> {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || write_atomic_blocking(&path, &contents))
@@ -171,17 +173,85 @@ pub(crate) async fn write_atomic(path: &Path, contents: Vec<u8>) -> std::io::Res
 }
 
 fn write_atomic_blocking(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
     let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().ok_or_else(|| std::io::Error::other("not a file name"))?;
     std::fs::create_dir_all(dir)?;
-    let old = std::fs::metadata(path).ok();
-    let mut temp = tempfile::Builder::new().prefix(".codeloop-write-").tempfile_in(dir)?;
-    temp.write_all(contents)?;
-    if let Some(old) = &old {
-        temp.as_file().set_permissions(old.permissions())?;
+    let dirfd = open_no_symlinks(dir, OFlags::DIRECTORY | OFlags::RDONLY)?;
+    let old =
+        rustix::fs::openat(&dirfd, name, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC, Mode::empty())
+            .ok()
+            .filter(|fd| {
+                rustix::fs::fstat(fd)
+                    .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_file())
+            });
+    let temp_name = format!(".codeloop-write-{}", crate::text::random_suffix());
+    // New files get the usual 0666 less the umask; a replaced file's mode is copied below.
+    let fd = rustix::fs::openat(
+        &dirfd,
+        temp_name.as_str(),
+        OFlags::CREATE | OFlags::EXCL | OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o666),
+    )?;
+    let written = (|| {
+        let mut file = std::fs::File::from(fd);
+        file.write_all(contents)?;
+        if let Some(old) = &old {
+            copy_attributes(old, &file)?;
+        }
+        file.sync_all()?;
+        rustix::fs::renameat(&dirfd, temp_name.as_str(), &dirfd, name)?;
+        Ok(())
+    })();
+    if written.is_err() {
+        let _ = rustix::fs::unlinkat(&dirfd, temp_name.as_str(), AtFlags::empty());
     }
-    temp.as_file().sync_all()?;
-    temp.persist(path).map_err(|e| e.error)?;
+    written
+}
+
+/// Copies mode, owner (where allowed) and extended attributes from the file being replaced.
+fn copy_attributes(old: &rustix::fd::OwnedFd, new: &std::fs::File) -> std::io::Result<()> {
+    let stat = rustix::fs::fstat(old)?;
+    rustix::fs::fchmod(new, rustix::fs::Mode::from_raw_mode(stat.st_mode & 0o7777))?;
+    // Only root (or the owner, for the group) may hand a file to someone else: best effort.
+    let _ = rustix::fs::fchown(
+        new,
+        Some(rustix::fs::Uid::from_raw(stat.st_uid)),
+        Some(rustix::fs::Gid::from_raw(stat.st_gid)),
+    );
+    let mut names = vec![0u8; 4096];
+    let Ok(len) = rustix::fs::flistxattr(old, &mut names) else { return Ok(()) };
+    for attr in names[..len].split(|b| *b == 0).filter(|n| !n.is_empty()) {
+        let Ok(attr) = std::ffi::CStr::from_bytes_with_nul(&[attr, &[0]].concat()).map(|c| c.to_owned())
+        else {
+            continue;
+        };
+        let mut value = vec![0u8; 64 * 1024];
+        if let Ok(n) = rustix::fs::fgetxattr(old, attr.as_c_str(), &mut value) {
+            let _ = rustix::fs::fsetxattr(new, attr.as_c_str(), &value[..n], rustix::fs::XattrFlags::empty());
+        }
+    }
     Ok(())
+}
+
+/// Opens `path` refusing any symlink on the way (`openat2` with `RESOLVE_NO_SYMLINKS`): the path was
+/// resolved to its real form before the permission check, so a link found now was swapped in since.
+/// Kernels without `openat2` (before 5.6) fall back to a plain open.
+pub(crate) fn open_no_symlinks(
+    path: &Path,
+    flags: rustix::fs::OFlags,
+) -> std::io::Result<rustix::fd::OwnedFd> {
+    use rustix::fs::{CWD, Mode, OFlags, ResolveFlags};
+    match rustix::fs::openat2(CWD, path, flags | OFlags::CLOEXEC, Mode::empty(), ResolveFlags::NO_SYMLINKS) {
+        Err(rustix::io::Errno::NOSYS) => {
+            Ok(rustix::fs::openat(CWD, path, flags | OFlags::CLOEXEC, Mode::empty())?)
+        }
+        Err(rustix::io::Errno::LOOP) => Err(std::io::Error::other(format!(
+            "{} changed into a symbolic link after it was checked; not following it",
+            path.display()
+        ))),
+        other => Ok(other?),
+    }
 }
 
 /// The permission pattern for a path: relative to the project root with `/` separators, or the absolute
@@ -259,6 +329,20 @@ mod tests {
         assert_eq!(normalize(Path::new("/a/b/../c/./d")), PathBuf::from("/a/c/d"));
         assert_eq!(resolve_from(Path::new("/proj"), "../x/y.txt"), PathBuf::from("/x/y.txt"));
         assert_eq!(resolve_from(Path::new("/proj"), "/abs/f"), PathBuf::from("/abs/f"));
+    }
+
+    #[test]
+    fn a_path_that_became_a_link_after_the_check_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("swapped")).unwrap();
+        // The check saw `swapped` as a directory inside; it is a link by the time of the write.
+        let flags = rustix::fs::OFlags::DIRECTORY | rustix::fs::OFlags::RDONLY;
+        let err = open_no_symlinks(&dir.path().join("swapped"), flags).unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        let err = write_atomic_blocking(&dir.path().join("swapped/x.txt"), b"x").unwrap_err();
+        assert!(err.to_string().contains("symbolic link"), "{err}");
+        assert!(!outside.path().join("x.txt").exists());
     }
 
     #[test]

@@ -181,3 +181,12 @@ mod levenshtein_tests {
         assert_eq!(levenshtein("same", "same"), 0);
     }
 }
+
+/// A suffix for temp file names, unique within this process and unlikely to repeat across processes.
+pub(crate) fn random_suffix() -> String {
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    format!("{}-{n}-{nanos:08x}", std::process::id())
+}

@@ -165,3 +165,16 @@ async fn a_directory_search_leaves_secrets_out_and_naming_one_asks_read() {
     assert!(is_denied(env.run("grep", json!({"pattern": "hunter2", "path": ".env"})).await));
     assert_eq!(env.asks_for("read")[0].patterns, vec![".env".to_string()]);
 }
+
+#[tokio::test]
+async fn new_files_follow_the_umask_not_a_private_temp_mode() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    env.ok("write", json!({"filePath": "fresh.txt", "content": "x"})).await;
+    let mode = std::fs::metadata(env.path("fresh.txt")).unwrap().permissions().mode() & 0o777;
+    // 0666 less whatever umask the test runs under: readable by the owner's group at least when the
+    // umask allows it, and never the 0600 of a temp file unless the umask says so.
+    let umask = 0o666 & !mode;
+    assert_eq!(mode, 0o666 & !umask);
+    assert_ne!(mode & 0o044, 0, "group/other read bits kept under the usual 022 umask: {mode:o}");
+}
