@@ -95,6 +95,21 @@ fn demo_config(base_url: String) -> Config {
     config
 }
 
+/// How to call this binary again, as typed from anywhere: `codeloop` when that is what `PATH` finds, else
+/// the binary's full path (e.g. under `target/release` after `cargo run`).
+fn invocation() -> String {
+    let Ok(me) = std::env::current_exe().and_then(|p| p.canonicalize()) else { return "codeloop".into() };
+    let on_path = std::env::var_os("PATH")
+        .map(|dirs| std::env::split_paths(&dirs).map(|d| d.join("codeloop")).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|candidate| candidate.is_file());
+    match on_path.and_then(|p| p.canonicalize().ok()) {
+        Some(found) if found == me => "codeloop".into(),
+        _ => me.display().to_string(),
+    }
+}
+
 pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let dir = match args.dir {
         Some(dir) => dir,
@@ -122,9 +137,10 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     }
     if args.format == Format::Text {
         eprintln!(
-            "\n✓ greet.sh was changed on disk ({}).\n  The model made {} requests; see them with: codeloop session show {}",
+            "\n✓ greet.sh was changed on disk ({}).\n  The model made {} requests; see them with: {} session show {}",
             dir.join("greet.sh").display(),
             provider.request_count(),
+            invocation(),
             session.id
         );
     }

@@ -1,7 +1,9 @@
 //! `codeloop`: the command-line program (DESIGN.md §5). Parses arguments, loads config, opens the engine
 //! and renders its events. Everything else lives in the library crates.
 
+mod config_cmd;
 mod demo;
+mod doctor;
 mod env;
 mod models;
 mod permissions;
@@ -50,6 +52,17 @@ enum Command {
     /// Show and test the OS sandbox that walls in the commands tools run.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// Check that a run could start here: config, model, provider keys and reachability, data dir,
+    /// sandbox, git, MCP commands. Exit 1 when the model a run would use is unusable.
+    Doctor(doctor::DoctorArgs),
+    /// Write a commented user config to start from.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCommand),
+    /// Print shell completions: `codeloop completions bash > ~/.local/share/bash-completion/completions/codeloop`.
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// `--format` of commands that print.
@@ -97,6 +110,13 @@ fn main() -> ExitCode {
             Command::Permissions(command) => permissions::permissions(command),
             Command::Trust(args) => trust::trust(args),
             Command::Sandbox(command) => sandbox::sandbox(command),
+            Command::Doctor(args) => doctor::doctor(args).await,
+            Command::Config(command) => config_cmd::config(command),
+            Command::Completions { shell } => {
+                let mut command = <Cli as clap::CommandFactory>::command();
+                clap_complete::generate(shell, &mut command, "codeloop", &mut std::io::stdout());
+                Ok(ExitCode::SUCCESS)
+            }
         }
     });
     // Don't wait for stray blocking tasks (e.g. a tool that ignores cancellation) at exit.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
+use codeloop_core::models::ModelChoice;
 use codeloop_core::permission::{AskPolicy, Reply};
 use codeloop_core::{Delivery, Engine, PromptInput, RunOutcome, StopReason};
 use codeloop_store::SessionFilter;
@@ -110,6 +111,15 @@ fn pick_session(
     };
     // Fail on an unusable model (unknown provider, missing key) before recording anything.
     let wanted = model.clone().or_else(|| existing.as_ref().and_then(|s| s.model.clone()));
+    if wanted.is_none()
+        && let Ok((chosen, ModelChoice::FromKey { variable })) =
+            engine.services().models.default_model_choice()
+    {
+        eprintln!(
+            "using {chosen} (found ${variable}); choose another with --model or `model = \"provider/model\"` \
+             in ~/.config/codeloop/config.toml"
+        );
+    }
     engine.check_model(wanted.as_ref())?;
     match existing {
         Some(session) => Ok(session),

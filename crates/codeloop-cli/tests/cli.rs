@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
 use serde_json::{Value, json};
 
+#[path = "cli/first_run.rs"]
+mod first_run;
 #[path = "cli/walls.rs"]
 mod walls;
 
@@ -52,6 +54,12 @@ impl Env {
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
             .env_remove("CODELOOP_CONFIG");
+        // A key in the developer's environment would choose a model by itself.
+        for (_, variables, _) in codeloop_core::models::providers_by_key() {
+            for variable in *variables {
+                cmd.env_remove(variable);
+            }
+        }
         if let Some(config) = config {
             cmd.env("CODELOOP_CONFIG", config);
         }

@@ -54,7 +54,8 @@ pub enum ModelError {
     )]
     UnknownProvider(String),
     #[error(
-        "no model configured: pass --model provider/model or set `model = \"provider/model\"` in your config"
+        "no model configured: pass --model provider/model, set `model = \"provider/model\"` in your config \
+         (`codeloop config init` writes one), or export an API key such as ANTHROPIC_API_KEY or OPENAI_API_KEY"
     )]
     NoModel,
     #[error("invalid model `{0}`: expected provider/model, e.g. openai/gpt-4.1")]
@@ -87,6 +88,43 @@ fn builtin_provider(name: &str) -> Option<(WireApi, &'static str, Option<&'stati
     })
 }
 
+/// Providers chosen when no model is configured, in this order: the first whose key is in the
+/// environment wins, with its default model.
+const CHOSEN_BY_KEY: &[(&str, &[&str], &str)] = &[
+    ("anthropic", &["ANTHROPIC_API_KEY"], "claude-sonnet-4-5"),
+    ("openai", &["OPENAI_API_KEY"], "gpt-4.1"),
+    ("google", &["GEMINI_API_KEY", "GOOGLE_API_KEY"], "gemini-2.5-pro"),
+    ("openrouter", &["OPENROUTER_API_KEY"], "anthropic/claude-sonnet-4.5"),
+    ("deepseek", &["DEEPSEEK_API_KEY"], "deepseek-chat"),
+    ("groq", &["GROQ_API_KEY"], "openai/gpt-oss-120b"),
+    ("xai", &["XAI_API_KEY"], "grok-4"),
+];
+
+/// The providers codeloop picks by API key, in order: `(provider, key variables, default model)`.
+pub fn providers_by_key() -> &'static [(&'static str, &'static [&'static str], &'static str)] {
+    CHOSEN_BY_KEY
+}
+
+/// Environment variables that move a built-in provider's endpoint, as its official SDK reads them
+/// (gateways, proxies, local servers), and the path suffix the variable leaves out.
+fn base_url_variable(provider: &str) -> Option<(&'static str, &'static str)> {
+    match provider {
+        "openai" => Some(("OPENAI_BASE_URL", "")),
+        // The Anthropic SDK's base URL has no `/v1`; codeloop's endpoint does.
+        "anthropic" => Some(("ANTHROPIC_BASE_URL", "/v1")),
+        _ => None,
+    }
+}
+
+/// Why a model is the default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelChoice {
+    /// `model = …` in config.
+    Configured,
+    /// No model configured: the first provider whose key is in the environment.
+    FromKey { variable: String },
+}
+
 /// Reads an environment variable; injected so tests and the server control it.
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -103,13 +141,58 @@ impl Models {
         Self { config, env, catalogue, connected: Mutex::new(HashMap::new()) }
     }
 
-    /// The default model from config.
+    /// The default model: from config, else chosen by the API keys in the environment.
     pub fn default_model(&self) -> Result<ModelRef, ModelError> {
-        let text = self.config.model.as_deref().ok_or(ModelError::NoModel)?;
-        text.parse().map_err(|_| ModelError::Invalid(text.to_owned()))
+        self.default_model_choice().map(|(model, _)| model)
+    }
+
+    /// The default model and why it is the one.
+    pub fn default_model_choice(&self) -> Result<(ModelRef, ModelChoice), ModelError> {
+        if let Some(text) = self.config.model.as_deref() {
+            let model = text.parse().map_err(|_| ModelError::Invalid(text.to_owned()))?;
+            return Ok((model, ModelChoice::Configured));
+        }
+        for (provider, variables, model) in CHOSEN_BY_KEY {
+            if let Some(variable) = variables.iter().find(|v| self.has_env(v)) {
+                let choice = ModelChoice::FromKey { variable: (*variable).to_owned() };
+                return Ok((ModelRef::new(*provider, *model), choice));
+            }
+        }
+        Err(ModelError::NoModel)
+    }
+
+    fn has_env(&self, name: &str) -> bool {
+        (self.env)(name).is_some_and(|v| !v.is_empty())
+    }
+
+    /// Where a provider lives and which key it uses, after config, built-in defaults and the SDK
+    /// environment variables (`OPENAI_BASE_URL`, …). `None` for an unknown provider.
+    pub fn provider_endpoint(&self, name: &str) -> Option<ProviderSettings> {
+        self.provider_settings(name).ok()
     }
 
     fn provider_settings(&self, name: &str) -> Result<ProviderSettings, ModelError> {
+        let mut settings = self.configured_settings(name)?;
+        let configured_url = self.config.provider.get(name).and_then(|p| p.base_url.as_ref());
+        if configured_url.is_none()
+            && let Some((variable, suffix)) = base_url_variable(name)
+            && let Some(url) = (self.env)(variable).filter(|u| !u.trim().is_empty())
+        {
+            let url = url.trim().trim_end_matches('/');
+            let url = if url.ends_with(suffix) { url.to_owned() } else { format!("{url}{suffix}") };
+            settings.base_url = Some(url);
+        }
+        // Google's key goes by two names; the configured one (or GEMINI_API_KEY) comes first.
+        if name == "google"
+            && settings.api_key_env.as_deref().is_some_and(|v| !self.has_env(v))
+            && self.has_env("GOOGLE_API_KEY")
+        {
+            settings.api_key_env = Some("GOOGLE_API_KEY".to_owned());
+        }
+        Ok(settings)
+    }
+
+    fn configured_settings(&self, name: &str) -> Result<ProviderSettings, ModelError> {
         match (self.config.provider.get(name), builtin_provider(name)) {
             (Some(settings), builtin) => {
                 let mut settings = settings.clone();
@@ -268,7 +351,8 @@ mod tests {
             },
         );
         config.provider.insert("openai".into(), settings);
-        let models = Models::new(config, Arc::new(|_| Some("sk-test".into())));
+        let models =
+            Models::new(config, Arc::new(|name| name.ends_with("_API_KEY").then(|| "sk-test".into())));
         let resolved = models.resolve(&ModelRef::new("openai", "gpt-4.1")).unwrap();
         assert_eq!(resolved.limits.context, 32_000);
         assert!(resolved.limits.output > 0, "the catalogue's output limit is kept");
@@ -288,5 +372,55 @@ mod tests {
             ModelError::MissingKey { provider: "anthropic".into(), env: "ANTHROPIC_API_KEY".into() }
         );
         assert!(models.resolve(&ModelRef::new("llamacpp", "qwen")).is_ok(), "local servers need no key");
+    }
+
+    #[test]
+    fn without_a_configured_model_the_first_key_found_chooses_one() {
+        let env = |vars: &'static [(&'static str, &'static str)]| -> EnvLookup {
+            Arc::new(move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string()))
+        };
+        let models = Models::new(Config::default(), env(&[("OPENAI_API_KEY", "sk"), ("GROQ_API_KEY", "g")]));
+        let (model, choice) = models.default_model_choice().unwrap();
+        assert_eq!(model, ModelRef::new("openai", "gpt-4.1"));
+        assert_eq!(choice, ModelChoice::FromKey { variable: "OPENAI_API_KEY".into() });
+        let both =
+            Models::new(Config::default(), env(&[("OPENAI_API_KEY", "sk"), ("ANTHROPIC_API_KEY", "a")]));
+        assert_eq!(both.default_model().unwrap().provider_id, "anthropic");
+        let google = Models::new(Config::default(), env(&[("GOOGLE_API_KEY", "k")]));
+        assert_eq!(google.default_model().unwrap(), ModelRef::new("google", "gemini-2.5-pro"));
+        assert!(google.resolve(&google.default_model().unwrap()).is_ok(), "GOOGLE_API_KEY is used");
+        assert_eq!(Models::new(Config::default(), env(&[])).default_model(), Err(ModelError::NoModel));
+        let configured = Config { model: Some("fake/x".into()), ..Config::default() };
+        let models = Models::new(configured, env(&[("OPENAI_API_KEY", "sk")]));
+        assert_eq!(models.default_model_choice().unwrap().1, ModelChoice::Configured);
+    }
+
+    #[test]
+    fn sdk_base_url_variables_move_the_builtin_providers() {
+        let vars: EnvLookup = Arc::new(|name| match name {
+            "OPENAI_BASE_URL" => Some("http://127.0.0.1:9/v1/".into()),
+            "ANTHROPIC_BASE_URL" => Some("http://127.0.0.1:9".into()),
+            _ => None,
+        });
+        let models = Models::new(Config::default(), vars);
+        assert_eq!(
+            models.provider_endpoint("openai").unwrap().base_url.as_deref(),
+            Some("http://127.0.0.1:9/v1")
+        );
+        assert_eq!(
+            models.provider_endpoint("anthropic").unwrap().base_url.as_deref(),
+            Some("http://127.0.0.1:9/v1")
+        );
+        // A base_url in config wins over the variable.
+        let mut config = Config::default();
+        config.provider.insert(
+            "openai".into(),
+            ProviderSettings { base_url: Some("http://gateway/v1".into()), ..Default::default() },
+        );
+        let models = Models::new(config, Arc::new(|_| Some("http://127.0.0.1:9/v1".into())));
+        assert_eq!(
+            models.provider_endpoint("openai").unwrap().base_url.as_deref(),
+            Some("http://gateway/v1")
+        );
     }
 }

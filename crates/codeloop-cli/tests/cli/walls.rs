@@ -35,6 +35,11 @@ async fn codeloop_as(env: &Env, config: Option<&Path>, args: &[&str]) -> Output 
             .env_remove("CODELOOP_CONFIG")
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME");
+        for (_, variables, _) in codeloop_core::models::providers_by_key() {
+            for variable in *variables {
+                command.env_remove(variable);
+            }
+        }
         if let Some(config) = config {
             command.env("CODELOOP_CONFIG", config);
         }
