@@ -45,8 +45,15 @@ impl Env {
     }
 
     fn codeloop_with(&self, config: Option<&Path>, args: &[&str], vars: &[(&str, &str)]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+        let mut cmd = self.command(config, args);
         cmd.envs(vars.iter().copied());
+        cmd.output().unwrap()
+    }
+
+    /// The binary in the project dir with this env's data dir and home, and `config` as
+    /// `$CODELOOP_CONFIG` (`None`: only the files under the home count).
+    fn command(&self, config: Option<&Path>, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_codeloop"));
         cmd.args(args)
             .current_dir(self.project.path())
             .env("CODELOOP_DATA_DIR", self.data.path())
@@ -63,7 +70,7 @@ impl Env {
         if let Some(config) = config {
             cmd.env("CODELOOP_CONFIG", config);
         }
-        cmd.output().unwrap()
+        cmd
     }
 }
 

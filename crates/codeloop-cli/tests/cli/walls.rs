@@ -18,35 +18,8 @@ async fn codeloop(env: &Env, config: &Path, args: &[&str]) -> Output {
 
 /// Like [`codeloop`]; `None` leaves the user's config in `~/.config/codeloop/config.toml` only.
 async fn codeloop_as(env: &Env, config: Option<&Path>, args: &[&str]) -> Output {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let (data, home, project, config) = (
-        env.data.path().to_owned(),
-        env.home.path().to_owned(),
-        env.project.path().to_owned(),
-        config.map(Path::to_owned),
-    );
-    tokio::task::spawn_blocking(move || {
-        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_codeloop"));
-        command
-            .args(&args)
-            .current_dir(project)
-            .env("CODELOOP_DATA_DIR", data)
-            .env("HOME", home)
-            .env_remove("CODELOOP_CONFIG")
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("XDG_DATA_HOME");
-        for (_, variables, _) in codeloop_core::models::providers_by_key() {
-            for variable in *variables {
-                command.env_remove(variable);
-            }
-        }
-        if let Some(config) = config {
-            command.env("CODELOOP_CONFIG", config);
-        }
-        command.output().unwrap()
-    })
-    .await
-    .unwrap()
+    let mut command = env.command(config, args);
+    tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
 }
 
 /// What the tool returned, as the model saw it in request `n`.
@@ -323,23 +296,9 @@ async fn commands_do_not_see_secrets_in_the_environment() {
     .await
     .unwrap();
     let config = env.config(&fake.base_url(), "");
-    let args: Vec<String> = ["run", "--on-ask", "allow", "go"].iter().map(|a| a.to_string()).collect();
-    let (data, home, project) =
-        (env.data.path().to_owned(), env.home.path().to_owned(), env.project.path().to_owned());
-    let output = tokio::task::spawn_blocking(move || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_codeloop"))
-            .args(&args)
-            .current_dir(project)
-            .env("CODELOOP_DATA_DIR", data)
-            .env("HOME", home)
-            .env("CODELOOP_CONFIG", config)
-            .env("MY_API_KEY", "sk-secret")
-            .env("PLAIN", "visible")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
+    let mut command = env.command(Some(&config), &["run", "--on-ask", "allow", "go"]);
+    command.env("MY_API_KEY", "sk-secret").env("PLAIN", "visible");
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
     assert!(output.status.success(), "{}", text(&output).1);
     let seen = tool_result(&fake, 1);
     assert!(seen.contains("plain=visible") && !seen.contains("sk-secret"), "{seen}");

@@ -59,34 +59,37 @@ pub fn evaluate<'a>(
     pattern: &str,
     layers: impl IntoIterator<Item = &'a [PermissionRule]>,
 ) -> (PermissionAction, Option<&'a PermissionRule>) {
-    let mut found: Option<&PermissionRule> = None;
-    for layer in layers {
-        for rule in layer {
-            if wildcard_match(&rule.permission, permission) && wildcard_match(&rule.pattern, pattern) {
-                found = Some(rule);
-            }
-        }
-    }
-    (found.map(|r| r.action).unwrap_or(PermissionAction::Ask), found)
+    last_match(permission, pattern, layers, |_| true)
 }
 
-/// Like [`evaluate`], counting only rules that name both the permission and the subject: a permission
-/// without wildcards and a pattern that does not start with `*` (for `sandbox_escalate`, naming the
-/// permission is enough). Protected paths and sandbox escapes are
-/// granted this way only (DESIGN.md §5a), so `"*" = "allow"` or `edit = "allow"` never covers them; a deny
+/// Like [`evaluate`], but an `allow` counts only from a rule that names both the permission and the
+/// subject: a permission without wildcards and a pattern that does not start with `*` (for
+/// `sandbox_escalate`, naming the permission is enough). Protected paths and sandbox escapes are granted
+/// this way only (DESIGN.md §5a), so `"*" = "allow"` or `edit = "allow"` never covers them; a deny or ask
 /// of any shape still counts.
 pub fn evaluate_explicit<'a>(
     permission: &str,
     pattern: &str,
     layers: impl IntoIterator<Item = &'a [PermissionRule]>,
 ) -> (PermissionAction, Option<&'a PermissionRule>) {
+    last_match(permission, pattern, layers, |rule| {
+        let names_it = !rule.permission.contains('*')
+            && (!rule.pattern.starts_with('*') || rule.permission == "sandbox_escalate");
+        names_it || rule.action != PermissionAction::Allow
+    })
+}
+
+/// The last rule that `counts` and matches, and its action (ask when none does).
+fn last_match<'a>(
+    permission: &str,
+    pattern: &str,
+    layers: impl IntoIterator<Item = &'a [PermissionRule]>,
+    counts: impl Fn(&PermissionRule) -> bool,
+) -> (PermissionAction, Option<&'a PermissionRule>) {
     let mut found: Option<&PermissionRule> = None;
     for layer in layers {
         for rule in layer {
-            // `sandbox_escalate = "allow"` names the permission itself; `edit = "allow"` names no path.
-            let names_it = !rule.permission.contains('*')
-                && (!rule.pattern.starts_with('*') || rule.permission == "sandbox_escalate");
-            if (names_it || rule.action == PermissionAction::Deny)
+            if counts(rule)
                 && wildcard_match(&rule.permission, permission)
                 && wildcard_match(&rule.pattern, pattern)
             {
@@ -94,11 +97,7 @@ pub fn evaluate_explicit<'a>(
             }
         }
     }
-    match found {
-        // A blanket deny or ask that matched still decides; a blanket allow never gets here.
-        Some(rule) => (rule.action, Some(rule)),
-        None => (PermissionAction::Ask, None),
-    }
+    (found.map(|r| r.action).unwrap_or(PermissionAction::Ask), found)
 }
 
 /// True when the last rule matching `permission` for every pattern (`*`) denies it: the tool is then not
@@ -167,6 +166,21 @@ mod tests {
         assert_eq!(evaluate("bash", "rm -rf /", layers()).0, Deny);
         assert_eq!(evaluate("bash", "git log", layers()).0, Allow);
         assert_eq!(evaluate("bash", "ls", [&[][..]]).0, Ask);
+    }
+
+    #[test]
+    fn explicit_grants_need_a_rule_that_names_the_subject() {
+        let rules = vec![
+            PermissionRule::new("*", "*", Allow),
+            PermissionRule::new("edit", "*", Allow),
+            PermissionRule::new("edit", ".codeloop/skills/*", Allow),
+            PermissionRule::new("sandbox_escalate", "*", Allow),
+        ];
+        assert_eq!(evaluate_explicit("edit", "codeloop.toml", [rules.as_slice()]).0, Ask);
+        assert_eq!(evaluate_explicit("edit", ".codeloop/skills/a.md", [rules.as_slice()]).0, Allow);
+        assert_eq!(evaluate_explicit("sandbox_escalate", "make", [rules.as_slice()]).0, Allow);
+        let deny = vec![PermissionRule::new("edit", ".git/*", Allow), PermissionRule::new("*", "*", Deny)];
+        assert_eq!(evaluate_explicit("edit", ".git/config", [deny.as_slice()]).0, Deny);
     }
 
     #[test]
