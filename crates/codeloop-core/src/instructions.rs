@@ -81,9 +81,14 @@ pub fn system_prompt(
     session_created: Millis,
     instruction_files: &[PathBuf],
     skills: &[codeloop_tools::SkillInfo],
+    scratch: Option<&Path>,
 ) -> Vec<String> {
+    // The session's own temp dir is the only place outside the project the model may use unasked.
+    let scratch = scratch
+        .map(|dir| format!("Scratch directory for temporary files ($TMPDIR): {}\n", dir.display()))
+        .unwrap_or_default();
     let mut env = format!(
-        "You are powered by the model {model}.\n<env>\nWorking directory: {}\nWorkspace root: {}\nIs a git repository: {}\nPlatform: {}\nToday's date: {}\n</env>",
+        "You are powered by the model {model}.\n<env>\nWorking directory: {}\nWorkspace root: {}\nIs a git repository: {}\nPlatform: {}\nToday's date: {}\n{scratch}</env>",
         project.directory.display(),
         project.root.display(),
         if project.is_git { "yes" } else { "no" },
@@ -128,7 +133,9 @@ mod tests {
         let files = instruction_files(&project, None, &[]);
         assert_eq!(files, vec![root.join("AGENTS.md"), sub.join("AGENTS.md")]);
         let skills = [codeloop_tools::SkillInfo { name: "deploy".into(), description: "Ship it.".into() }];
-        let system = system_prompt(None, "fake/model", &project, 0, &files, &skills);
+        let system =
+            system_prompt(None, "fake/model", &project, 0, &files, &skills, Some(Path::new("/tmp/s")));
+        assert!(system[1].contains("($TMPDIR): /tmp/s\n</env>"), "{}", system[1]);
         assert!(system[1].contains("- deploy: Ship it."));
         assert!(system[1].contains("Today's date: 1970-01-01"));
         assert!(system[1].find("root rules").unwrap() < system[1].find("app rules").unwrap());

@@ -106,6 +106,7 @@ impl Run<'_> {
             self.session.time.created,
             &files,
             &skills,
+            self.paths.temp_dir.as_deref(),
         );
         self.systems.insert(key, system.clone());
         system

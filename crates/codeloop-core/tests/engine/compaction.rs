@@ -33,7 +33,13 @@ fn shape(h: &Harness, n: usize) -> Value {
 fn redact(value: &mut Value, project: &str) {
     match value {
         Value::String(s) => {
-            let replaced = s.replace(project, "[PROJECT]");
+            let mut replaced = s.replace(project, "[PROJECT]");
+            // The session's temp dir holds the uid and session id.
+            if let Some(at) = replaced.find("($TMPDIR): ") {
+                let start = at + "($TMPDIR): ".len();
+                let end = replaced[start..].find('\n').map_or(replaced.len(), |e| start + e);
+                replaced.replace_range(start..end, "[TMPDIR]");
+            }
             *s = if replaced.len() > 400 {
                 format!(
                     "{}… [{} chars]",
