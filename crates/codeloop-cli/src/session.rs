@@ -1,8 +1,10 @@
 //! `codeloop session list|show|export|delete|compact`.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
@@ -41,7 +43,7 @@ pub enum SessionCommand {
 }
 
 pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
-    let config = env::load_config(None)?;
+    let config = env::load_config(session_directory(&command)?.as_deref())?;
     let engine = env::open_engine(config, AskPolicy::Deny)?;
     match command {
         SessionCommand::List { all, dir, format } => {
@@ -150,6 +152,26 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
     }
     engine.flush().await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The directory of the session a command names, so that its project's config (providers, compaction,
+/// snapshots) applies as it does for `run` there. `None` for `list`, an unknown session, or a directory
+/// that is gone.
+fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>> {
+    let id = match command {
+        SessionCommand::List { .. } => return Ok(None),
+        SessionCommand::Show { id }
+        | SessionCommand::Export { id }
+        | SessionCommand::Delete { id }
+        | SessionCommand::Compact { id }
+        | SessionCommand::Revert { id, .. }
+        | SessionCommand::Unrevert { id } => SessionId::from(id.as_str()),
+    };
+    let data_dir = env::data_dir()?;
+    let store = codeloop_store::SqliteStore::open(&data_dir)
+        .with_context(|| format!("cannot open the data directory {}", data_dir.display()))?;
+    let session = codeloop_store::Store::get_session(&store, &id)?;
+    Ok(session.map(|s| PathBuf::from(s.directory)).filter(|dir| dir.is_dir()))
 }
 
 fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {

@@ -11,6 +11,9 @@ use serde_json::{Value, json};
 #[path = "cli/walls.rs"]
 mod walls;
 
+#[path = "cli/defects.rs"]
+mod defects;
+
 struct Env {
     data: tempfile::TempDir,
     home: tempfile::TempDir,

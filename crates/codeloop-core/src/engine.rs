@@ -303,6 +303,14 @@ impl Engine {
         }) else {
             return Err(RunError::Input(format!("session {session} has no messages to compact")));
         };
+        // Fail on an unusable model before recording the request: a failed command changes nothing.
+        let model = self
+            .services
+            .agents
+            .get(crate::agents::COMPACTION_AGENT)
+            .and_then(|agent| agent.model.clone())
+            .unwrap_or_else(|| last_user.model.clone());
+        self.services.models.resolve(&model).map_err(|e| RunError::Model(e.to_string()))?;
         let request = crate::run::new_compaction_request(session, &last_user, false, false);
         self.services.save_message(&request.info);
         for part in &request.parts {

@@ -1,0 +1,90 @@
+//! What a new user touches, through the real binary (issue 15, "Defects"): each test failed before its fix.
+
+use std::path::Path;
+use std::process::Output;
+
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+
+use super::{Env, text};
+
+/// Runs the binary off the async threads (the fake provider lives on them); `config` becomes
+/// `$CODELOOP_CONFIG`.
+async fn codeloop(env: &Env, config: Option<&Path>, args: &[&str]) -> Output {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let (data, home, project, config) = (
+        env.data.path().to_owned(),
+        env.home.path().to_owned(),
+        env.project.path().to_owned(),
+        config.map(Path::to_owned),
+    );
+    tokio::task::spawn_blocking(move || {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_codeloop"));
+        command
+            .args(&args)
+            .current_dir(project)
+            .env("CODELOOP_DATA_DIR", data)
+            .env("HOME", home)
+            .env_remove("CODELOOP_CONFIG")
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME");
+        if let Some(config) = config {
+            command.env("CODELOOP_CONFIG", config);
+        }
+        command.output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+/// The id of the only session in the data directory.
+async fn only_session(env: &Env) -> String {
+    let output = codeloop(env, None, &["session", "list", "--format", "json"]).await;
+    let sessions: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    sessions[0]["id"].as_str().unwrap().to_owned()
+}
+
+/// The text of every message of request `n`, as the model saw it.
+fn request_text(fake: &FakeProvider, n: usize) -> String {
+    fake.requests()[n].body["messages"].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_compact_uses_the_project_config_and_continue_then_answers_the_new_message() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::text("first answer")),
+        Turn::from(Reply::text("## Objective\nThe summary.")),
+        Turn::from(Reply::text("the answer to X")),
+    ]))
+    .await
+    .unwrap();
+    // The provider is known only to the project's own (trusted) config.
+    std::fs::write(
+        env.project.path().join("codeloop.toml"),
+        format!(
+            "model = \"proj/test\"\n[provider.proj]\nbase_url = \"{}\"\n[provider.proj.models.test]\ncontext = 128000\noutput = 8000\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    let trust = codeloop(&env, None, &["trust"]).await;
+    assert!(trust.status.success(), "{}", text(&trust).1);
+    let first = codeloop(&env, None, &["run", "hello"]).await;
+    assert!(first.status.success(), "{}", text(&first).1);
+    let id = only_session(&env).await;
+
+    let compact = codeloop(&env, None, &["session", "compact", &id]).await;
+    let (_, stderr) = text(&compact);
+    assert!(compact.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("compacted {id}")), "{stderr}");
+    assert_eq!(fake.request_count(), 2);
+
+    let next = codeloop(&env, None, &["run", "--continue", "what is X?"]).await;
+    let (stdout, stderr) = text(&next);
+    assert!(next.status.success(), "{stderr}");
+    assert_eq!(stdout, "the answer to X\n");
+    assert_eq!(fake.request_count(), 3);
+    let last = request_text(&fake, 2);
+    assert!(last.contains("what is X?") && last.contains("The summary."), "{last}");
+}
