@@ -1,5 +1,6 @@
 //! `codeloop models`: the model catalogue with limits and prices.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -22,6 +23,7 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         .into_iter()
         .filter(|e| args.provider.as_deref().is_none_or(|p| e.reference.provider_id == p))
         .collect();
+    let mut out = std::io::stdout().lock();
     if args.format == Format::Json {
         let list: Vec<serde_json::Value> = entries
             .iter()
@@ -34,15 +36,17 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    writeln!(
+        out,
         "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  (USD per 1M tokens)",
         "model", "context", "output", "input", "output", "cached"
-    );
+    )?;
     for e in entries {
-        println!(
+        writeln!(
+            out,
             "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}",
             e.reference.to_string(),
             group(e.limits.context),
@@ -50,7 +54,7 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             e.pricing.input,
             e.pricing.output,
             e.pricing.cache_read
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `codeloop permissions list|revoke`: saved "always" approvals, per project.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -36,15 +37,17 @@ pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
             if approvals.is_empty() {
                 eprintln!("no saved approvals");
             }
+            let mut out = std::io::stdout().lock();
             for a in approvals {
-                println!(
+                writeln!(
+                    out,
                     "{:>4}  {} {} → {}  ({})",
                     a.id,
                     a.rule.permission,
                     a.rule.pattern,
                     action_name(a.rule.action),
                     a.project
-                );
+                )?;
             }
         }
         PermissionsCommand::Revoke { id } => {

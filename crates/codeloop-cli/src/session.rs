@@ -1,6 +1,7 @@
 //! `codeloop session list|show|export|delete|compact`.
 
 use std::collections::HashSet;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,8 +54,9 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             };
             let sessions =
                 engine.sessions(&SessionFilter { include_children: all, directory, ..Default::default() })?;
+            let mut out = std::io::stdout().lock();
             if format == Format::Json {
-                println!("{}", serde_json::to_string_pretty(&sessions)?);
+                writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
                 return Ok(ExitCode::SUCCESS);
             }
             if sessions.is_empty() {
@@ -62,7 +64,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             }
             for s in sessions {
                 let tokens = s.tokens.input + s.tokens.output + s.tokens.reasoning + s.tokens.cache.read;
-                println!(
+                writeln!(
+                    out,
                     "{}  {}  {:>10} tok  ${:.4}  {}  {}",
                     s.id,
                     date_of(s.time.updated),
@@ -70,7 +73,7 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                     s.cost,
                     s.title,
                     s.directory
-                );
+                )?;
             }
         }
         SessionCommand::Show { id } => {
@@ -78,12 +81,14 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             let session = engine.session(&id)?;
             let history = engine.history(&id)?;
             let hidden = hidden_ids(&history);
-            println!("{}  {}", session.id, session.title);
-            println!("directory: {}", session.directory);
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}  {}", session.id, session.title)?;
+            writeln!(out, "directory: {}", session.directory)?;
             if let Some(model) = &session.model {
-                println!("model: {model}");
+                writeln!(out, "model: {model}")?;
             }
-            println!(
+            writeln!(
+                out,
                 "tokens: {} in · {} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
                 group(session.tokens.input),
                 group(session.tokens.output),
@@ -91,9 +96,9 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                 group(session.tokens.cache.read),
                 group(session.tokens.cache.write),
                 session.cost
-            );
+            )?;
             for message in &history {
-                print_message(message, &hidden);
+                print_message(&mut out, message, &hidden)?;
             }
         }
         SessionCommand::Export { id } => {
@@ -111,7 +116,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                     value
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&json!({"info": session, "messages": messages}))?);
+            let export = serde_json::to_string_pretty(&json!({"info": session, "messages": messages}))?;
+            writeln!(std::io::stdout().lock(), "{export}")?;
         }
         SessionCommand::Delete { id } => {
             let id = SessionId::from(id);
@@ -174,10 +180,14 @@ fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>
     Ok(session.map(|s| PathBuf::from(s.directory)).filter(|dir| dir.is_dir()))
 }
 
-fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
+fn print_message(
+    out: &mut impl Write,
+    message: &MessageWithParts,
+    hidden: &HashSet<MessageId>,
+) -> std::io::Result<()> {
     let marker = if hidden.contains(message.info.id()) { "  [hidden from the model]" } else { "" };
     match &message.info {
-        Message::User(_) => println!("\n── user{marker}"),
+        Message::User(_) => writeln!(out, "\n── user{marker}")?,
         Message::Assistant(a) => {
             let mut line = format!("\n── assistant ({}", a.model);
             if a.summary {
@@ -192,16 +202,18 @@ fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
                 group(a.tokens.output),
                 a.cost
             ));
-            println!("{line}{marker}");
+            writeln!(out, "{line}{marker}")?;
             if let Some(error) = &a.error {
-                println!("  error: {}", error);
+                writeln!(out, "  error: {}", error)?;
             }
         }
     }
     for part in &message.parts {
         match &part.kind {
-            PartKind::Text(text) if !text.ignored => println!("{}", text.text),
-            PartKind::Reasoning(r) if !r.text.is_empty() => println!("  (thinking) {}", first_line(&r.text)),
+            PartKind::Text(text) if !text.ignored => writeln!(out, "{}", text.text)?,
+            PartKind::Reasoning(r) if !r.text.is_empty() => {
+                writeln!(out, "  (thinking) {}", first_line(&r.text))?
+            }
             PartKind::Tool(tool) => {
                 let input = summarize_input(&tool.tool, tool.state.input());
                 match &tool.state {
@@ -211,28 +223,30 @@ fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
                         } else {
                             ""
                         };
-                        println!("  ✓ {} {input}{pruned}", tool.tool);
+                        writeln!(out, "  ✓ {} {input}{pruned}", tool.tool)?;
                         for line in done.output.lines().take(3) {
-                            println!("    {line}");
+                            writeln!(out, "    {line}")?;
                         }
                     }
                     ToolState::Error(error) => {
-                        println!("  ✗ {} {input}: {}", tool.tool, first_line(&error.error))
+                        writeln!(out, "  ✗ {} {input}: {}", tool.tool, first_line(&error.error))?
                     }
-                    other => println!("  … {} {input} ({})", tool.tool, other.status()),
+                    other => writeln!(out, "  … {} {input} ({})", tool.tool, other.status())?,
                 }
             }
-            PartKind::Compaction(c) => {
-                println!(
-                    "  [compaction request{}{}]",
-                    if c.auto { ", automatic" } else { "" },
-                    if c.overflow { ", overflow" } else { "" }
-                )
+            PartKind::Compaction(c) => writeln!(
+                out,
+                "  [compaction request{}{}]",
+                if c.auto { ", automatic" } else { "" },
+                if c.overflow { ", overflow" } else { "" }
+            )?,
+            PartKind::File(f) => {
+                writeln!(out, "  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or(""))?
             }
-            PartKind::File(f) => println!("  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or("")),
             _ => {}
         }
     }
+    Ok(())
 }
 
 fn first_line(text: &str) -> &str {

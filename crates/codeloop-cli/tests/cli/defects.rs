@@ -88,3 +88,43 @@ async fn session_compact_uses_the_project_config_and_continue_then_answers_the_n
     let last = request_text(&fake, 2);
     assert!(last.contains("what is X?") && last.contains("The summary."), "{last}");
 }
+
+/// Runs the binary with stdout on a pipe whose reader is already gone, as in `codeloop models | head -2`
+/// once `head` has its lines.
+fn with_closed_stdout(env: &Env, config: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    std::process::Command::new(env!("CARGO_BIN_EXE_codeloop"))
+        .args(args)
+        .current_dir(env.project.path())
+        .env("CODELOOP_DATA_DIR", env.data.path())
+        .env("HOME", env.home.path())
+        .env("CODELOOP_CONFIG", config)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("XDG_DATA_HOME")
+        .stdout(writer)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_stdout_ends_models_and_session_show_quietly() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("an answer"))])).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let run = codeloop(&env, Some(&config), &["run", "hello"]).await;
+    assert!(run.status.success(), "{}", text(&run).1);
+    let id = only_session(&env).await;
+    for args in [
+        vec!["models"],
+        vec!["models", "--format", "json"],
+        vec!["session", "show", &id],
+        vec!["session", "list"],
+        vec!["session", "export", &id],
+    ] {
+        let output = with_closed_stdout(&env, &config, &args);
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(0), "{args:?}: {stderr}");
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
