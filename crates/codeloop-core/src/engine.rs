@@ -326,11 +326,8 @@ impl Engine {
         if self.coordinator.is_busy(id) {
             return Err(EngineError::Busy(format!("session {id} is running; abort it before reverting")));
         }
-        if self.session(id)?.revert.is_some() {
-            self.unrevert(id).await?;
-        }
         self.flush().await?;
-        let mut session = self.session(id)?;
+        let session = self.session(id)?;
         let history = self.history(id)?;
         let start = history
             .iter()
@@ -347,6 +344,9 @@ impl Engine {
                     .into(),
             )
         })?;
+        // Only now that the request is known to be valid does a pending revert make way for it: a failed
+        // command changes nothing.
+        let mut session = if session.revert.is_some() { self.unrevert(id).await? } else { session };
         // Each file goes back to how it was before the first step (from `message` on) that changed it.
         let mut seen = std::collections::HashSet::new();
         let mut groups: Vec<(String, Vec<String>)> = Vec::new();

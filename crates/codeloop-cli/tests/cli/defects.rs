@@ -128,3 +128,66 @@ async fn a_closed_stdout_ends_models_and_session_show_quietly() {
         assert_eq!(stderr, "", "{args:?}");
     }
 }
+
+/// A git project with `a.txt` = "one", and a run whose model changes it to "two" (allowed without asking).
+/// Returns the session id and the id of the run's user message.
+async fn project_changed_by_a_run(env: &Env, fake: &FakeProvider) -> (String, String) {
+    let project = env.project.path();
+    std::fs::write(project.join("a.txt"), "one\n").unwrap();
+    for args in [
+        &["init", "-q"][..],
+        &["-c", "user.name=t", "-c", "user.email=t@t", "add", "."],
+        &["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "start"],
+    ] {
+        let status = std::process::Command::new("git").args(args).current_dir(project).status().unwrap();
+        assert!(status.success());
+    }
+    let config = env.config(&fake.base_url(), "");
+    let run = codeloop(env, Some(&config), &["run", "--on-ask", "allow", "make it two"]).await;
+    assert!(run.status.success(), "{}", text(&run).1);
+    assert_eq!(std::fs::read_to_string(project.join("a.txt")).unwrap(), "two\n");
+    let id = only_session(env).await;
+    let export = export(env, &id).await;
+    let user = export["messages"][0]["info"]["id"].as_str().unwrap().to_owned();
+    (id, user)
+}
+
+async fn export(env: &Env, id: &str) -> serde_json::Value {
+    let output = codeloop(env, None, &["session", "export", id]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn edit_script() -> Vec<Turn> {
+    vec![
+        Turn::from(Reply::tool_call("read", serde_json::json!({"filePath": "a.txt"}))),
+        Turn::from(Reply::tool_call(
+            "edit",
+            serde_json::json!({"filePath": "a.txt", "oldString": "one", "newString": "two"}),
+        )),
+        Turn::from(Reply::text("It says two now.")),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_to_an_unknown_message_changes_nothing() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new(edit_script())).await.unwrap();
+    let (id, user) = project_changed_by_a_run(&env, &fake).await;
+    let a_txt = || std::fs::read_to_string(env.project.path().join("a.txt")).unwrap();
+
+    let revert = codeloop(&env, None, &["session", "revert", &id, &user]).await;
+    assert!(revert.status.success(), "{}", text(&revert).1);
+    assert_eq!(a_txt(), "one\n");
+
+    let bogus = codeloop(&env, None, &["session", "revert", &id, "msg_bogus"]).await;
+    let (_, stderr) = text(&bogus);
+    assert_eq!(bogus.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("msg_bogus"), "{stderr}");
+    assert_eq!(a_txt(), "one\n", "the files stay as the first revert left them");
+    assert_eq!(export(&env, &id).await["info"]["revert"]["message_id"], user.as_str(), "the revert is kept");
+
+    let unrevert = codeloop(&env, None, &["session", "unrevert", &id]).await;
+    assert!(unrevert.status.success(), "{}", text(&unrevert).1);
+    assert_eq!(a_txt(), "two\n");
+}
