@@ -1,6 +1,5 @@
 //! `codeloop session list|show|export|delete|compact`.
 
-use std::collections::HashSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,7 +9,7 @@ use clap::Subcommand;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
 use codeloop_store::{MessageWithParts, SessionFilter};
-use codeloop_types::{Message, MessageId, PartKind, SessionId, ToolState, date_of};
+use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, ToolState, date_of};
 use serde_json::json;
 
 use crate::render::{group, summarize_input};
@@ -97,8 +96,22 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                 group(session.tokens.cache.write),
                 session.cost
             )?;
+            let reverted_from = reverted_from(&session);
+            if let Some(from) = &reverted_from {
+                writeln!(
+                    out,
+                    "reverted from {from}: the next message continues from there (undo with codeloop session unrevert {id})"
+                )?;
+            }
             for message in &history {
-                print_message(&mut out, message, &hidden)?;
+                let marker = if reverted_from.as_ref().is_some_and(|from| message.info.id() >= from) {
+                    "  [reverted]"
+                } else if hidden.contains(message.info.id()) {
+                    "  [hidden from the model]"
+                } else {
+                    ""
+                };
+                print_message(&mut out, message, marker)?;
             }
         }
         SessionCommand::Export { id } => {
@@ -152,6 +165,11 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Unrevert { id } => {
             let id = SessionId::from(id);
+            if engine.session(&id)?.revert.is_none() {
+                anyhow::bail!(
+                    "session {id} has no revert to undo (a message sent after a revert makes it final)"
+                );
+            }
             engine.unrevert(&id).await?;
             eprintln!("unreverted {id}");
         }
@@ -180,16 +198,19 @@ fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>
     Ok(session.map(|s| PathBuf::from(s.directory)).filter(|dir| dir.is_dir()))
 }
 
-fn print_message(
-    out: &mut impl Write,
-    message: &MessageWithParts,
-    hidden: &HashSet<MessageId>,
-) -> std::io::Result<()> {
-    let marker = if hidden.contains(message.info.id()) { "  [hidden from the model]" } else { "" };
+/// The first message a pending revert hides.
+fn reverted_from(session: &Session) -> Option<MessageId> {
+    let id = session.revert.as_ref()?.get("message_id")?.as_str()?;
+    Some(MessageId::from(id))
+}
+
+/// One message with its id (what `session revert` takes) and `marker` after its heading.
+fn print_message(out: &mut impl Write, message: &MessageWithParts, marker: &str) -> std::io::Result<()> {
+    let id = message.info.id();
     match &message.info {
-        Message::User(_) => writeln!(out, "\n── user{marker}")?,
+        Message::User(_) => writeln!(out, "\n── user {id}{marker}")?,
         Message::Assistant(a) => {
-            let mut line = format!("\n── assistant ({}", a.model);
+            let mut line = format!("\n── assistant {id} ({}", a.model);
             if a.summary {
                 line.push_str(", summary");
             }

@@ -191,3 +191,34 @@ async fn a_revert_to_an_unknown_message_changes_nothing() {
     assert!(unrevert.status.success(), "{}", text(&unrevert).1);
     assert_eq!(a_txt(), "two\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_show_gives_message_ids_marks_reverted_messages_and_unrevert_after_a_prompt_fails() {
+    let env = Env::new();
+    let mut turns = edit_script();
+    turns.push(Turn::from(Reply::text("Starting over.")));
+    let fake = FakeProvider::start(Script::new(turns)).await.unwrap();
+    let (id, user) = project_changed_by_a_run(&env, &fake).await;
+    let show = || async { text(&codeloop(&env, None, &["session", "show", &id]).await).0 };
+
+    let before = show().await;
+    assert!(before.contains(&format!("── user {user}\n")), "{before}");
+    assert!(!before.contains("[reverted]"), "{before}");
+
+    let revert = codeloop(&env, None, &["session", "revert", &id, &user]).await;
+    assert!(revert.status.success(), "{}", text(&revert).1);
+    let pending = show().await;
+    assert!(pending.contains(&format!("── user {user}  [reverted]\n")), "{pending}");
+    assert_eq!(pending.matches("[reverted]").count(), 4, "the user message and the three answers: {pending}");
+    assert!(pending.contains(&format!("codeloop session unrevert {id}")), "{pending}");
+
+    // A new prompt makes the revert final: there is nothing left to undo.
+    let config = env.config(&fake.base_url(), "");
+    let again = codeloop(&env, Some(&config), &["run", "--continue", "start over"]).await;
+    assert!(again.status.success(), "{}", text(&again).1);
+    let unrevert = codeloop(&env, None, &["session", "unrevert", &id]).await;
+    let (_, stderr) = text(&unrevert);
+    assert_eq!(unrevert.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("no revert to undo"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(env.project.path().join("a.txt")).unwrap(), "one\n");
+}
