@@ -67,7 +67,8 @@ impl Renderer {
             EventPayload::PartDelta { part_id, delta, .. } if self.kinds.get(part_id) == Some(&"text") => {
                 self.write_text(part_id, delta);
             }
-            EventPayload::MessageUpdated { info: Message::Assistant(info), .. } => {
+            // A compaction summary is not the answer: the `SessionCompacted` note stands for it.
+            EventPayload::MessageUpdated { info: Message::Assistant(info), .. } if !info.summary => {
                 self.assistant.insert(info.id.clone());
             }
             EventPayload::PartUpdated { part, .. } => self.part(part),

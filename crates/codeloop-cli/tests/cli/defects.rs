@@ -222,3 +222,25 @@ async fn session_show_gives_message_ids_marks_reverted_messages_and_unrevert_aft
     assert!(stderr.contains("no revert to undo"), "{stderr}");
     assert_eq!(std::fs::read_to_string(env.project.path().join("a.txt")).unwrap(), "one\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automatic_compaction_is_a_note_on_stderr_not_the_summary_on_stdout() {
+    use codeloop_testkit::ScriptUsage;
+    let env = Env::new();
+    // The first answer fills the 120 000 usable tokens of the window: the run compacts, then goes on.
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::text("Working on it.").with_usage(ScriptUsage::new(125_000, 10))),
+        Turn::from(Reply::text("## Objective\nTHE SUMMARY").with_usage(ScriptUsage::new(5_000, 10))),
+        Turn::from(Reply::text("Done.").with_usage(ScriptUsage::new(2_000, 10))),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = codeloop(&env, Some(&config), &["run", "do the big thing"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(fake.request_count(), 3, "{stderr}");
+    assert_eq!(stdout, "Working on it.\nDone.\n");
+    assert_eq!(stderr.matches("context compacted").count(), 1, "{stderr}");
+    assert!(!stderr.contains("THE SUMMARY"), "{stderr}");
+}
