@@ -181,8 +181,10 @@ impl Renderer {
             return;
         }
         let tokens = message.tokens;
+        // Without usage from the provider the counts are estimates.
+        let approx = if tokens.estimated { "~" } else { "" };
         let mut line = format!(
-            "— {} · {} in · {} out",
+            "— {} · {approx}{} in · {approx}{} out",
             message.model,
             group(tokens.input + tokens.cache.read + tokens.cache.write),
             group(tokens.output + tokens.reasoning)

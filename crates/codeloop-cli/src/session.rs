@@ -9,7 +9,7 @@ use clap::Subcommand;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
 use codeloop_store::{MessageWithParts, SessionFilter};
-use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, ToolState, date_of};
+use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, Tokens, ToolState, date_of};
 use serde_json::json;
 
 use crate::render::{group, summarize_input};
@@ -68,7 +68,7 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                     "{}  {}  {:>10} tok  ${:.4}  {}  {}",
                     s.id,
                     date_of(s.time.updated),
-                    group(tokens),
+                    format!("{}{}", approx(&s.tokens), group(tokens)),
                     s.cost,
                     s.title,
                     s.directory
@@ -81,6 +81,7 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             let history = engine.history(&id)?;
             let hidden = hidden_ids(&history);
             let mut out = std::io::stdout().lock();
+            let approx = approx(&session.tokens);
             writeln!(out, "{}  {}", session.id, session.title)?;
             writeln!(out, "directory: {}", session.directory)?;
             if let Some(model) = &session.model {
@@ -88,7 +89,7 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             }
             writeln!(
                 out,
-                "tokens: {} in · {} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
+                "tokens: {approx}{} in · {approx}{} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
                 group(session.tokens.input),
                 group(session.tokens.output),
                 group(session.tokens.reasoning),
@@ -198,6 +199,11 @@ fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>
     Ok(session.map(|s| PathBuf::from(s.directory)).filter(|dir| dir.is_dir()))
 }
 
+/// "~" before token counts that are estimates (the provider sent no usage).
+fn approx(tokens: &Tokens) -> &'static str {
+    if tokens.estimated { "~" } else { "" }
+}
+
 /// The first message a pending revert hides.
 fn reverted_from(session: &Session) -> Option<MessageId> {
     let id = session.revert.as_ref()?.get("message_id")?.as_str()?;
@@ -217,8 +223,9 @@ fn print_message(out: &mut impl Write, message: &MessageWithParts, marker: &str)
             if let Some(finish) = a.finish {
                 line.push_str(&format!(", {}", finish.as_str()));
             }
+            let approx = approx(&a.tokens);
             line.push_str(&format!(
-                ", {} in / {} out, ${:.4})",
+                ", {approx}{} in / {approx}{} out, ${:.4})",
                 group(a.tokens.input),
                 group(a.tokens.output),
                 a.cost

@@ -244,3 +244,80 @@ async fn an_automatic_compaction_is_a_note_on_stderr_not_the_summary_on_stdout()
     assert_eq!(stderr.matches("context compacted").count(), 1, "{stderr}");
     assert!(!stderr.contains("THE SUMMARY"), "{stderr}");
 }
+
+/// An OpenAI-compatible server on 127.0.0.1 whose streams carry no usage (as some local servers do): every
+/// request is answered "Hi there." Returns its base URL.
+async fn server_without_usage() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // Read the headers and the body the request announces.
+                let mut seen = Vec::new();
+                let mut buf = [0u8; 8192];
+                let body_start = loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                    if let Some(at) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break at + 4;
+                    }
+                };
+                let head = String::from_utf8_lossy(&seen[..body_start]).to_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while seen.len() < body_start + length {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    seen.extend_from_slice(&buf[..n]);
+                }
+                let chunk = |delta: &str, finish: &str| {
+                    format!(
+                        "data: {{\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"test\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+                    )
+                };
+                let body = format!(
+                    "{}{}data: [DONE]\n\n",
+                    chunk(r#"{"role":"assistant","content":"Hi there."}"#, "null"),
+                    chunk("{}", r#""stop""#)
+                );
+                let response = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_counts_without_usage_from_the_provider_are_marked_as_estimates() {
+    let env = Env::new();
+    let config = env.config(&server_without_usage().await, "");
+    let output = codeloop(&env, Some(&config), &["run", "hello"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, "Hi there.\n");
+    let summary = stderr.lines().find(|l| l.starts_with("— fake/test")).unwrap_or_else(|| panic!("{stderr}"));
+    let fields: Vec<&str> = summary.split(" · ").collect();
+    assert!(fields[1].starts_with('~') && fields[1].ends_with(" in"), "{summary}");
+    assert!(fields[2].starts_with('~') && fields[2].ends_with(" out"), "{summary}");
+
+    let id = only_session(&env).await;
+    let show = text(&codeloop(&env, None, &["session", "show", &id]).await).0;
+    assert!(show.contains("tokens: ~"), "{show}");
+    assert!(show.contains("(fake/test, stop, ~"), "{show}");
+    let list = text(&codeloop(&env, None, &["session", "list"]).await).0;
+    assert!(list.contains(" ~"), "{list}");
+}
