@@ -12,6 +12,7 @@ use crate::{Format, env};
 pub struct ModelsArgs {
     /// Only models of this provider.
     pub provider: Option<String>,
+    /// text: a table; json: a list with each model's limits and prices.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -19,6 +20,14 @@ pub struct ModelsArgs {
 pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     let config = env::load_config(std::env::current_dir().ok().as_deref())?;
     let entries = codeloop_core::models::catalogue(&config);
+    if let Some(provider) = &args.provider
+        && !entries.iter().any(|e| &e.reference.provider_id == provider)
+    {
+        let mut known: Vec<&str> = entries.iter().map(|e| e.reference.provider_id.as_str()).collect();
+        known.sort_unstable();
+        known.dedup();
+        anyhow::bail!("no models for provider \"{provider}\": known providers are {}", known.join(", "));
+    }
     let entries: Vec<_> = entries
         .into_iter()
         .filter(|e| args.provider.as_deref().is_none_or(|p| e.reference.provider_id == p))

@@ -13,11 +13,15 @@ use crate::env;
 pub enum PermissionsCommand {
     /// List saved approvals (all projects, or one with --dir).
     List {
+        /// Only the approvals of the project that holds this directory.
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
     /// Revoke a saved approval by its number (from `list`).
-    Revoke { id: i64 },
+    Revoke {
+        /// The approval's number, as `codeloop permissions list` shows it.
+        id: i64,
+    },
 }
 
 pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {

@@ -1,4 +1,4 @@
-//! `codeloop session list|show|export|delete|compact`.
+//! `codeloop session list|show|export|delete|compact|revert|unrevert`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -25,21 +25,42 @@ pub enum SessionCommand {
         /// Only sessions in this directory.
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// text: one line per session; json: the full session records.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Show a session's conversation, including tool calls and messages hidden from the model.
-    Show { id: String },
+    /// Show a session's conversation with message ids, tool calls and messages hidden from the model.
+    Show {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Print a session with every message and part as JSON.
-    Export { id: String },
+    Export {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Delete a session, its children and everything stored for them.
-    Delete { id: String },
+    Delete {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Summarise a session now, so its next turn starts from the summary.
-    Compact { id: String },
+    Compact {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Put back every file the session changed from MESSAGE on, and hide those messages (git projects).
-    Revert { id: String, message: String },
-    /// Undo the last revert.
-    Unrevert { id: String },
+    Revert {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+        /// The first message to undo (msg_…), as `codeloop session show` shows it.
+        message: String,
+    },
+    /// Undo the last revert (until a new message makes it final).
+    Unrevert {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
 }
 
 pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {

@@ -210,6 +210,25 @@ impl Engine {
         Ok(session)
     }
 
+    /// Checks that a person may pick `name` for a session: a primary agent, not one that runs only as a
+    /// subagent (through the task tool) or only inside the runtime (compaction).
+    pub fn check_agent(&self, name: &str) -> Result<(), EngineError> {
+        let primary: Vec<&str> = self
+            .services
+            .agents
+            .values()
+            .filter(|a| a.mode == AgentMode::Primary)
+            .map(|a| a.name.as_str())
+            .collect();
+        let why = match self.services.agents.get(name).map(|a| a.mode) {
+            Some(AgentMode::Primary) => return Ok(()),
+            Some(AgentMode::Subagent) => "runs only as a subagent, through the task tool",
+            Some(AgentMode::Hidden) => "is used by codeloop itself",
+            None => "does not exist",
+        };
+        Err(EngineError::Invalid(format!("agent \"{name}\" {why}: choose one of {}", primary.join(", "))))
+    }
+
     /// Checks that a model can be used (known provider, API key present) before anything is recorded.
     /// `None` means the config's default model.
     pub fn check_model(&self, model: Option<&ModelRef>) -> Result<ModelRef, EngineError> {

@@ -321,3 +321,119 @@ async fn token_counts_without_usage_from_the_provider_are_marked_as_estimates() 
     let list = text(&codeloop(&env, None, &["session", "list"]).await).0;
     assert!(list.contains(" ~"), "{list}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hidden_and_subagent_only_agents_are_refused_before_anything_is_recorded() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("hi"))]).repeating()).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    for agent in ["compaction", "general", "nosuch"] {
+        let output = codeloop(&env, Some(&config), &["run", "--agent", agent, "hello"]).await;
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{agent}: {stderr}");
+        assert!(stderr.contains(&format!("agent \"{agent}\"")) && stderr.contains("build"), "{stderr}");
+    }
+    assert_eq!(fake.request_count(), 0);
+    let list = codeloop(&env, None, &["session", "list", "--format", "json"]).await;
+    assert_eq!(text(&list).0.trim(), "[]", "no session was created");
+    let plan = codeloop(&env, Some(&config), &["run", "--agent", "plan", "hello"]).await;
+    assert!(plan.status.success(), "{}", text(&plan).1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_of_an_unknown_provider_is_an_error_naming_the_known_ones() {
+    let env = Env::new();
+    let config = env.config("http://127.0.0.1:9", "");
+    let output = codeloop(&env, Some(&config), &["models", "NO_SUCH"]).await;
+    let (stdout, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("NO_SUCH") && stderr.contains("fake"), "{stderr}");
+    let known = codeloop(&env, Some(&config), &["models", "fake"]).await;
+    assert!(known.status.success());
+    assert!(text(&known).0.contains("fake/test"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_tool_lists_only_the_tools_the_model_was_offered() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("nosuch", serde_json::json!({}))),
+        Turn::from(Reply::text("ok")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = codeloop(&env, Some(&config), &["run", "hello"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    let offered: Vec<String> = fake.requests()[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(!offered.contains(&"question".to_owned()), "{offered:?}");
+    let result = request_text(&fake, 1);
+    assert!(result.contains("Unknown tool \\\"nosuch\\\""), "{result}");
+    assert!(result.contains("read") && !result.contains("question"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn activity_lines_describe_task_webfetch_apply_patch_and_other_calls_without_raw_json() {
+    let env = Env::new();
+    let patch = "*** Begin Patch\n*** Add File: new.txt\n+hello\n*** End Patch";
+    let call = |name: &str, input: serde_json::Value| Turn::from(Reply::tool_call(name, input));
+    let fake = FakeProvider::start(Script::new([
+        call("webfetch", serde_json::json!({"url": "http://127.0.0.1:9/doc"})),
+        call("apply_patch", serde_json::json!({"patchText": patch})),
+        call("docs_search", serde_json::json!({"query": "tokio select", "limit": 3})),
+        call(
+            "task",
+            serde_json::json!({"description": "find the bug", "prompt": "look", "subagent_type": "general"}),
+        ),
+        Turn::from(Reply::text("found it")),
+        Turn::from(Reply::text("ok")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = codeloop(&env, Some(&config), &["run", "--on-ask", "allow", "hello"]).await;
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    for line in [
+        "→ webfetch http://127.0.0.1:9/doc",
+        "→ apply_patch new.txt",
+        "→ docs_search limit=3 query=tokio select",
+        "→ task general: find the bug",
+    ] {
+        assert!(stderr.contains(line), "{line} missing from: {stderr}");
+    }
+    assert!(!stderr.contains("{\""), "no raw JSON: {stderr}");
+}
+
+#[test]
+fn session_help_names_revert_and_unrevert_and_serve_help_explains_port() {
+    let env = Env::new();
+    let help = text(&env.codeloop(None, &["session", "--help"])).0;
+    let about = help.lines().next().unwrap();
+    assert!(about.contains("revert") && about.contains("unrevert"), "{help}");
+    let help = text(&env.codeloop(None, &["serve", "--help"])).0;
+    let port = help.lines().find(|l| l.contains("--port")).unwrap();
+    assert!(port.contains("Port"), "{help}");
+}
+
+#[test]
+fn demo_without_dir_leaves_no_project_in_the_temp_dir() {
+    let env = Env::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let output = env.codeloop_with(None, &["demo"], &[("TMPDIR", tmp.path().to_str().unwrap())]);
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("removed when the demo ends"), "{stderr}");
+    let left: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("codeloop-demo"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "{stderr}");
+}
