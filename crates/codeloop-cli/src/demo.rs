@@ -22,6 +22,7 @@ pub struct DemoArgs {
     /// Create the demo project here (an empty or new directory) instead of a temporary one.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// text: the answer on stdout, activity on stderr; json: one bus event per line.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -111,9 +112,17 @@ fn invocation() -> String {
 }
 
 pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    let dir = match args.dir {
-        Some(dir) => dir,
-        None => std::env::temp_dir().join(format!("codeloop-demo-{}", codeloop_types::ascending_id("d"))),
+    // Without --dir the project lives in a temporary directory that is removed when the demo ends (the
+    // session stays in the data directory).
+    let (dir, temporary) = match args.dir {
+        Some(dir) => (dir, None),
+        None => {
+            let temporary = tempfile::Builder::new()
+                .prefix("codeloop-demo-")
+                .tempdir()
+                .context("cannot create a temporary directory for the demo project")?;
+            (temporary.path().to_owned(), Some(temporary))
+        }
     };
     write_project(&dir)?;
     let dir = dir.canonicalize()?;
@@ -126,7 +135,12 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot open the data directory {}", data_dir.display()))?;
     let session = engine.create_session(&dir, None, None, None)?;
     if args.format == Format::Text {
-        eprintln!("demo project: {}\ntask: {TASK}\n", dir.display());
+        let removed = if temporary.is_some() {
+            " (temporary: removed when the demo ends; keep one with --dir PATH)"
+        } else {
+            ""
+        };
+        eprintln!("demo project: {}{removed}\ntask: {TASK}\n", dir.display());
     }
     let outcome =
         crate::run::drive(&engine, &session.id, PromptInput::text(TASK), args.format, false).await?.outcome;

@@ -37,7 +37,7 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the HTTP API and the `GET /event` SSE stream.
     Serve(serve::ServeArgs),
-    /// List, show, export, delete or compact stored sessions.
+    /// List, show, export, delete, compact, revert or unrevert stored sessions.
     #[command(subcommand)]
     Session(session::SessionCommand),
     /// List the model catalogue with context limits and prices.
@@ -123,11 +123,19 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
         Ok(code) => code,
+        // The reader of stdout went away (`codeloop models | head -2`): a normal end.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// `--dir` or the current directory.
@@ -142,4 +150,30 @@ pub fn project_dir(dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         anyhow::bail!("{} is not a directory", dir.display());
     }
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every flag and positional argument of every command says what it is in `--help`.
+    #[test]
+    fn every_argument_has_a_help_text() {
+        fn missing(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id != "help" && id != "version" && arg.get_help().is_none() {
+                    out.push(format!("{path} {id}"));
+                }
+            }
+            for sub in command.get_subcommands() {
+                missing(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+        let mut out = Vec::new();
+        missing(&Cli::command(), "codeloop", &mut out);
+        assert_eq!(out, Vec::<String>::new());
+    }
 }

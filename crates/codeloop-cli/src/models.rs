@@ -1,5 +1,6 @@
 //! `codeloop models`: the model catalogue with limits and prices.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -11,6 +12,7 @@ use crate::{Format, env};
 pub struct ModelsArgs {
     /// Only models of this provider.
     pub provider: Option<String>,
+    /// text: a table; json: a list with each model's limits and prices.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
 }
@@ -18,10 +20,19 @@ pub struct ModelsArgs {
 pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     let config = env::load_config(std::env::current_dir().ok().as_deref())?;
     let entries = codeloop_core::models::catalogue(&config);
+    if let Some(provider) = &args.provider
+        && !entries.iter().any(|e| &e.reference.provider_id == provider)
+    {
+        let mut known: Vec<&str> = entries.iter().map(|e| e.reference.provider_id.as_str()).collect();
+        known.sort_unstable();
+        known.dedup();
+        anyhow::bail!("no models for provider \"{provider}\": known providers are {}", known.join(", "));
+    }
     let entries: Vec<_> = entries
         .into_iter()
         .filter(|e| args.provider.as_deref().is_none_or(|p| e.reference.provider_id == p))
         .collect();
+    let mut out = std::io::stdout().lock();
     if args.format == Format::Json {
         let list: Vec<serde_json::Value> = entries
             .iter()
@@ -34,15 +45,17 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!(
+    writeln!(
+        out,
         "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  (USD per 1M tokens)",
         "model", "context", "output", "input", "output", "cached"
-    );
+    )?;
     for e in entries {
-        println!(
+        writeln!(
+            out,
             "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}",
             e.reference.to_string(),
             group(e.limits.context),
@@ -50,7 +63,7 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             e.pricing.input,
             e.pricing.output,
             e.pricing.cache_read
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

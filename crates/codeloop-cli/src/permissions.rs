@@ -1,5 +1,6 @@
 //! `codeloop permissions list|revoke`: saved "always" approvals, per project.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -12,11 +13,15 @@ use crate::env;
 pub enum PermissionsCommand {
     /// List saved approvals (all projects, or one with --dir).
     List {
+        /// Only the approvals of the project that holds this directory.
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
     /// Revoke a saved approval by its number (from `list`).
-    Revoke { id: i64 },
+    Revoke {
+        /// The approval's number, as `codeloop permissions list` shows it.
+        id: i64,
+    },
 }
 
 pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
@@ -36,15 +41,17 @@ pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
             if approvals.is_empty() {
                 eprintln!("no saved approvals");
             }
+            let mut out = std::io::stdout().lock();
             for a in approvals {
-                println!(
+                writeln!(
+                    out,
                     "{:>4}  {} {} → {}  ({})",
                     a.id,
                     a.rule.permission,
                     a.rule.pattern,
                     action_name(a.rule.action),
                     a.project
-                );
+                )?;
             }
         }
         PermissionsCommand::Revoke { id } => {

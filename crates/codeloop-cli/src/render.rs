@@ -67,7 +67,8 @@ impl Renderer {
             EventPayload::PartDelta { part_id, delta, .. } if self.kinds.get(part_id) == Some(&"text") => {
                 self.write_text(part_id, delta);
             }
-            EventPayload::MessageUpdated { info: Message::Assistant(info), .. } => {
+            // A compaction summary is not the answer: the `SessionCompacted` note stands for it.
+            EventPayload::MessageUpdated { info: Message::Assistant(info), .. } if !info.summary => {
                 self.assistant.insert(info.id.clone());
             }
             EventPayload::PartUpdated { part, .. } => self.part(part),
@@ -180,8 +181,10 @@ impl Renderer {
             return;
         }
         let tokens = message.tokens;
+        // Without usage from the provider the counts are estimates.
+        let approx = if tokens.estimated { "~" } else { "" };
         let mut line = format!(
-            "— {} · {} in · {} out",
+            "— {} · {approx}{} in · {approx}{} out",
             message.model,
             group(tokens.input + tokens.cache.read + tokens.cache.write),
             group(tokens.output + tokens.reasoning)
@@ -206,10 +209,43 @@ pub fn summarize_input(tool: &str, input: &Value) -> String {
         "grep" | "glob" => field("pattern"),
         "skill" => field("name"),
         "todowrite" => Some("todo list".into()),
+        "webfetch" => field("url"),
+        "task" => field("description").map(|d| match field("subagent_type") {
+            Some(agent) => format!("{agent}: {d}"),
+            None => d,
+        }),
+        "apply_patch" => field("patchText").or_else(|| field("patch_text")).map(|patch| patch_files(&patch)),
         _ => None,
     }
-    .unwrap_or_else(|| input.to_string());
+    .unwrap_or_else(|| key_values(input));
     codeloop_tools::ellipsize(text.lines().next().unwrap_or(""), 100)
+}
+
+/// The files a patch touches, from its `*** Add/Update/Delete File:` lines.
+fn patch_files(patch: &str) -> String {
+    let files: Vec<&str> = patch
+        .lines()
+        .filter_map(|line| {
+            ["*** Add File: ", "*** Update File: ", "*** Delete File: "]
+                .iter()
+                .find_map(|prefix| line.strip_prefix(prefix))
+        })
+        .map(str::trim)
+        .collect();
+    files.join(", ")
+}
+
+/// Any other call (MCP tools…): `key=value` pairs, strings unquoted, instead of raw JSON.
+fn key_values(input: &Value) -> String {
+    let Some(map) = input.as_object() else { return input.to_string() };
+    let pairs: Vec<String> = map
+        .iter()
+        .map(|(key, value)| match value {
+            Value::String(text) => format!("{key}={}", text.lines().next().unwrap_or("")),
+            other => format!("{key}={other}"),
+        })
+        .collect();
+    pairs.join(" ")
 }
 
 /// 1234567 → "1,234,567".

@@ -70,6 +70,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let config = env::load_config(Some(&dir))?;
     let engine = env::open_engine(config, policy)?;
+    if let Some(agent) = &args.agent {
+        engine.check_agent(agent)?;
+    }
     let session = pick_session(&engine, &args, &dir, model.clone())?;
     let input = PromptInput { model, agent: args.agent.clone(), ..PromptInput::text(message) };
     let driven = drive(&engine, &session.id, input, args.format, interactive).await?;

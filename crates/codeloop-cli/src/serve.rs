@@ -40,6 +40,7 @@ pub struct ServeArgs {
     /// Address to bind; anything but loopback requires a token.
     #[arg(long, default_value = "127.0.0.1")]
     pub hostname: String,
+    /// Port to listen on (0 picks a free one; the address is printed once listening).
     #[arg(long, default_value_t = 4096)]
     pub port: u16,
     /// Bearer token required on every request (or CODELOOP_SERVER_TOKEN).

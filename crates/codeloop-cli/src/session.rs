@@ -1,13 +1,15 @@
-//! `codeloop session list|show|export|delete|compact`.
+//! `codeloop session list|show|export|delete|compact|revert|unrevert`.
 
-use std::collections::HashSet;
+use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
 use codeloop_store::{MessageWithParts, SessionFilter};
-use codeloop_types::{Message, MessageId, PartKind, SessionId, ToolState, date_of};
+use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, Tokens, ToolState, date_of};
 use serde_json::json;
 
 use crate::render::{group, summarize_input};
@@ -23,25 +25,46 @@ pub enum SessionCommand {
         /// Only sessions in this directory.
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
+        /// text: one line per session; json: the full session records.
         #[arg(long, value_enum, default_value_t = Format::Text)]
         format: Format,
     },
-    /// Show a session's conversation, including tool calls and messages hidden from the model.
-    Show { id: String },
+    /// Show a session's conversation with message ids, tool calls and messages hidden from the model.
+    Show {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Print a session with every message and part as JSON.
-    Export { id: String },
+    Export {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Delete a session, its children and everything stored for them.
-    Delete { id: String },
+    Delete {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Summarise a session now, so its next turn starts from the summary.
-    Compact { id: String },
+    Compact {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
     /// Put back every file the session changed from MESSAGE on, and hide those messages (git projects).
-    Revert { id: String, message: String },
-    /// Undo the last revert.
-    Unrevert { id: String },
+    Revert {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+        /// The first message to undo (msg_…), as `codeloop session show` shows it.
+        message: String,
+    },
+    /// Undo the last revert (until a new message makes it final).
+    Unrevert {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+    },
 }
 
 pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
-    let config = env::load_config(None)?;
+    let config = env::load_config(session_directory(&command)?.as_deref())?;
     let engine = env::open_engine(config, AskPolicy::Deny)?;
     match command {
         SessionCommand::List { all, dir, format } => {
@@ -51,8 +74,9 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             };
             let sessions =
                 engine.sessions(&SessionFilter { include_children: all, directory, ..Default::default() })?;
+            let mut out = std::io::stdout().lock();
             if format == Format::Json {
-                println!("{}", serde_json::to_string_pretty(&sessions)?);
+                writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
                 return Ok(ExitCode::SUCCESS);
             }
             if sessions.is_empty() {
@@ -60,15 +84,16 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             }
             for s in sessions {
                 let tokens = s.tokens.input + s.tokens.output + s.tokens.reasoning + s.tokens.cache.read;
-                println!(
+                writeln!(
+                    out,
                     "{}  {}  {:>10} tok  ${:.4}  {}  {}",
                     s.id,
                     date_of(s.time.updated),
-                    group(tokens),
+                    format!("{}{}", approx(&s.tokens), group(tokens)),
                     s.cost,
                     s.title,
                     s.directory
-                );
+                )?;
             }
         }
         SessionCommand::Show { id } => {
@@ -76,22 +101,39 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             let session = engine.session(&id)?;
             let history = engine.history(&id)?;
             let hidden = hidden_ids(&history);
-            println!("{}  {}", session.id, session.title);
-            println!("directory: {}", session.directory);
+            let mut out = std::io::stdout().lock();
+            let approx = approx(&session.tokens);
+            writeln!(out, "{}  {}", session.id, session.title)?;
+            writeln!(out, "directory: {}", session.directory)?;
             if let Some(model) = &session.model {
-                println!("model: {model}");
+                writeln!(out, "model: {model}")?;
             }
-            println!(
-                "tokens: {} in · {} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
+            writeln!(
+                out,
+                "tokens: {approx}{} in · {approx}{} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
                 group(session.tokens.input),
                 group(session.tokens.output),
                 group(session.tokens.reasoning),
                 group(session.tokens.cache.read),
                 group(session.tokens.cache.write),
                 session.cost
-            );
+            )?;
+            let reverted_from = reverted_from(&session);
+            if let Some(from) = &reverted_from {
+                writeln!(
+                    out,
+                    "reverted from {from}: the next message continues from there (undo with codeloop session unrevert {id})"
+                )?;
+            }
             for message in &history {
-                print_message(message, &hidden);
+                let marker = if reverted_from.as_ref().is_some_and(|from| message.info.id() >= from) {
+                    "  [reverted]"
+                } else if hidden.contains(message.info.id()) {
+                    "  [hidden from the model]"
+                } else {
+                    ""
+                };
+                print_message(&mut out, message, marker)?;
             }
         }
         SessionCommand::Export { id } => {
@@ -109,7 +151,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                     value
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&json!({"info": session, "messages": messages}))?);
+            let export = serde_json::to_string_pretty(&json!({"info": session, "messages": messages}))?;
+            writeln!(std::io::stdout().lock(), "{export}")?;
         }
         SessionCommand::Delete { id } => {
             let id = SessionId::from(id);
@@ -144,6 +187,11 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Unrevert { id } => {
             let id = SessionId::from(id);
+            if engine.session(&id)?.revert.is_none() {
+                anyhow::bail!(
+                    "session {id} has no revert to undo (a message sent after a revert makes it final)"
+                );
+            }
             engine.unrevert(&id).await?;
             eprintln!("unreverted {id}");
         }
@@ -152,34 +200,69 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
-    let marker = if hidden.contains(message.info.id()) { "  [hidden from the model]" } else { "" };
+/// The directory of the session a command names, so that its project's config (providers, compaction,
+/// snapshots) applies as it does for `run` there. `None` for `list`, an unknown session, or a directory
+/// that is gone.
+fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>> {
+    let id = match command {
+        SessionCommand::List { .. } => return Ok(None),
+        SessionCommand::Show { id }
+        | SessionCommand::Export { id }
+        | SessionCommand::Delete { id }
+        | SessionCommand::Compact { id }
+        | SessionCommand::Revert { id, .. }
+        | SessionCommand::Unrevert { id } => SessionId::from(id.as_str()),
+    };
+    let data_dir = env::data_dir()?;
+    let store = codeloop_store::SqliteStore::open(&data_dir)
+        .with_context(|| format!("cannot open the data directory {}", data_dir.display()))?;
+    let session = codeloop_store::Store::get_session(&store, &id)?;
+    Ok(session.map(|s| PathBuf::from(s.directory)).filter(|dir| dir.is_dir()))
+}
+
+/// "~" before token counts that are estimates (the provider sent no usage).
+fn approx(tokens: &Tokens) -> &'static str {
+    if tokens.estimated { "~" } else { "" }
+}
+
+/// The first message a pending revert hides.
+fn reverted_from(session: &Session) -> Option<MessageId> {
+    let id = session.revert.as_ref()?.get("message_id")?.as_str()?;
+    Some(MessageId::from(id))
+}
+
+/// One message with its id (what `session revert` takes) and `marker` after its heading.
+fn print_message(out: &mut impl Write, message: &MessageWithParts, marker: &str) -> std::io::Result<()> {
+    let id = message.info.id();
     match &message.info {
-        Message::User(_) => println!("\n── user{marker}"),
+        Message::User(_) => writeln!(out, "\n── user {id}{marker}")?,
         Message::Assistant(a) => {
-            let mut line = format!("\n── assistant ({}", a.model);
+            let mut line = format!("\n── assistant {id} ({}", a.model);
             if a.summary {
                 line.push_str(", summary");
             }
             if let Some(finish) = a.finish {
                 line.push_str(&format!(", {}", finish.as_str()));
             }
+            let approx = approx(&a.tokens);
             line.push_str(&format!(
-                ", {} in / {} out, ${:.4})",
+                ", {approx}{} in / {approx}{} out, ${:.4})",
                 group(a.tokens.input),
                 group(a.tokens.output),
                 a.cost
             ));
-            println!("{line}{marker}");
+            writeln!(out, "{line}{marker}")?;
             if let Some(error) = &a.error {
-                println!("  error: {}", error);
+                writeln!(out, "  error: {}", error)?;
             }
         }
     }
     for part in &message.parts {
         match &part.kind {
-            PartKind::Text(text) if !text.ignored => println!("{}", text.text),
-            PartKind::Reasoning(r) if !r.text.is_empty() => println!("  (thinking) {}", first_line(&r.text)),
+            PartKind::Text(text) if !text.ignored => writeln!(out, "{}", text.text)?,
+            PartKind::Reasoning(r) if !r.text.is_empty() => {
+                writeln!(out, "  (thinking) {}", first_line(&r.text))?
+            }
             PartKind::Tool(tool) => {
                 let input = summarize_input(&tool.tool, tool.state.input());
                 match &tool.state {
@@ -189,28 +272,30 @@ fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
                         } else {
                             ""
                         };
-                        println!("  ✓ {} {input}{pruned}", tool.tool);
+                        writeln!(out, "  ✓ {} {input}{pruned}", tool.tool)?;
                         for line in done.output.lines().take(3) {
-                            println!("    {line}");
+                            writeln!(out, "    {line}")?;
                         }
                     }
                     ToolState::Error(error) => {
-                        println!("  ✗ {} {input}: {}", tool.tool, first_line(&error.error))
+                        writeln!(out, "  ✗ {} {input}: {}", tool.tool, first_line(&error.error))?
                     }
-                    other => println!("  … {} {input} ({})", tool.tool, other.status()),
+                    other => writeln!(out, "  … {} {input} ({})", tool.tool, other.status())?,
                 }
             }
-            PartKind::Compaction(c) => {
-                println!(
-                    "  [compaction request{}{}]",
-                    if c.auto { ", automatic" } else { "" },
-                    if c.overflow { ", overflow" } else { "" }
-                )
+            PartKind::Compaction(c) => writeln!(
+                out,
+                "  [compaction request{}{}]",
+                if c.auto { ", automatic" } else { "" },
+                if c.overflow { ", overflow" } else { "" }
+            )?,
+            PartKind::File(f) => {
+                writeln!(out, "  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or(""))?
             }
-            PartKind::File(f) => println!("  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or("")),
             _ => {}
         }
     }
+    Ok(())
 }
 
 fn first_line(text: &str) -> &str {

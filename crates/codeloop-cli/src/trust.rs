@@ -4,6 +4,7 @@
 //! setup (DESIGN.md §5a). Trusting records the project's canonical root and a hash of what its config can
 //! do; when that part changes, the project is untrusted again until trusted anew.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,8 +60,9 @@ pub fn trust(args: TrustArgs) -> anyhow::Result<ExitCode> {
         if records.is_empty() {
             eprintln!("no trusted projects ({})", store.path().display());
         }
+        let mut out = std::io::stdout().lock();
         for record in records {
-            println!("{}  {}", record.path.display(), record.hash);
+            writeln!(out, "{}  {}", record.path.display(), record.hash)?;
         }
         return Ok(ExitCode::SUCCESS);
     }

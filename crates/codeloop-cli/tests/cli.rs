@@ -13,6 +13,9 @@ mod first_run;
 #[path = "cli/walls.rs"]
 mod walls;
 
+#[path = "cli/defects.rs"]
+mod defects;
+
 struct Env {
     data: tempfile::TempDir,
     home: tempfile::TempDir,

@@ -210,6 +210,25 @@ impl Engine {
         Ok(session)
     }
 
+    /// Checks that a person may pick `name` for a session: a primary agent, not one that runs only as a
+    /// subagent (through the task tool) or only inside the runtime (compaction).
+    pub fn check_agent(&self, name: &str) -> Result<(), EngineError> {
+        let primary: Vec<&str> = self
+            .services
+            .agents
+            .values()
+            .filter(|a| a.mode == AgentMode::Primary)
+            .map(|a| a.name.as_str())
+            .collect();
+        let why = match self.services.agents.get(name).map(|a| a.mode) {
+            Some(AgentMode::Primary) => return Ok(()),
+            Some(AgentMode::Subagent) => "runs only as a subagent, through the task tool",
+            Some(AgentMode::Hidden) => "is used by codeloop itself",
+            None => "does not exist",
+        };
+        Err(EngineError::Invalid(format!("agent \"{name}\" {why}: choose one of {}", primary.join(", "))))
+    }
+
     /// Checks that a model can be used (known provider, API key present) before anything is recorded.
     /// `None` means the config's default model.
     pub fn check_model(&self, model: Option<&ModelRef>) -> Result<ModelRef, EngineError> {
@@ -303,6 +322,14 @@ impl Engine {
         }) else {
             return Err(RunError::Input(format!("session {session} has no messages to compact")));
         };
+        // Fail on an unusable model before recording the request: a failed command changes nothing.
+        let model = self
+            .services
+            .agents
+            .get(crate::agents::COMPACTION_AGENT)
+            .and_then(|agent| agent.model.clone())
+            .unwrap_or_else(|| last_user.model.clone());
+        self.services.models.resolve(&model).map_err(|e| RunError::Model(e.to_string()))?;
         let request = crate::run::new_compaction_request(session, &last_user, false, false);
         self.services.save_message(&request.info);
         for part in &request.parts {
@@ -318,11 +345,8 @@ impl Engine {
         if self.coordinator.is_busy(id) {
             return Err(EngineError::Busy(format!("session {id} is running; abort it before reverting")));
         }
-        if self.session(id)?.revert.is_some() {
-            self.unrevert(id).await?;
-        }
         self.flush().await?;
-        let mut session = self.session(id)?;
+        let session = self.session(id)?;
         let history = self.history(id)?;
         let start = history
             .iter()
@@ -339,6 +363,9 @@ impl Engine {
                     .into(),
             )
         })?;
+        // Only now that the request is known to be valid does a pending revert make way for it: a failed
+        // command changes nothing.
+        let mut session = if session.revert.is_some() { self.unrevert(id).await? } else { session };
         // Each file goes back to how it was before the first step (from `message` on) that changed it.
         let mut seen = std::collections::HashSet::new();
         let mut groups: Vec<(String, Vec<String>)> = Vec::new();

@@ -97,6 +97,7 @@ impl Usage {
                     self.input + self.output + self.reasoning + self.cache_read + self.cache_write,
                 ),
             ),
+            estimated: false,
         }
     }
 }

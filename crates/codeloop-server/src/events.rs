@@ -1,7 +1,8 @@
 //! `GET /event`: the bus as Server-Sent Events (DESIGN.md §4 "Event stream").
 //!
-//! A stream starts with `server.connected` (whose `id` is the bus position, so a reconnect resumes from
-//! there), replays what a `Last-Event-ID` (or `?since=`) client missed — atomically with the live
+//! A stream starts with `server.connected` (on a first connection its `id` is the bus position, so a
+//! reconnect resumes from there; on a reconnect it has none, as the client's last id already says where it
+//! is and a greeting must not stand for a real event), replays what a `Last-Event-ID` (or `?since=`) client missed — atomically with the live
 //! subscription, so there is no gap and no duplicate — then sends live events in batches, a
 //! `server.heartbeat` every heartbeat period, and `resync` when events were lost for this client.
 //!
@@ -97,7 +98,7 @@ impl EventStream {
             Some(last) => {
                 let (replay, rx) = bus.subscribe_after(last);
                 match replay {
-                    Replay::Events(_) => (connected(Some(last)).to_vec(), replay, rx, last),
+                    Replay::Events(_) => (connected(None).to_vec(), replay, rx, last),
                     Replay::TooFarBehind => {
                         let head = [connected(None), resync(ResyncReason::TooFarBehind, last)].concat();
                         (head, Replay::Events(Vec::new()), rx, position)

@@ -53,6 +53,10 @@ pub struct Tokens {
     pub cache: CacheTokens,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
+    /// The provider sent no usage: the counts are estimates (request chars / 4, streamed chars / 4). In a
+    /// total, set when any step was estimated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -79,5 +83,6 @@ impl Tokens {
         self.cache.read += other.cache.read;
         self.cache.write += other.cache.write;
         self.total = Some(self.total.unwrap_or(0) + other.count());
+        self.estimated |= other.estimated;
     }
 }

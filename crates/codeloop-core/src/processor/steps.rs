@@ -116,12 +116,13 @@ impl Processor {
         for id in open {
             self.reasoning_end(&id, None);
         }
+        let estimated = usage.is_none();
         let usage = usage.unwrap_or_else(|| Usage {
             input: self.ctx.estimated_input_tokens,
             output: self.streamed_chars / 4,
             ..Default::default()
         });
-        let tokens: Tokens = usage.tokens();
+        let tokens = Tokens { estimated, ..usage.tokens() };
         let cost = self.ctx.pricing.of(&usage);
         self.message.finish = Some(finish);
         self.message.cost += cost;

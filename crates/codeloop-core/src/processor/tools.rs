@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AttemptEnd, Processor};
 use crate::doom_loop::{DoomLoop, DoomLoopGuard};
-use crate::permission::AskContext;
+use crate::permission::{AskContext, disabled};
 use crate::tool_host::ToolEvent;
 
 /// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
@@ -105,6 +105,16 @@ impl Processor {
             self.settle(index, Err(ToolFailure::Failed(message.into())));
             return Ok(());
         }
+        if self.ctx.tools.get(&call.name).or_else(|| self.ctx.tools.get(&call.name.to_lowercase())).is_none()
+        {
+            let message = format!(
+                "Unknown tool \"{}\". Available tools: {}. Call one of these instead.",
+                call.name,
+                self.offered_tools().join(", ")
+            );
+            self.settle(index, Err(ToolFailure::Failed(message)));
+            return Ok(());
+        }
         if let Some(found) = doom.record(&call.name, &input) {
             match self.ask_doom_loop(&found, index, cancel).await {
                 Ok(()) => doom.reset(),
@@ -127,6 +137,24 @@ impl Processor {
         }
         self.spawn_tool(call.call_id, call.name, input);
         Ok(())
+    }
+
+    /// The tools this turn offered the model: those its permission rules do not switch off (the same
+    /// filter as the request's tool list), so an "Unknown tool" answer never suggests one it cannot call.
+    fn offered_tools(&self) -> Vec<&str> {
+        let defaults = self.ctx.services.permissions.defaults();
+        let narrowing = self.ctx.services.config.project_rules.as_slice();
+        self.ctx
+            .tools
+            .names()
+            .into_iter()
+            .filter(|name| {
+                let tool = self.ctx.tools.get(name);
+                let permission = tool.as_deref().map_or(*name, |t| t.permission());
+                !disabled(permission, [defaults, self.ctx.layers.as_slice()])
+                    && !disabled(permission, [narrowing])
+            })
+            .collect()
     }
 
     pub(super) async fn ask_doom_loop(

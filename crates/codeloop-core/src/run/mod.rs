@@ -145,6 +145,11 @@ impl Latest {
         }
         let message = &history[assistant];
         let Message::Assistant(info) = &message.info else { return false };
+        // A summary answers its compaction request only: one left by a `session compact` that failed
+        // before summarising is processed at the next prompt, and that prompt still needs its answer.
+        if info.summary && &info.parent_id != history[user].info.id() {
+            return false;
+        }
         if matches!(info.finish, None | Some(Finish::ToolCalls) | Some(Finish::Unknown)) {
             return false;
         }

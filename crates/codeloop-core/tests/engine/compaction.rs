@@ -288,6 +288,43 @@ async fn manual_compaction_summarises_without_continuing() {
 }
 
 #[tokio::test]
+async fn a_compaction_request_left_by_a_failed_compact_does_not_swallow_the_next_message() {
+    use codeloop_types::{CompactionPart, MessageId, MessageTime, Part, PartKind, UserMessage};
+    let h =
+        Harness::new(Script::new([text("one", 1_000), text(SUMMARY, 500), text("the answer to two", 1_000)]))
+            .await;
+    h.prompt("one").await;
+    // What `session compact` left when it failed before summarising: a request nothing answered.
+    let Message::User(last_user) = &h.history()[0].info else { panic!("the first message is the user's") };
+    let time = MessageTime { created: codeloop_types::now_ms(), completed: None };
+    let request = UserMessage { id: MessageId::new(), time, ..last_user.clone() };
+    let part = Part::new(
+        h.session.id.clone(),
+        request.id.clone(),
+        PartKind::Compaction(CompactionPart {
+            auto: false,
+            overflow: false,
+            tail_start_id: None,
+            tail: vec![],
+        }),
+    );
+    h.engine
+        .store()
+        .apply(&[codeloop_store::Write::Message(Message::User(request)), codeloop_store::Write::Part(part)])
+        .unwrap();
+
+    let outcome = h.prompt("two").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 3, "summary, then the answer to two");
+    assert!(Value::Array(h.request_messages(2)).to_string().contains("two"));
+    let history = h.history();
+    let last = history.last().unwrap();
+    assert!(!last.info.as_assistant().unwrap().summary);
+    let answer: String = last.parts.iter().filter_map(|p| p.as_text()).map(|t| t.text.clone()).collect();
+    assert_eq!(answer, "the answer to two");
+}
+
+#[tokio::test]
 async fn prune_clears_old_outputs_but_keeps_recent_turns_skills_and_the_stored_text() {
     // Each turn reads two ~48 KB files (~12 000 tokens each; read cuts lines over 2 000 chars).
     let big = format!("{}\n", "x".repeat(79)).repeat(580);

@@ -137,6 +137,41 @@ async fn reconnecting_with_last_event_id_receives_exactly_the_missed_events() {
     assert_eq!(ids(&again), ids(&rest));
 }
 
+/// The first SSE frame of `GET /event`, as raw text.
+async fn greeting(h: &Harness, last_event_id: Option<u64>) -> String {
+    use futures::StreamExt;
+    let mut request = h.client.get(h.url("/event"));
+    if let Some(id) = last_event_id {
+        request = request.header("Last-Event-ID", id.to_string());
+    }
+    let mut body = request.send().await.unwrap().bytes_stream();
+    let mut seen = String::new();
+    while !seen.contains("\n\n") {
+        let chunk = body.next().await.expect("the stream ended before its greeting").unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    seen.split("\n\n").next().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_greeting_of_a_reconnect_carries_no_event_id() {
+    let h = Harness::start(Script::new([Turn::from(Reply::text("hi"))])).await;
+    h.create_session().await;
+    let first = greeting(&h, None).await;
+    assert!(first.contains("server.connected"), "{first}");
+    let position: u64 = first
+        .lines()
+        .find_map(|l| l.strip_prefix("id:"))
+        .expect("a first connection's greeting says where the stream starts")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(position > 0, "creating the session published events");
+    let again = greeting(&h, Some(position)).await;
+    assert!(again.contains("server.connected"), "{again}");
+    assert!(!again.lines().any(|l| l.starts_with("id:")), "the greeting is not event {position}: {again}");
+}
+
 #[tokio::test]
 async fn a_client_beyond_the_replay_buffer_gets_one_resync_then_live_events() {
     let h = Harness::start(Script::new(Vec::<Turn>::new())).await;

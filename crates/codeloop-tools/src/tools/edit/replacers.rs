@@ -68,8 +68,9 @@ pub(crate) fn replace(
                 continue;
             }
             found = true;
+            let new = reindent(new, old, &candidate);
             if replace_all {
-                return Ok(content.replace(&candidate, new));
+                return Ok(content.replace(&candidate, &new));
             }
             if content.rfind(&candidate) != Some(index) {
                 continue;
@@ -82,6 +83,41 @@ pub(crate) fn replace(
         (false, true) => ReplaceError::Disproportionate,
         (false, false) => ReplaceError::NotFound,
     })
+}
+
+/// A fuzzy match found `candidate` where the model wrote `old`: `new` moves by the same indentation, so a
+/// model that got the indentation wrong does not write its mistake into the file. Lines of `new` keep
+/// their indentation relative to `old`'s. A `new` already at the block's indentation (only `old` was
+/// off) is left as it is.
+fn reindent(new: &str, old: &str, candidate: &str) -> String {
+    let (from, to) = (common_indent(old), common_indent(candidate));
+    if from == to || common_indent(new) == to {
+        return new.to_string();
+    }
+    split_lines(new)
+        .iter()
+        .map(|line| {
+            if line.trim().is_empty() {
+                return (*line).to_string();
+            }
+            let rest = line.strip_prefix(from).unwrap_or_else(|| line.trim_start_matches([' ', '\t']));
+            format!("{to}{rest}")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The leading spaces and tabs every non-blank line of `text` starts with.
+fn common_indent(text: &str) -> &str {
+    let mut lines = split_lines(text).into_iter().filter(|l| !l.trim().is_empty());
+    let Some(first) = lines.next() else { return "" };
+    let mut indent = &first[..first.len() - first.trim_start_matches([' ', '\t']).len()];
+    for line in lines {
+        let shared = indent.bytes().zip(line.bytes()).take_while(|(a, b)| a == b).count();
+        // Spaces and tabs are ASCII, so `shared` is a char boundary.
+        indent = &indent[..shared];
+    }
+    indent
 }
 
 /// A fuzzy match much larger than what the model wrote is more likely wrong than right.
@@ -355,8 +391,28 @@ mod tests {
         assert_eq!(winner(content, find), Some("line-trimmed"));
         assert_eq!(
             replace(content, find, "let z = 3;", false),
-            Ok("fn main() {\nlet z = 3;\n}\n".to_string())
+            Ok("fn main() {\n    let z = 3;\n}\n".to_string())
         );
+    }
+
+    #[test]
+    fn a_fuzzy_replacement_takes_the_indentation_of_the_matched_block() {
+        let content = "impl A {\n\tfn a() {\n\t\tone();\n\t}\n}\n";
+        // The model lost the tabs; its replacement nests one level deeper than its oldString.
+        let find = "fn a() {\n    one();\n}";
+        let new = "fn a() {\n    one();\n\n    two();\n}";
+        assert_eq!(
+            replace(content, find, new, false),
+            Ok("impl A {\n\tfn a() {\n\t    one();\n\n\t    two();\n\t}\n}\n".to_string())
+        );
+        // Indented too far: moved back to the block's column.
+        let content = "fn main() {\n    let x = 1;\n}\n";
+        assert_eq!(
+            replace(content, "        let x = 1;", "        let x = 2;\n        let y = 3;", false),
+            Ok("fn main() {\n    let x = 2;\n    let y = 3;\n}\n".to_string())
+        );
+        // An exact match is written as given.
+        assert_eq!(replace("a\n  b\n", "  b", "c", false), Ok("a\nc\n".to_string()));
     }
 
     #[test]
