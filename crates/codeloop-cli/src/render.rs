@@ -24,6 +24,9 @@ pub struct Renderer {
     announced: HashMap<PartId, &'static str>,
     /// Whether stdout ends mid-line.
     open_line: bool,
+    /// Stdout, buffered: the caller flushes once per batch of events, not once per delta (a 20 000-delta
+    /// answer was 20 000 write calls). Write errors (a closed pipe) end nothing here; the run goes on.
+    out: std::io::BufWriter<std::io::Stdout>,
 }
 
 impl Renderer {
@@ -36,6 +39,20 @@ impl Renderer {
             assistant: HashSet::new(),
             announced: HashMap::new(),
             open_line: false,
+            out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout()),
+        }
+    }
+
+    /// Writes out what the last batch of events printed.
+    pub fn flush(&mut self) {
+        let _ = self.out.flush();
+    }
+
+    /// Ends an open line of streamed text.
+    fn end_line(&mut self) {
+        if self.open_line {
+            let _ = writeln!(self.out);
+            self.open_line = false;
         }
     }
 
@@ -46,9 +63,7 @@ impl Renderer {
         match self.format {
             Format::Json => {
                 if let Ok(line) = serde_json::to_string(event.as_ref()) {
-                    let mut out = std::io::stdout().lock();
-                    let _ = writeln!(out, "{line}");
-                    let _ = out.flush();
+                    let _ = writeln!(self.out, "{line}");
                 }
             }
             Format::Text => self.text_event(&event.payload),
@@ -58,7 +73,8 @@ impl Renderer {
     /// Events were dropped because the terminal fell behind.
     pub fn lagged(&mut self, skipped: u64) {
         if self.format == Format::Json {
-            println!("{}", serde_json::json!({"type": "lagged", "properties": {"skipped": skipped}}));
+            let lagged = serde_json::json!({"type": "lagged", "properties": {"skipped": skipped}});
+            let _ = writeln!(self.out, "{lagged}");
         }
     }
 
@@ -99,9 +115,8 @@ impl Renderer {
                     let rest = text.text[printed..].to_owned();
                     self.write_text(&part.id, &rest);
                 }
-                if text.time.end.is_some() && self.open_line {
-                    println!();
-                    self.open_line = false;
+                if text.time.end.is_some() {
+                    self.end_line();
                 }
             }
             PartKind::Tool(tool) => {
@@ -130,18 +145,15 @@ impl Renderer {
     }
 
     fn write_text(&mut self, part: &PartId, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        let _ = self.out.write_all(text.as_bytes());
         *self.printed.entry(part.clone()).or_insert(0) += text.len();
         self.open_line = !text.ends_with('\n');
     }
 
+    /// A line on stderr, after whatever stdout holds (so a terminal shows them in order).
     fn note(&mut self, text: &str) {
-        if self.open_line {
-            println!();
-            self.open_line = false;
-        }
+        self.end_line();
+        self.flush();
         eprintln!("{text}");
     }
 
@@ -160,21 +172,18 @@ impl Renderer {
                 self.part(part);
             }
         }
-        if self.open_line {
-            println!();
-            self.open_line = false;
-        }
+        self.end_line();
+        self.flush();
     }
 
     /// The final summary line on stderr.
     pub fn summary(&mut self, outcome: &RunOutcome, session_tokens: Option<(u64, u64, f64)>) {
         if self.format != Format::Text {
+            self.flush();
             return;
         }
-        if self.open_line {
-            println!();
-            self.open_line = false;
-        }
+        self.end_line();
+        self.flush();
         let Some(message) = &outcome.message else { return };
         if message.finish.is_none() {
             // Nothing came back (an error before the first step): the error line says enough.

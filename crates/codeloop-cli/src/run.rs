@@ -12,7 +12,7 @@ use codeloop_core::permission::{AskPolicy, Reply};
 use codeloop_core::{Delivery, Engine, PromptInput, RunOutcome, StopReason};
 use codeloop_store::SessionFilter;
 use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::render::Renderer;
 use crate::{EXIT_INTERRUPTED, EXIT_TERMINATED, Format, OnAsk, env, project_dir};
@@ -130,6 +130,10 @@ fn pick_session(
     }
 }
 
+/// Events rendered before stdout is written out, at most: a fast stream is written in chunks, a slow one
+/// event by event.
+const RENDER_BATCH: usize = 1024;
+
 /// Runs the prompt while rendering events; Ctrl+C / SIGTERM abort cleanly.
 pub async fn drive(
     engine: &Engine,
@@ -149,11 +153,22 @@ pub async fn drive(
     let result = loop {
         tokio::select! {
             result = &mut prompt => break result,
-            event = events.recv() => match event {
-                Ok(event) => renderer.event(&event),
-                Err(RecvError::Lagged(skipped)) => renderer.lagged(skipped),
-                Err(RecvError::Closed) => {}
-            },
+            event = events.recv() => {
+                match event {
+                    Ok(event) => renderer.event(&event),
+                    Err(RecvError::Lagged(skipped)) => renderer.lagged(skipped),
+                    Err(RecvError::Closed) => {}
+                }
+                // Render what is already queued, then write it out at once.
+                for _ in 0..RENDER_BATCH {
+                    match events.try_recv() {
+                        Ok(event) => renderer.event(&event),
+                        Err(TryRecvError::Lagged(skipped)) => renderer.lagged(skipped),
+                        Err(_) => break,
+                    }
+                }
+                renderer.flush();
+            }
             _ = tokio::signal::ctrl_c() => {
                 if interrupted.is_some() {
                     eprintln!("\nquitting without waiting for cleanup (recovery settles the session on next open)");

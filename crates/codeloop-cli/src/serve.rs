@@ -257,6 +257,7 @@ pub async fn attach(url: &str, args: &RunArgs, message: String) -> anyhow::Resul
                 Incoming::Bus(event) => {
                     progress.see(&event);
                     renderer.event(&event);
+                    renderer.flush();
                     if let EventPayload::PermissionAsked(request) = &event.payload {
                         asker.answer(&remote, request.clone());
                     }
