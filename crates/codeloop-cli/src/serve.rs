@@ -45,7 +45,8 @@ pub struct ServeArgs {
     /// Bearer token required on every request (or CODELOOP_SERVER_TOKEN).
     #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
-    /// Allow browser requests from this origin (repeatable; `*` for any). CORS is off without it.
+    /// Allow browser requests from this origin (repeatable; `*` for any). CORS is off without it, and
+    /// needs --token.
     #[arg(long = "cors", value_name = "ORIGIN")]
     pub cors: Vec<String>,
 }
@@ -53,6 +54,8 @@ pub struct ServeArgs {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let dir = project_dir(None)?;
     let token = args.token.filter(|t| !t.is_empty());
+    // Before binding or opening anything: a refused start leaves no trace.
+    codeloop_server::check_cors(&args.cors, token.as_deref())?;
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
         .await
         .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?

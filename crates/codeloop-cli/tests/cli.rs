@@ -270,3 +270,31 @@ async fn run_attach_drives_a_running_server_with_the_same_output() {
     assert!(stderr.contains("→ read a.txt"), "{stderr}");
     assert_eq!(fake.request_count(), 2);
 }
+
+#[tokio::test]
+async fn serve_refuses_cors_without_a_token() {
+    let env = Env::new();
+    for origin in ["*", "https://app.example"] {
+        let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeloop"));
+        serve
+            .args(["serve", "--port", "0", "--cors", origin])
+            .current_dir(env.project.path())
+            .env("CODELOOP_DATA_DIR", env.data.path())
+            .env("HOME", env.home.path())
+            .env_remove("CODELOOP_SERVER_TOKEN")
+            .env_remove("CODELOOP_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // A server that starts never exits by itself: the timeout turns that into a failure.
+        let output = tokio::time::timeout(std::time::Duration::from_secs(30), serve.output())
+            .await
+            .expect("`serve --cors` without a token must refuse to start, not serve")
+            .unwrap();
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("--cors") && stderr.contains("--token"), "{stderr}");
+        assert!(!stderr.contains("listening"), "{stderr}");
+    }
+}
