@@ -10,6 +10,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod session;
+mod terminal;
 mod trust;
 
 use std::path::PathBuf;

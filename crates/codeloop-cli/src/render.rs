@@ -1,5 +1,6 @@
 //! Rendering bus events for a terminal: streamed text to stdout, tool activity, retries and the final
-//! summary to stderr; or one JSON event per line with `--format json`.
+//! summary to stderr; or one JSON event per line with `--format json`. Text written to a terminal has
+//! its control sequences neutralised ([`crate::terminal`]); pipes, files and JSON get the exact text.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -12,6 +13,7 @@ use codeloop_types::{
 use serde_json::Value;
 
 use crate::Format;
+use crate::terminal::Target;
 
 pub struct Renderer {
     format: Format,
@@ -24,6 +26,8 @@ pub struct Renderer {
     announced: HashMap<PartId, &'static str>,
     /// Whether stdout ends mid-line.
     open_line: bool,
+    stdout: Target,
+    stderr: Target,
 }
 
 impl Renderer {
@@ -36,6 +40,8 @@ impl Renderer {
             assistant: HashSet::new(),
             announced: HashMap::new(),
             open_line: false,
+            stdout: Target::stdout(),
+            stderr: Target::stderr(),
         }
     }
 
@@ -130,8 +136,9 @@ impl Renderer {
 
     fn write_text(&mut self, part: &PartId, text: &str) {
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
+        let _ = out.write_all(self.stdout.show(text).as_bytes());
         let _ = out.flush();
+        // Counts the model's bytes, not the shown ones: `part` compares it with the part's text.
         *self.printed.entry(part.clone()).or_insert(0) += text.len();
         self.open_line = !text.ends_with('\n');
     }
@@ -141,7 +148,7 @@ impl Renderer {
             println!();
             self.open_line = false;
         }
-        eprintln!("{text}");
+        eprintln!("{}", self.stderr.show(text));
     }
 
     /// Prints text the live events missed (they can lag behind a very fast stream).
@@ -193,7 +200,7 @@ impl Renderer {
             line.push_str(&format!(" · ${cost:.4} session"));
         }
         line.push_str(&format!(" · {}", outcome.session_id));
-        eprintln!("{line}");
+        eprintln!("{}", self.stderr.show(&line));
     }
 }
 

@@ -14,6 +14,7 @@ use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest,
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::render::Renderer;
+use crate::terminal::for_stderr;
 use crate::{EXIT_INTERRUPTED, EXIT_TERMINATED, Format, OnAsk, env, project_dir};
 
 #[derive(Args, Debug)]
@@ -244,11 +245,13 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
 
 fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, Reply) {
     let what = request.patterns.join(", ");
-    eprint!(
+    // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
+    let prompt = format!(
         "\npermission: {} {what}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
         request.permission,
         request.always.join(", ")
     );
+    eprint!("{}", for_stderr(&prompt));
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let reply = match line.trim().to_lowercase().as_str() {
@@ -270,12 +273,13 @@ fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, R
 fn ask_questions(request: &codeloop_types::QuestionRequest) -> Option<Vec<Vec<String>>> {
     let mut answers = Vec::new();
     for question in &request.questions {
-        eprintln!("\nquestion: {}", question.question);
+        eprintln!("\nquestion: {}", for_stderr(&question.question));
         for (n, option) in question.options.iter().enumerate() {
-            match &option.description {
-                Some(description) => eprintln!("  {}. {} — {description}", n + 1, option.label),
-                None => eprintln!("  {}. {}", n + 1, option.label),
-            }
+            let line = match &option.description {
+                Some(description) => format!("  {}. {} — {description}", n + 1, option.label),
+                None => format!("  {}. {}", n + 1, option.label),
+            };
+            eprintln!("{}", for_stderr(&line));
         }
         eprint!("  answer (empty declines) > ");
         let mut line = String::new();
@@ -311,11 +315,11 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
         }
         StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
         StopReason::Blocked(message) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", for_stderr(message));
             ExitCode::FAILURE
         }
         StopReason::Error(error) => {
-            eprintln!("error: {}", error.message());
+            eprintln!("error: {}", for_stderr(error.message()));
             ExitCode::FAILURE
         }
     }

@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 
 use crate::render::Renderer;
 use crate::run::{RunArgs, exit_code};
+use crate::terminal::for_stderr;
 use crate::{OnAsk, env, project_dir};
 
 /// Environment variable holding the server token (both for `serve` and `run --attach`).
@@ -365,11 +366,12 @@ impl Asker {
                     Err(_) => return,
                 },
                 _ => {
-                    eprintln!(
+                    let note = format!(
                         "permission `{}` for {} rejected: no terminal to ask (use --on-ask allow)",
                         request.permission,
                         request.patterns.join(", ")
                     );
+                    eprintln!("{}", for_stderr(&note));
                     PermissionReplyBody { reply: ReplyKind::Reject, message: None }
                 }
             };
@@ -380,12 +382,14 @@ impl Asker {
 }
 
 fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
-    eprint!(
+    // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
+    let prompt = format!(
         "\npermission: {} {}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
         request.permission,
         request.patterns.join(", "),
         request.always.join(", ")
     );
+    eprint!("{}", for_stderr(&prompt));
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let (reply, message) = match line.trim().to_lowercase().as_str() {

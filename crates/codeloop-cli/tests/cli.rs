@@ -298,3 +298,72 @@ async fn serve_refuses_cors_without_a_token() {
         assert!(!stderr.contains("listening"), "{stderr}");
     }
 }
+
+impl Env {
+    /// `program args…` in the project with this environment, as an async command with output piped.
+    fn command(&self, config: &Path, program: &str, args: &[&str]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(self.project.path())
+            .env("CODELOOP_DATA_DIR", self.data.path())
+            .env("HOME", self.home.path())
+            .env("CODELOOP_CONFIG", config)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+}
+
+/// A clipboard write (OSC 52), a screen clear and cursor home, a colour through the one-character C1
+/// CSI, a bell and backspaces: what a hostile answer would send a terminal.
+const HOSTILE: &str = "Hi \u{1b}]52;c;ZXZpbA==\u{7} there\u{1b}[2J\u{1b}[H \u{9b}31mred\u{8}\u{8}!";
+/// A tool call whose path (shown in the activity line) carries a screen clear.
+const HOSTILE_PATH: &str = "x\u{1b}[2J.txt";
+
+fn hostile_turns() -> [Turn; 2] {
+    [
+        Turn::from(Reply::tool_call("read", json!({"filePath": HOSTILE_PATH})).with_text("Looking.")),
+        Turn::from(Reply::text(HOSTILE)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_are_kept_exactly_for_pipes() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new(hostile_turns())).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = env.command(&config, env!("CARGO_BIN_EXE_codeloop"), &["run", "go"]).output().await.unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, format!("Looking.\n{HOSTILE}\n"));
+    assert!(stderr.contains(&format!("→ read {HOSTILE_PATH}")), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_are_neutralised_on_a_terminal() {
+    if std::process::Command::new("script").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED: `script` (util-linux) is needed to give codeloop a terminal; it is not installed"
+        );
+        return;
+    }
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new(hostile_turns())).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    // `script` runs codeloop with a pseudo-terminal as stdin, stdout and stderr, and copies what
+    // codeloop wrote to it (both streams) to its own stdout.
+    let inner = format!("'{}' run --on-ask deny go", env!("CARGO_BIN_EXE_codeloop"));
+    let output = env.command(&config, "script", &["-qec", &inner, "/dev/null"]).output().await.unwrap();
+    let (screen, stderr) = text(&output);
+    assert!(output.status.success(), "{screen}\n{stderr}");
+    assert!(screen.contains("Looking."), "codeloop ran: {screen:?}");
+    for control in ['\u{1b}', '\u{9b}', '\u{7}', '\u{8}'] {
+        assert!(!screen.contains(control), "{control:?} reached the terminal: {screen:?}");
+    }
+    assert!(screen.contains("Hi ␛]52;c;ZXZpbA==␇ there␛[2J␛[H \u{fffd}31mred␈␈!"), "{screen:?}");
+    assert!(screen.contains("→ read x␛[2J.txt"), "{screen:?}");
+}
