@@ -57,6 +57,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let token = args.token.filter(|t| !t.is_empty());
     // Before binding or opening anything: a refused start leaves no trace.
     codeloop_server::check_cors(&args.cors, token.as_deref())?;
+    raise_open_file_limit();
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
         .await
         .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?
@@ -80,6 +81,22 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raises the soft limit on open files to the hard one. Every connection is a descriptor, and the usual
+/// soft default (1024) is reached by a thousand idle sockets well before the server's header timeout
+/// closes them; until then no client is accepted. Go's runtime does the same for every program.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::debug!("cannot raise the open-file limit from {soft} to {hard}: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!("cannot read the open-file limit: {e}"),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

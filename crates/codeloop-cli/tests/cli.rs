@@ -367,3 +367,50 @@ async fn control_sequences_are_neutralised_on_a_terminal() {
     assert!(screen.contains("Hi ␛]52;c;ZXZpbA==␇ there␛[2J␛[H \u{fffd}31mred␈␈!"), "{screen:?}");
     assert!(screen.contains("→ read x␛[2J.txt"), "{screen:?}");
 }
+
+/// Idle sockets opened against `codeloop serve`: more than its open-file limit in the test below.
+const IDLE_SOCKETS: usize = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_a_real_client_while_idle_connections_pile_up() {
+    use tokio::io::AsyncBufReadExt;
+
+    let env = Env::new();
+    let config = env.config("http://127.0.0.1:9", "");
+    // A soft limit of 64 open files: the idle sockets below would exhaust it.
+    let inner =
+        format!("ulimit -Sn 64 && exec '{}' serve --port 0 --token s3cret", env!("CARGO_BIN_EXE_codeloop"));
+    let mut server = env.command(&config, "sh", &["-c", &inner]).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the server exited before listening");
+            if let Some(at) = line.find("http://") {
+                break line[at..].split_whitespace().next().unwrap().to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the server starts");
+    let addr = url.trim_start_matches("http://").to_owned();
+    // Connecting can itself stall once the server stops accepting (its queue fills): bounded too.
+    let idle = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut idle = Vec::with_capacity(IDLE_SOCKETS);
+        for _ in 0..IDLE_SOCKETS {
+            idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+        }
+        idle
+    })
+    .await
+    .expect("the server keeps accepting connections");
+    let client = reqwest::Client::new();
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        client.get(format!("{url}/session")).bearer_auth("s3cret").send(),
+    )
+    .await
+    .expect("an authorised request is answered while idle connections are open")
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    drop(idle);
+}
