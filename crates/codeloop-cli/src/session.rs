@@ -1,4 +1,5 @@
-//! `codeloop session list|show|export|delete|compact`.
+//! `codeloop session list|show|export|delete|compact`. Stored text shown on a terminal has its control
+//! sequences neutralised ([`crate::terminal`]); `--format json` and `export` print it exactly.
 
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use codeloop_types::{Message, MessageId, PartKind, SessionId, ToolState, date_of
 use serde_json::json;
 
 use crate::render::{group, summarize_input};
+use crate::terminal::Target;
 use crate::{Format, env};
 
 #[derive(Subcommand, Debug)]
@@ -43,6 +45,8 @@ pub enum SessionCommand {
 pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
     let config = env::load_config(None)?;
     let engine = env::open_engine(config, AskPolicy::Deny)?;
+    // Titles, answers and tool output are the model's and the tools' text.
+    let out = Target::stdout();
     match command {
         SessionCommand::List { all, dir, format } => {
             let directory = match dir {
@@ -60,14 +64,17 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             }
             for s in sessions {
                 let tokens = s.tokens.input + s.tokens.output + s.tokens.reasoning + s.tokens.cache.read;
-                println!(
-                    "{}  {}  {:>10} tok  ${:.4}  {}  {}",
-                    s.id,
-                    date_of(s.time.updated),
-                    group(tokens),
-                    s.cost,
-                    s.title,
-                    s.directory
+                say(
+                    out,
+                    &format!(
+                        "{}  {}  {:>10} tok  ${:.4}  {}  {}",
+                        s.id,
+                        date_of(s.time.updated),
+                        group(tokens),
+                        s.cost,
+                        s.title,
+                        s.directory
+                    ),
                 );
             }
         }
@@ -76,22 +83,25 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             let session = engine.session(&id)?;
             let history = engine.history(&id)?;
             let hidden = hidden_ids(&history);
-            println!("{}  {}", session.id, session.title);
-            println!("directory: {}", session.directory);
+            say(out, &format!("{}  {}", session.id, session.title));
+            say(out, &format!("directory: {}", session.directory));
             if let Some(model) = &session.model {
-                println!("model: {model}");
+                say(out, &format!("model: {model}"));
             }
-            println!(
-                "tokens: {} in · {} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
-                group(session.tokens.input),
-                group(session.tokens.output),
-                group(session.tokens.reasoning),
-                group(session.tokens.cache.read),
-                group(session.tokens.cache.write),
-                session.cost
+            say(
+                out,
+                &format!(
+                    "tokens: {} in · {} out · {} reasoning · {} cache read · {} cache write · cost ${:.4}",
+                    group(session.tokens.input),
+                    group(session.tokens.output),
+                    group(session.tokens.reasoning),
+                    group(session.tokens.cache.read),
+                    group(session.tokens.cache.write),
+                    session.cost
+                ),
             );
             for message in &history {
-                print_message(message, &hidden);
+                print_message(out, message, &hidden);
             }
         }
         SessionCommand::Export { id } => {
@@ -152,10 +162,10 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
+fn print_message(out: Target, message: &MessageWithParts, hidden: &HashSet<MessageId>) {
     let marker = if hidden.contains(message.info.id()) { "  [hidden from the model]" } else { "" };
     match &message.info {
-        Message::User(_) => println!("\n── user{marker}"),
+        Message::User(_) => say(out, &format!("\n── user{marker}")),
         Message::Assistant(a) => {
             let mut line = format!("\n── assistant ({}", a.model);
             if a.summary {
@@ -170,16 +180,18 @@ fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
                 group(a.tokens.output),
                 a.cost
             ));
-            println!("{line}{marker}");
+            say(out, &format!("{line}{marker}"));
             if let Some(error) = &a.error {
-                println!("  error: {}", error);
+                say(out, &format!("  error: {}", error));
             }
         }
     }
     for part in &message.parts {
         match &part.kind {
-            PartKind::Text(text) if !text.ignored => println!("{}", text.text),
-            PartKind::Reasoning(r) if !r.text.is_empty() => println!("  (thinking) {}", first_line(&r.text)),
+            PartKind::Text(text) if !text.ignored => say(out, &text.text),
+            PartKind::Reasoning(r) if !r.text.is_empty() => {
+                say(out, &format!("  (thinking) {}", first_line(&r.text)))
+            }
             PartKind::Tool(tool) => {
                 let input = summarize_input(&tool.tool, tool.state.input());
                 match &tool.state {
@@ -189,28 +201,36 @@ fn print_message(message: &MessageWithParts, hidden: &HashSet<MessageId>) {
                         } else {
                             ""
                         };
-                        println!("  ✓ {} {input}{pruned}", tool.tool);
+                        say(out, &format!("  ✓ {} {input}{pruned}", tool.tool));
                         for line in done.output.lines().take(3) {
-                            println!("    {line}");
+                            say(out, &format!("    {line}"));
                         }
                     }
                     ToolState::Error(error) => {
-                        println!("  ✗ {} {input}: {}", tool.tool, first_line(&error.error))
+                        say(out, &format!("  ✗ {} {input}: {}", tool.tool, first_line(&error.error)))
                     }
-                    other => println!("  … {} {input} ({})", tool.tool, other.status()),
+                    other => say(out, &format!("  … {} {input} ({})", tool.tool, other.status())),
                 }
             }
-            PartKind::Compaction(c) => {
-                println!(
+            PartKind::Compaction(c) => say(
+                out,
+                &format!(
                     "  [compaction request{}{}]",
                     if c.auto { ", automatic" } else { "" },
                     if c.overflow { ", overflow" } else { "" }
-                )
+                ),
+            ),
+            PartKind::File(f) => {
+                say(out, &format!("  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or("")))
             }
-            PartKind::File(f) => println!("  [file {} {}]", f.mime, f.filename.as_deref().unwrap_or("")),
             _ => {}
         }
     }
+}
+
+/// Prints one line of stored text: neutralised on a terminal, since it came from the model or a tool.
+fn say(out: Target, text: &str) {
+    println!("{}", out.show(text));
 }
 
 fn first_line(text: &str) -> &str {

@@ -366,6 +366,15 @@ async fn control_sequences_are_neutralised_on_a_terminal() {
     }
     assert!(screen.contains("Hi ␛]52;c;ZXZpbA==␇ there␛[2J␛[H \u{fffd}31mred␈␈!"), "{screen:?}");
     assert!(screen.contains("→ read x␛[2J.txt"), "{screen:?}");
+
+    // The stored session shown on a terminal: the same text, neutralised the same way.
+    let session = screen.split_whitespace().find(|w| w.starts_with("ses_")).unwrap().to_owned();
+    let inner = format!("'{}' session show {session}", env!("CARGO_BIN_EXE_codeloop"));
+    let output = env.command(&config, "script", &["-qec", &inner, "/dev/null"]).output().await.unwrap();
+    let (shown, _) = text(&output);
+    assert!(output.status.success(), "{shown}");
+    assert!(!shown.contains('\u{1b}'), "{shown:?}");
+    assert!(shown.contains("Hi ␛]52;c;ZXZpbA==␇ there"), "{shown:?}");
 }
 
 /// Idle sockets opened against `codeloop serve`: more than its open-file limit in the test below.
