@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use codeloop_core::permission::{AskPolicy, Reply};
-use codeloop_core::{Delivery, Engine, PromptInput, RunOutcome, StopReason};
+use codeloop_core::{Delivery, Engine, PromptInput, RunError, RunOutcome, StopReason};
 use codeloop_store::SessionFilter;
 use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
 use tokio::sync::broadcast::error::RecvError;
@@ -165,7 +165,10 @@ pub async fn drive(
     if let Some(asker) = asker {
         asker.abort();
     }
-    let outcome = result?;
+    let outcome = result.map_err(|e| match e {
+        RunError::Store(_) => storage_error(engine, &e),
+        other => other.into(),
+    })?;
     if let Some(message) = &outcome.message
         && let Ok(history) = engine.history(session)
         && let Some(last) = history.iter().find(|m| m.info.id() == &message.id)
@@ -174,8 +177,17 @@ pub async fn drive(
     }
     let totals = engine.session(session).ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
     renderer.summary(&outcome, totals);
-    engine.flush().await?;
+    engine.flush().await.map_err(|e| storage_error(engine, &e))?;
     Ok(Driven { outcome, signal_exit: interrupted })
+}
+
+/// A store failure says where the data lives: a full disk or a read-only directory is found there.
+fn storage_error(engine: &Engine, error: &dyn std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!(
+        "could not save this session in the data directory {}: {error}; is the disk full or the directory \
+         read-only?",
+        engine.services().data_dir.display()
+    )
 }
 
 /// A finished `drive`: the outcome, and the exit code of the signal that interrupted it, if one did.
