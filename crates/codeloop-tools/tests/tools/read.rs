@@ -231,7 +231,38 @@ async fn read_of_a_huge_sparse_file_reads_only_what_it_returns() {
     assert!(
         out.output.contains("<content>\n9998: entry 9998\n9999: entry 9999\n\n(Showing lines 9998-9999.")
     );
+
+    // Fewer lines than a page: the hole is the next line. It is shown cut and ends the page; nothing
+    // of it past the cut is read.
+    let text: String = (1..=500).map(|i| format!("entry {i}\n")).collect();
+    let path = env.write("short.log", &text);
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 << 30).unwrap();
+    let out = bounded("a page that reaches the hole", env.ok("read", json!({"filePath": "short.log"}))).await;
+    assert!(out.output.contains("\n500: entry 500\n501: \0\0\0"), "{}", &out.output[..200]);
+    assert!(
+        out.output.ends_with(
+            "... (line truncated to 2000 chars)\n\n(Showing lines 1-501. Use offset=502 to continue.)\n</content>"
+        ),
+        "{}",
+        &out.output[out.output.len() - 200..]
+    );
     // The old code read the hole into memory as one line; streaming keeps the peak far below its size.
     let peak_mib = peak_rss_kib() / 1024;
     assert!(peak_mib < 1024, "peak memory {peak_mib} MiB while reading a 2 GiB file");
+}
+
+#[tokio::test]
+async fn read_skips_the_rest_of_a_long_line_and_goes_on() {
+    let env = Env::new();
+    // A minified line of 100 KB between two short ones.
+    env.write("min.js", format!("a\n{}\nb\n", "x".repeat(100_000)));
+    let out = env.ok("read", json!({"filePath": "min.js"})).await;
+    assert!(
+        out.output.ends_with(&format!(
+            "1: a\n2: {}... (line truncated to 2000 chars)\n3: b\n\n(End of file - total 3 lines)\n</content>",
+            "x".repeat(2000)
+        )),
+        "{}",
+        &out.output[out.output.len() - 200..]
+    );
 }

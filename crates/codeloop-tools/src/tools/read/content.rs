@@ -27,11 +27,16 @@ const MAX_LINE_BYTES: usize = MAX_LINE_CHARS * 4 + 3;
 /// total); a longer rest is announced without a total. Keeps the work bounded by the output, not by
 /// the size of the file (a 2 GiB sparse file is not read to the end).
 const COUNT_AHEAD_BYTES: usize = 1 << 20;
+/// How much of a returned line past its kept bytes is skipped to reach the next line. A longer line
+/// (say, a 2 GiB run of NUL bytes in a sparse file) ends the page: it is shown cut, and the next page
+/// starts after it.
+const LONG_LINE_SKIP: usize = 1 << 20;
 /// Read buffer: large enough that a long skip is a few hundred reads.
 const READ_BUFFER: usize = 64 * 1024;
 
 /// Lines `offset..offset+limit` (1-based) of a text file. Streams the file: reads up to the last line
-/// returned (each line stored up to [`MAX_LINE_BYTES`]) plus at most [`COUNT_AHEAD_BYTES`].
+/// returned (each line stored up to [`MAX_LINE_BYTES`], skipped up to [`LONG_LINE_SKIP`] more) plus at
+/// most [`COUNT_AHEAD_BYTES`]. Only lines before `offset` are skipped whatever their length.
 pub(crate) async fn read_lines(path: &Path, offset: usize, limit: usize) -> Result<Rendered, ToolFailure> {
     let owned = path.to_path_buf();
     tokio::task::spawn_blocking(move || read_lines_blocking(&owned, offset, limit))
@@ -48,12 +53,15 @@ fn read_lines_blocking(path: &Path, offset: usize, limit: usize) -> Result<Rende
     let mut total = 0usize;
     let mut bytes = 0usize;
     let mut capped = false;
+    let mut unfinished = false;
     while kept.len() < limit {
-        let Some(long) = next_line(&mut reader, &mut raw).map_err(fail)? else { break };
+        let skip = if total + 1 < offset { usize::MAX } else { LONG_LINE_SKIP };
+        let Some(read) = next_line(&mut reader, &mut raw, skip).map_err(fail)? else { break };
         total += 1;
         if total < offset {
             continue;
         }
+        let long = !matches!(read, LineRead::Whole { cut: false });
         let line = String::from_utf8_lossy(&raw);
         let line = line.trim_end_matches('\r');
         let line = match cut_chars(line, MAX_LINE_CHARS) {
@@ -68,10 +76,14 @@ fn read_lines_blocking(path: &Path, offset: usize, limit: usize) -> Result<Rende
         }
         bytes += size;
         kept.push(line);
+        if matches!(read, LineRead::Unfinished) {
+            unfinished = true;
+            break;
+        }
     }
     // Lines after the page: counted (not stored) for the footer, within a budget.
-    let rest = if capped { None } else { count_rest(&mut reader).map_err(fail)? };
-    let more = capped || rest != Some(0);
+    let rest = if capped || unfinished { None } else { count_rest(&mut reader).map_err(fail)? };
+    let more = capped || unfinished || rest != Some(0);
     total += rest.unwrap_or(0);
     if total < offset && !(total == 0 && offset == 1) {
         return Err(ToolFailure::Failed(format!(
@@ -102,12 +114,24 @@ fn read_lines_blocking(path: &Path, offset: usize, limit: usize) -> Result<Rende
     Ok(Rendered { text, preview, truncated: more })
 }
 
-/// The next line into `line` without its `\n`, at most [`MAX_LINE_BYTES`] of it; `None` at the end of
-/// the file, else whether the line was longer than what was kept.
-fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<Option<bool>> {
+/// How [`next_line`] left a line.
+enum LineRead {
+    /// The line ended (newline or end of file); `cut` if it was longer than what was kept.
+    Whole { cut: bool },
+    /// Longer than what was kept plus the skip allowed: the reader is still inside it.
+    Unfinished,
+}
+
+/// The next line into `line` without its `\n`, at most [`MAX_LINE_BYTES`] of it, skipping at most
+/// `skip` more bytes to reach its end; `None` at the end of the file.
+fn next_line(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    skip: usize,
+) -> std::io::Result<Option<LineRead>> {
     line.clear();
     let mut started = false;
-    let mut long = false;
+    let mut skipped = 0usize;
     loop {
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
@@ -115,18 +139,22 @@ fn next_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<O
             Err(e) => return Err(e),
         };
         if buf.is_empty() {
-            return Ok(started.then_some(long));
+            return Ok(started.then_some(LineRead::Whole { cut: skipped > 0 }));
         }
         started = true;
         let end = buf.iter().position(|&b| b == b'\n');
         let chunk = &buf[..end.unwrap_or(buf.len())];
         let room = MAX_LINE_BYTES.saturating_sub(line.len());
-        long |= chunk.len() > room;
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let keep = chunk.len().min(room);
+        line.extend_from_slice(&chunk[..keep]);
+        skipped = skipped.saturating_add(chunk.len() - keep);
         let used = end.map_or(buf.len(), |i| i + 1);
         reader.consume(used);
         if end.is_some() {
-            return Ok(Some(long));
+            return Ok(Some(LineRead::Whole { cut: skipped > 0 }));
+        }
+        if skipped > skip {
+            return Ok(Some(LineRead::Unfinished));
         }
     }
 }
