@@ -105,7 +105,8 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // Errors can quote the model or a tool (a session id, a path, a provider's message).
+            eprintln!("error: {}", terminal::for_stderr(&format!("{error:#}")));
             ExitCode::FAILURE
         }
     }
