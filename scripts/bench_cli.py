@@ -123,3 +123,31 @@ with tempfile.TemporaryDirectory() as tmp:
     httpd.shutdown()
     summary("time from process start to first request", firsts, "ms")
     print(f"first request size (system prompt + all tool schemas + message): {statistics.median(sizes) / 1000:.1f} kB")
+
+# A 20 000-delta answer end to end: HTTP -> SSE decode -> processor -> store -> bus -> stdout (a file). CPU
+# (user + system) of the codeloop process per delta, and its peak RSS.
+DELTAS = 20_000
+with tempfile.TemporaryDirectory() as tmp:
+    project = os.path.join(tmp, "project")
+    os.makedirs(project)
+    script = os.path.join(tmp, "stream.json")
+    with open(script, "w") as f:
+        json.dump({"repeat": True, "turns": [{"reply": {"text": "word " * DELTAS, "text_chunks": DELTAS}}]}, f)
+    server = subprocess.Popen([fake, "--script", script], stdout=subprocess.PIPE, text=True)
+    base_url = server.stdout.readline().strip()
+    config = os.path.join(tmp, "config.toml")
+    with open(config, "w") as f:
+        f.write(f'model = "fake/test"\n[provider.fake]\nbase_url = "{base_url}"\n'
+                '[provider.fake.models.test]\ncontext = 128000\noutput = 8000\n')
+    cpu, rss = [], []
+    for i in range(max(3, RUNS // 4)):
+        env = dict(os.environ, CODELOOP_CONFIG=config, CODELOOP_DATA_DIR=os.path.join(tmp, f"data{i}"))
+        timed = ["/usr/bin/time", "-f", "%U %S %M", codeloop, "run", "--dir", project, "stream"]
+        with open(os.path.join(tmp, "out.txt"), "w") as out:
+            proc = subprocess.run(timed, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
+        user, system, peak = proc.stderr.strip().splitlines()[-1].split()
+        cpu.append((float(user) + float(system)) / DELTAS * 1e6)
+        rss.append(int(peak) / 1024)
+    server.terminate()
+    summary(f"{DELTAS}-delta stream end to end, CPU per delta (whole process, start-up included)", cpu, "µs", "{:.2f}")
+    summary(f"{DELTAS}-delta stream end to end, peak RSS", rss, "MiB")

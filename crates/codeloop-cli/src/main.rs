@@ -12,6 +12,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod session;
+mod terminal;
 mod trust;
 
 use std::path::PathBuf;
@@ -126,7 +127,8 @@ fn main() -> ExitCode {
         // The reader of stdout went away (`codeloop models | head -2`): a normal end.
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // Errors can quote the model or a tool (a session id, a path, a provider's message).
+            eprintln!("error: {}", terminal::for_stderr(&format!("{error:#}")));
             ExitCode::FAILURE
         }
     }

@@ -1,5 +1,6 @@
 //! Rendering bus events for a terminal: streamed text to stdout, tool activity, retries and the final
-//! summary to stderr; or one JSON event per line with `--format json`.
+//! summary to stderr; or one JSON event per line with `--format json`. Text written to a terminal has
+//! its control sequences neutralised ([`crate::terminal`]); pipes, files and JSON get the exact text.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -12,6 +13,7 @@ use codeloop_types::{
 use serde_json::Value;
 
 use crate::Format;
+use crate::terminal::Target;
 
 pub struct Renderer {
     format: Format,
@@ -27,6 +29,8 @@ pub struct Renderer {
     /// Stdout, buffered: the caller flushes once per batch of events, not once per delta (a 20 000-delta
     /// answer was 20 000 write calls). Write errors (a closed pipe) end nothing here; the run goes on.
     out: std::io::BufWriter<std::io::Stdout>,
+    stdout: Target,
+    stderr: Target,
 }
 
 impl Renderer {
@@ -40,6 +44,8 @@ impl Renderer {
             announced: HashMap::new(),
             open_line: false,
             out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout()),
+            stdout: Target::stdout(),
+            stderr: Target::stderr(),
         }
     }
 
@@ -145,7 +151,8 @@ impl Renderer {
     }
 
     fn write_text(&mut self, part: &PartId, text: &str) {
-        let _ = self.out.write_all(text.as_bytes());
+        let _ = self.out.write_all(self.stdout.show(text).as_bytes());
+        // Counts the model's bytes, not the shown ones: `part` compares it with the part's text.
         *self.printed.entry(part.clone()).or_insert(0) += text.len();
         self.open_line = !text.ends_with('\n');
     }
@@ -154,7 +161,7 @@ impl Renderer {
     fn note(&mut self, text: &str) {
         self.end_line();
         self.flush();
-        eprintln!("{text}");
+        eprintln!("{}", self.stderr.show(text));
     }
 
     /// Prints text the live events missed (they can lag behind a very fast stream).
@@ -205,7 +212,7 @@ impl Renderer {
             line.push_str(&format!(" · ${cost:.4} session"));
         }
         line.push_str(&format!(" · {}", outcome.session_id));
-        eprintln!("{line}");
+        eprintln!("{}", self.stderr.show(&line));
     }
 }
 

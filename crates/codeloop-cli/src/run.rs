@@ -9,12 +9,13 @@ use anyhow::Context;
 use clap::Args;
 use codeloop_core::models::ModelChoice;
 use codeloop_core::permission::{AskPolicy, Reply};
-use codeloop_core::{Delivery, Engine, PromptInput, RunOutcome, StopReason};
+use codeloop_core::{Delivery, Engine, PromptInput, RunError, RunOutcome, StopReason};
 use codeloop_store::SessionFilter;
 use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::render::Renderer;
+use crate::terminal::for_stderr;
 use crate::{EXIT_INTERRUPTED, EXIT_TERMINATED, Format, OnAsk, env, project_dir};
 
 #[derive(Args, Debug)]
@@ -195,7 +196,10 @@ pub async fn drive(
     if let Some(asker) = asker {
         asker.abort();
     }
-    let outcome = result?;
+    let outcome = result.map_err(|e| match e {
+        RunError::Store(_) => storage_error(engine, &e),
+        other => other.into(),
+    })?;
     if let Some(message) = &outcome.message
         && let Ok(history) = engine.history(session)
         && let Some(last) = history.iter().find(|m| m.info.id() == &message.id)
@@ -204,8 +208,17 @@ pub async fn drive(
     }
     let totals = engine.session(session).ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
     renderer.summary(&outcome, totals);
-    engine.flush().await?;
+    engine.flush().await.map_err(|e| storage_error(engine, &e))?;
     Ok(Driven { outcome, signal_exit: interrupted })
+}
+
+/// A store failure says where the data lives: a full disk or a read-only directory is found there.
+fn storage_error(engine: &Engine, error: &dyn std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!(
+        "could not save this session in the data directory {}: {error}; is the disk full or the directory \
+         read-only?",
+        engine.services().data_dir.display()
+    )
 }
 
 /// A finished `drive`: the outcome, and the exit code of the signal that interrupted it, if one did.
@@ -275,11 +288,13 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
 
 fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, Reply) {
     let what = request.patterns.join(", ");
-    eprint!(
+    // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
+    let prompt = format!(
         "\npermission: {} {what}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
         request.permission,
         request.always.join(", ")
     );
+    eprint!("{}", for_stderr(&prompt));
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let reply = match line.trim().to_lowercase().as_str() {
@@ -301,12 +316,13 @@ fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, R
 fn ask_questions(request: &codeloop_types::QuestionRequest) -> Option<Vec<Vec<String>>> {
     let mut answers = Vec::new();
     for question in &request.questions {
-        eprintln!("\nquestion: {}", question.question);
+        eprintln!("\nquestion: {}", for_stderr(&question.question));
         for (n, option) in question.options.iter().enumerate() {
-            match &option.description {
-                Some(description) => eprintln!("  {}. {} — {description}", n + 1, option.label),
-                None => eprintln!("  {}. {}", n + 1, option.label),
-            }
+            let line = match &option.description {
+                Some(description) => format!("  {}. {} — {description}", n + 1, option.label),
+                None => format!("  {}. {}", n + 1, option.label),
+            };
+            eprintln!("{}", for_stderr(&line));
         }
         eprint!("  answer (empty declines) > ");
         let mut line = String::new();
@@ -342,11 +358,11 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
         }
         StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
         StopReason::Blocked(message) => {
-            eprintln!("error: {message}");
+            eprintln!("error: {}", for_stderr(message));
             ExitCode::FAILURE
         }
         StopReason::Error(error) => {
-            eprintln!("error: {}", error.message());
+            eprintln!("error: {}", for_stderr(error.message()));
             ExitCode::FAILURE
         }
     }

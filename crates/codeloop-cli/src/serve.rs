@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 
 use crate::render::Renderer;
 use crate::run::{RunArgs, exit_code};
+use crate::terminal::for_stderr;
 use crate::{OnAsk, env, project_dir};
 
 /// Environment variable holding the server token (both for `serve` and `run --attach`).
@@ -46,7 +47,8 @@ pub struct ServeArgs {
     /// Bearer token required on every request (or CODELOOP_SERVER_TOKEN).
     #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
-    /// Allow browser requests from this origin (repeatable; `*` for any). CORS is off without it.
+    /// Allow browser requests from this origin (repeatable; `*` for any). CORS is off without it, and
+    /// needs --token.
     #[arg(long = "cors", value_name = "ORIGIN")]
     pub cors: Vec<String>,
 }
@@ -54,6 +56,9 @@ pub struct ServeArgs {
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let dir = project_dir(None)?;
     let token = args.token.filter(|t| !t.is_empty());
+    // Before binding or opening anything: a refused start leaves no trace.
+    codeloop_server::check_cors(&args.cors, token.as_deref())?;
+    raise_open_file_limit();
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
         .await
         .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?
@@ -77,6 +82,22 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Raises the soft limit on open files to the hard one. Every connection is a descriptor, and the usual
+/// soft default (1024) is reached by a thousand idle sockets well before the server's header timeout
+/// closes them; until then no client is accepted. Go's runtime does the same for every program.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => {
+            if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                tracing::debug!("cannot raise the open-file limit from {soft} to {hard}: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!("cannot read the open-file limit: {e}"),
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.
@@ -364,11 +385,12 @@ impl Asker {
                     Err(_) => return,
                 },
                 _ => {
-                    eprintln!(
+                    let note = format!(
                         "permission `{}` for {} rejected: no terminal to ask (use --on-ask allow)",
                         request.permission,
                         request.patterns.join(", ")
                     );
+                    eprintln!("{}", for_stderr(&note));
                     PermissionReplyBody { reply: ReplyKind::Reject, message: None }
                 }
             };
@@ -379,12 +401,14 @@ impl Asker {
 }
 
 fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
-    eprint!(
+    // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
+    let prompt = format!(
         "\npermission: {} {}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
         request.permission,
         request.patterns.join(", "),
         request.always.join(", ")
     );
+    eprint!("{}", for_stderr(&prompt));
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
     let (reply, message) = match line.trim().to_lowercase().as_str() {

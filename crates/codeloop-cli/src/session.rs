@@ -1,4 +1,5 @@
-//! `codeloop session list|show|export|delete|compact|revert|unrevert`.
+//! `codeloop session list|show|export|delete|compact|revert|unrevert`. Stored text shown on a terminal has
+//! its control sequences neutralised ([`crate::terminal`]); `--format json` and `export` print it exactly.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, Tokens, T
 use serde_json::json;
 
 use crate::render::{group, summarize_input};
+use crate::terminal::Neutralising;
 use crate::{Format, env};
 
 #[derive(Subcommand, Debug)]
@@ -74,14 +76,14 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             };
             let sessions =
                 engine.sessions(&SessionFilter { include_children: all, directory, ..Default::default() })?;
-            let mut out = std::io::stdout().lock();
             if format == Format::Json {
-                writeln!(out, "{}", serde_json::to_string_pretty(&sessions)?)?;
+                writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&sessions)?)?;
                 return Ok(ExitCode::SUCCESS);
             }
             if sessions.is_empty() {
                 eprintln!("no sessions yet: start one with codeloop run \"…\"");
             }
+            let mut out = Neutralising::stdout();
             for s in sessions {
                 let tokens = s.tokens.input + s.tokens.output + s.tokens.reasoning + s.tokens.cache.read;
                 writeln!(
@@ -101,7 +103,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             let session = engine.session(&id)?;
             let history = engine.history(&id)?;
             let hidden = hidden_ids(&history);
-            let mut out = std::io::stdout().lock();
+            // Titles, answers and tool output are the model's and the tools' text.
+            let mut out = Neutralising::stdout();
             let approx = approx(&session.tokens);
             writeln!(out, "{}  {}", session.id, session.title)?;
             writeln!(out, "directory: {}", session.directory)?;

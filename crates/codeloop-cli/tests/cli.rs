@@ -291,3 +291,159 @@ async fn run_attach_drives_a_running_server_with_the_same_output() {
     assert!(stderr.contains("→ read a.txt"), "{stderr}");
     assert_eq!(fake.request_count(), 2);
 }
+
+#[tokio::test]
+async fn serve_refuses_cors_without_a_token() {
+    let env = Env::new();
+    for origin in ["*", "https://app.example"] {
+        let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_codeloop"));
+        serve
+            .args(["serve", "--port", "0", "--cors", origin])
+            .current_dir(env.project.path())
+            .env("CODELOOP_DATA_DIR", env.data.path())
+            .env("HOME", env.home.path())
+            .env_remove("CODELOOP_SERVER_TOKEN")
+            .env_remove("CODELOOP_CONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // A server that starts never exits by itself: the timeout turns that into a failure.
+        let output = tokio::time::timeout(std::time::Duration::from_secs(30), serve.output())
+            .await
+            .expect("`serve --cors` without a token must refuse to start, not serve")
+            .unwrap();
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("--cors") && stderr.contains("--token"), "{stderr}");
+        assert!(!stderr.contains("listening"), "{stderr}");
+    }
+}
+
+impl Env {
+    /// `program args…` in the project with this environment, as an async command with output piped.
+    fn program_command(&self, config: &Path, program: &str, args: &[&str]) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(self.project.path())
+            .env("CODELOOP_DATA_DIR", self.data.path())
+            .env("HOME", self.home.path())
+            .env("CODELOOP_CONFIG", config)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+}
+
+/// A clipboard write (OSC 52), a screen clear and cursor home, a colour through the one-character C1
+/// CSI, a bell and backspaces: what a hostile answer would send a terminal.
+const HOSTILE: &str = "Hi \u{1b}]52;c;ZXZpbA==\u{7} there\u{1b}[2J\u{1b}[H \u{9b}31mred\u{8}\u{8}!";
+/// A tool call whose path (shown in the activity line) carries a screen clear.
+const HOSTILE_PATH: &str = "x\u{1b}[2J.txt";
+
+fn hostile_turns() -> [Turn; 2] {
+    [
+        Turn::from(Reply::tool_call("read", json!({"filePath": HOSTILE_PATH})).with_text("Looking.")),
+        Turn::from(Reply::text(HOSTILE)),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_are_kept_exactly_for_pipes() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new(hostile_turns())).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output =
+        env.program_command(&config, env!("CARGO_BIN_EXE_codeloop"), &["run", "go"]).output().await.unwrap();
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, format!("Looking.\n{HOSTILE}\n"));
+    assert!(stderr.contains(&format!("→ read {HOSTILE_PATH}")), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_sequences_are_neutralised_on_a_terminal() {
+    if std::process::Command::new("script").arg("--version").output().is_err() {
+        eprintln!(
+            "SKIPPED: `script` (util-linux) is needed to give codeloop a terminal; it is not installed"
+        );
+        return;
+    }
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new(hostile_turns())).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    // `script` runs codeloop with a pseudo-terminal as stdin, stdout and stderr, and copies what
+    // codeloop wrote to it (both streams) to its own stdout.
+    let inner = format!("'{}' run --on-ask deny go", env!("CARGO_BIN_EXE_codeloop"));
+    let output =
+        env.program_command(&config, "script", &["-qec", &inner, "/dev/null"]).output().await.unwrap();
+    let (screen, stderr) = text(&output);
+    assert!(output.status.success(), "{screen}\n{stderr}");
+    assert!(screen.contains("Looking."), "codeloop ran: {screen:?}");
+    for control in ['\u{1b}', '\u{9b}', '\u{7}', '\u{8}'] {
+        assert!(!screen.contains(control), "{control:?} reached the terminal: {screen:?}");
+    }
+    assert!(screen.contains("Hi ␛]52;c;ZXZpbA==␇ there␛[2J␛[H \u{fffd}31mred␈␈!"), "{screen:?}");
+    assert!(screen.contains("→ read x␛[2J.txt"), "{screen:?}");
+
+    // The stored session shown on a terminal: the same text, neutralised the same way.
+    let session = screen.split_whitespace().find(|w| w.starts_with("ses_")).unwrap().to_owned();
+    let inner = format!("'{}' session show {session}", env!("CARGO_BIN_EXE_codeloop"));
+    let output =
+        env.program_command(&config, "script", &["-qec", &inner, "/dev/null"]).output().await.unwrap();
+    let (shown, _) = text(&output);
+    assert!(output.status.success(), "{shown}");
+    assert!(!shown.contains('\u{1b}'), "{shown:?}");
+    assert!(shown.contains("Hi ␛]52;c;ZXZpbA==␇ there"), "{shown:?}");
+}
+
+/// Idle sockets opened against `codeloop serve`: more than its open-file limit in the test below.
+const IDLE_SOCKETS: usize = 100;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_answers_a_real_client_while_idle_connections_pile_up() {
+    use tokio::io::AsyncBufReadExt;
+
+    let env = Env::new();
+    let config = env.config("http://127.0.0.1:9", "");
+    // A soft limit of 64 open files: the idle sockets below would exhaust it.
+    let inner =
+        format!("ulimit -Sn 64 && exec '{}' serve --port 0 --token s3cret", env!("CARGO_BIN_EXE_codeloop"));
+    let mut server = env.program_command(&config, "sh", &["-c", &inner]).spawn().unwrap();
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().unwrap()).lines();
+    let url = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        loop {
+            let line = lines.next_line().await.unwrap().expect("the server exited before listening");
+            if let Some(at) = line.find("http://") {
+                break line[at..].split_whitespace().next().unwrap().to_owned();
+            }
+        }
+    })
+    .await
+    .expect("the server starts");
+    let addr = url.trim_start_matches("http://").to_owned();
+    // Connecting can itself stall once the server stops accepting (its queue fills): bounded too.
+    let idle = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        let mut idle = Vec::with_capacity(IDLE_SOCKETS);
+        for _ in 0..IDLE_SOCKETS {
+            idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+        }
+        idle
+    })
+    .await
+    .expect("the server keeps accepting connections");
+    let client = reqwest::Client::new();
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        client.get(format!("{url}/session")).bearer_auth("s3cret").send(),
+    )
+    .await
+    .expect("an authorised request is answered while idle connections are open")
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    drop(idle);
+}

@@ -7,6 +7,7 @@
 //! compaction) is the engine's. Handlers translate requests into engine calls and results into JSON.
 
 pub mod api;
+mod conn;
 mod doc;
 mod error;
 mod events;
@@ -23,18 +24,20 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::serve::ListenerExt;
 use codeloop_core::Engine;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;
-pub use security::{BindError, check_bind};
+pub use security::{BindError, check_bind, check_cors};
 
 /// Default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 /// Default interval of `server.heartbeat` events.
 pub const DEFAULT_HEARTBEAT: Duration = Duration::from_secs(10);
+/// Default time a client has to send a complete request head, on a new or idle kept-alive connection;
+/// then the connection is closed (see `conn`).
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default window in which a busy event stream gathers events into one write.
 pub const DEFAULT_COALESCE: Duration = Duration::from_millis(10);
 
@@ -42,7 +45,7 @@ pub const DEFAULT_COALESCE: Duration = Duration::from_millis(10);
 pub struct ServerOptions {
     /// Required as `Authorization: Bearer <token>` on every route when set.
     pub token: Option<String>,
-    /// Origins allowed by CORS (`*` for any); empty turns CORS off.
+    /// Origins allowed by CORS (`*` for any); empty turns CORS off. Needs a token ([`check_cors`]).
     pub cors_origins: Vec<String>,
     /// Largest accepted request body, in bytes (larger → 413).
     pub body_limit: usize,
@@ -50,6 +53,8 @@ pub struct ServerOptions {
     /// After writing to an event stream, events arriving within this window are sent together (one
     /// wake-up and one write per window instead of per event). Adds at most this much latency.
     pub coalesce: Duration,
+    /// Time a client has to send a request head before its connection is closed.
+    pub header_timeout: Duration,
     /// Where new sessions live when `POST /session` names no directory; relative directories resolve
     /// against it.
     pub directory: PathBuf,
@@ -63,6 +68,7 @@ impl ServerOptions {
             body_limit: DEFAULT_BODY_LIMIT,
             heartbeat: DEFAULT_HEARTBEAT,
             coalesce: DEFAULT_COALESCE,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
             directory: directory.into(),
         }
     }
@@ -108,6 +114,11 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(state.options.body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), security::guard))
         .with_state(state.clone());
+    if let Err(e) = check_cors(&state.options.cors_origins, state.options.token.as_deref()) {
+        // `serve` refuses this; a caller building the router itself gets no CORS rather than an open API.
+        tracing::warn!("CORS stays off: {e}");
+        return app;
+    }
     match security::cors(&state.options.cors_origins) {
         Ok(Some(cors)) => app = app.layer(cors),
         Ok(None) => {}
@@ -134,7 +145,7 @@ async fn method_not_allowed() -> impl IntoResponse {
 }
 
 /// Serves until `shutdown` resolves, then aborts active runs (waiting for their cleanup), ends the event
-/// streams and lets open requests finish. Refuses a non-loopback listener without a token.
+/// streams and lets open requests finish. Refuses a non-loopback listener, or CORS, without a token.
 pub async fn serve(
     engine: Engine,
     listener: TcpListener,
@@ -144,17 +155,14 @@ pub async fn serve(
     let addr = listener.local_addr()?;
     check_bind(addr, options.token.as_deref())
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
+    check_cors(&options.cors_origins, options.token.as_deref())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::PermissionDenied, e.to_string()))?;
     security::cors(&options.cors_origins)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let header_timeout = options.header_timeout;
     let state = AppState::new(engine.clone(), options);
     let streams = state.shutdown_token();
     let app = router(state);
-    let listener = listener.tap_io(|tcp| {
-        // Events are small writes; Nagle would hold them back.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
     let signal = async move {
         shutdown.await;
         let active = engine.coordinator().active();
@@ -164,5 +172,5 @@ pub async fn serve(
         }
         streams.cancel();
     };
-    axum::serve(listener, app).with_graceful_shutdown(signal).await
+    conn::serve(listener, app, header_timeout, signal).await
 }

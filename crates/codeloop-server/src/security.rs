@@ -1,6 +1,7 @@
 //! Who may talk to the server (DESIGN.md §5, issue 7 item 4): loopback-only unless a token is set; with a
 //! token, `Authorization: Bearer <token>` on every route (compared in constant time); without one, a
-//! request must name a loopback host (a DNS-rebinding guard); CORS only for configured origins.
+//! request must name a loopback host (a DNS-rebinding guard); CORS only for configured origins, and only
+//! with a token.
 //!
 //! Owns: the bind check, the request guard and the CORS layer.
 //! Must not: know any route.
@@ -25,12 +26,29 @@ pub enum BindError {
     PublicWithoutToken(SocketAddr),
     #[error("invalid CORS origin `{0}`: expected e.g. https://app.example.com")]
     InvalidOrigin(String),
+    #[error(
+        "refusing --cors without a token: any web page you visit from an allowed origin ({0}) could drive \
+         this server and run commands on this machine. Pass --token <secret> (or set CODELOOP_SERVER_TOKEN) \
+         together with --cors"
+    )]
+    CorsWithoutToken(String),
 }
 
 /// Binding anything but loopback needs a token.
 pub fn check_bind(addr: SocketAddr, token: Option<&str>) -> Result<(), BindError> {
     let has_token = token.is_some_and(|t| !t.is_empty());
     if addr.ip().is_loopback() || has_token { Ok(()) } else { Err(BindError::PublicWithoutToken(addr)) }
+}
+
+/// CORS lets browser pages of other origins read the answers; without a token, any such page could use
+/// the API (the loopback `Host` guard does not stop a page the user opens), so CORS needs a token.
+pub fn check_cors(origins: &[String], token: Option<&str>) -> Result<(), BindError> {
+    let has_token = token.is_some_and(|t| !t.is_empty());
+    if origins.is_empty() || has_token {
+        Ok(())
+    } else {
+        Err(BindError::CorsWithoutToken(origins.join(", ")))
+    }
 }
 
 /// Equal in time independent of where the strings differ (the length is not secret).
@@ -128,6 +146,16 @@ mod tests {
         assert_eq!(check_bind(public, None), Err(BindError::PublicWithoutToken(public)));
         assert_eq!(check_bind(public, Some("")), Err(BindError::PublicWithoutToken(public)));
         assert!(check_bind(public, Some("secret")).is_ok());
+    }
+
+    #[test]
+    fn cors_needs_a_token() {
+        let any = vec!["*".to_owned()];
+        let one = vec!["https://app.example".to_owned()];
+        assert!(check_cors(&[], None).is_ok());
+        assert_eq!(check_cors(&any, None), Err(BindError::CorsWithoutToken("*".into())));
+        assert!(matches!(check_cors(&one, Some("")), Err(BindError::CorsWithoutToken(_))));
+        assert!(check_cors(&one, Some("secret")).is_ok());
     }
 
     #[test]

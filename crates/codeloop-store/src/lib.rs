@@ -7,6 +7,7 @@
 
 mod history;
 mod lock;
+mod private;
 mod recovery;
 mod rows;
 mod schema;

@@ -18,7 +18,7 @@ use crate::lock::SessionLock;
 use crate::rows::{apply_write, decode_json, encode_json, get_session, session_from_row};
 use crate::{
     Approval, MessageWithParts, Page, RecoveryReport, Result, SessionFilter, Store, StoreError, Write,
-    history, lock, recovery, schema,
+    history, lock, private, recovery, schema,
 };
 
 /// The database file inside the data dir.
@@ -74,11 +74,14 @@ fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl SqliteStore {
     /// Opens (creating if needed) `<data_dir>/codeloop.db`, migrates it, and recovers runs left open by a
-    /// crashed process (see [`SqliteStore::last_recovery`]).
+    /// crashed process (see [`SqliteStore::last_recovery`]). A data dir it creates is 0700, the database
+    /// files are 0600.
     pub fn open(data_dir: &Path) -> Result<SqliteStore> {
         let lock_dir = data_dir.join(LOCK_DIR);
-        std::fs::create_dir_all(&lock_dir).map_err(io_error(&lock_dir))?;
+        private::create_dir(data_dir).map_err(io_error(data_dir))?;
+        private::create_dir(&lock_dir).map_err(io_error(&lock_dir))?;
         let db_path = data_dir.join(DB_FILE);
+        private::prepare_db_file(&db_path).map_err(io_error(&db_path))?;
         let mut writer = Connection::open(&db_path)?;
         schema::setup_writer(&mut writer)?;
         let mut store = SqliteStore {

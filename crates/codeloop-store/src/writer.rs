@@ -11,6 +11,7 @@
 use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
@@ -41,6 +42,8 @@ impl Queue {
 struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
+    /// Writes that failed since the thread started; never reset (see [`StoreWriter::failed_writes`]).
+    failed: AtomicU64,
 }
 
 impl Shared {
@@ -88,6 +91,13 @@ impl StoreWriter {
         let (tx, rx) = oneshot::channel();
         self.push(|queue| queue.flushes.push(tx));
         Flush { rx }
+    }
+
+    /// How many writes have failed since the writer started. Never reset: a flush reports the errors
+    /// since the previous flush to whoever called it, this count lets anyone compare before and after
+    /// (a run learns that some of its writes were lost even if another flush took the error).
+    pub fn failed_writes(&self) -> u64 {
+        self.shared.failed.load(Ordering::Acquire)
     }
 
     /// Commits everything queued, stops the thread and joins it; returns the last unreported error.
@@ -168,19 +178,22 @@ fn stopped() -> StoreError {
 struct Failures {
     count: usize,
     first: Option<String>,
+    /// Every failure since the thread started (not reset by `take`).
+    total: u64,
 }
 
 impl Failures {
     fn record(&mut self, error: &StoreError) {
         self.count += 1;
+        self.total += 1;
         self.first.get_or_insert_with(|| error.to_string());
     }
 
     fn take(&mut self) -> Result<()> {
-        let failures = std::mem::take(self);
-        match failures.first {
+        let count = std::mem::take(&mut self.count);
+        match self.first.take() {
             None => Ok(()),
-            Some(first) => Err(StoreError::WriteFailed { count: failures.count, first }),
+            Some(first) => Err(StoreError::WriteFailed { count, first }),
         }
     }
 }
@@ -198,7 +211,7 @@ fn run(store: &dyn Store, shared: &Shared) {
             }
             (std::mem::take(&mut queue.writes), std::mem::take(&mut queue.flushes), queue.closed)
         };
-        process(store, writes, flushes, &mut failures);
+        process(store, writes, flushes, &mut failures, &shared.failed);
         if closed {
             break;
         }
@@ -231,9 +244,12 @@ fn process(
     writes: Vec<Write>,
     flushes: Vec<oneshot::Sender<Result<()>>>,
     failures: &mut Failures,
+    failed: &AtomicU64,
 ) {
     if !writes.is_empty() {
         commit(store, &coalesce(writes), failures);
+        // Before any flush is answered: whoever awaited one sees the count of what it covered.
+        failed.store(failures.total, Ordering::Release);
     }
     if !flushes.is_empty() {
         let result = failures.take();

@@ -520,6 +520,8 @@ fn a_failed_write_is_reported_by_the_next_flush_and_spares_its_batch() {
     // The other writes of the batch are committed, and the error is reported once.
     assert_eq!(store.get_message(question.id()).unwrap().unwrap().parts, vec![good]);
     writer.flush().wait().unwrap();
+    // The count of lost writes stays, for whoever did not take the error.
+    assert_eq!(writer.failed_writes(), 1);
     writer.close().unwrap();
 }
 
@@ -830,4 +832,63 @@ fn open_creates_the_data_dir() {
     assert!(nested.join("codeloop.db").exists());
     assert_eq!(store.data_dir(), nested);
     let _ = Arc::new(store);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// File modes
+
+const PRIVATE_DIR_ENV: &str = "CODELOOP_STORE_TEST_PRIVATE_DIR";
+
+#[cfg(unix)]
+fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o777
+}
+
+/// `(path, mode)` of the data dir, the lock dir and every database file that exists.
+#[cfg(unix)]
+fn private_modes(data: &std::path::Path) -> Vec<(String, u32)> {
+    let mut paths = vec![data.to_path_buf(), data.join("locks"), data.join("codeloop.db")];
+    paths.extend(
+        ["codeloop.db-wal", "codeloop.db-shm"].map(|f| data.join(f)).into_iter().filter(|p| p.exists()),
+    );
+    paths.iter().map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), mode(p))).collect()
+}
+
+#[cfg(unix)]
+#[test]
+fn the_data_dir_is_0700_and_the_database_0600_whatever_the_umask() {
+    let dir = temp();
+    let data = dir.path().join("new/data");
+    // The umask belongs to the process: a child with the most permissive one opens the store.
+    let status = Command::new("sh")
+        .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", "private_files_helper_process", "--ignored", "--nocapture", "--test-threads=1"])
+        .env(PRIVATE_DIR_ENV, &data)
+        .status()
+        .unwrap();
+    assert!(status.success(), "the helper process failed");
+    let name = data.file_name().unwrap().to_string_lossy().into_owned();
+    let modes = private_modes(&data);
+    assert_eq!(modes[..3], [(name, 0o700), ("locks".into(), 0o700), ("codeloop.db".into(), 0o600)]);
+    assert!(modes[3..].iter().all(|(_, m)| *m == 0o600), "{modes:?}");
+}
+
+/// Not a test of its own: the umask-000 process of `the_data_dir_is_0700_and_the_database_0600_…`.
+#[cfg(unix)]
+#[test]
+#[ignore = "helper process, started by the_data_dir_is_0700_and_the_database_0600_whatever_the_umask"]
+fn private_files_helper_process() {
+    let Some(dir) = std::env::var_os(PRIVATE_DIR_ENV) else { return };
+    let data = std::path::Path::new(&dir);
+    let store = open(data);
+    // A write while the store is open: the -wal and -shm files exist now (they go at close).
+    store.apply(&[Write::Session(session("/project"))]).unwrap();
+    let modes = private_modes(data);
+    assert_eq!(modes.len(), 5, "the WAL files exist while the store is open: {modes:?}");
+    for (file, mode) in modes {
+        let want = if file.starts_with("codeloop.db") { 0o600 } else { 0o700 };
+        assert_eq!(mode, want, "{file}: {mode:o}");
+    }
 }

@@ -4,6 +4,9 @@ use std::path::Path;
 
 use similar::{ChangeTag, TextDiff};
 
+use crate::ToolFailure;
+use crate::tools::io_failure;
+
 const BOM: char = '\u{feff}';
 
 /// File text split into its byte-order mark and the rest.
@@ -54,7 +57,32 @@ pub(crate) fn to_lf(text: &str) -> String {
     text.replace("\r\n", "\n")
 }
 
-/// Reads a file as text, `None` when it does not exist.
+/// Reads a file that will be changed in place, `None` when it does not exist. A file that is not UTF-8
+/// is refused: its text would be decoded lossily and written back with every invalid byte replaced.
+pub(crate) async fn read_for_edit(path: &Path) -> Result<Option<FileText>, ToolFailure> {
+    let bytes = match tokio::fs::read(path).await {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_failure("read", path, &e)),
+    };
+    match String::from_utf8(bytes) {
+        Ok(text) => Ok(Some(FileText::parse(text))),
+        Err(e) => Err(not_utf8(path, e.utf8_error().valid_up_to(), e.as_bytes())),
+    }
+}
+
+fn not_utf8(path: &Path, offset: usize, bytes: &[u8]) -> ToolFailure {
+    let byte = bytes.get(offset).copied().unwrap_or_default();
+    ToolFailure::Failed(format!(
+        "{} is not UTF-8 text (byte 0x{byte:02X} at offset {offset}; Latin-1 or another legacy encoding?). \
+         This tool would rewrite those bytes, so it leaves the file alone; edit it with bash (e.g. sed), \
+         which keeps the bytes it does not change",
+        path.display()
+    ))
+}
+
+/// Reads a file as text for showing it (invalid UTF-8 replaced), `None` when it does not exist. Never
+/// for text that is written back: see [`read_for_edit`].
 pub(crate) async fn read_optional(path: &Path) -> std::io::Result<Option<FileText>> {
     match tokio::fs::read(path).await {
         Ok(bytes) => Ok(Some(FileText::parse(String::from_utf8_lossy(&bytes).into_owned()))),

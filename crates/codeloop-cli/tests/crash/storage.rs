@@ -67,3 +67,61 @@ async fn deleting_a_session_gives_its_space_back() {
     let list = env.output(&["session", "list", "--format", "json"]).await;
     assert!(!list.stdout.contains(&session));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_write_fails_the_run_and_names_the_data_dir() {
+    let env = Env::new(Script::new([
+        Turn::from(Reply::text("Stored.")),
+        Turn::from(Reply::text("This answer cannot be stored.")),
+    ]))
+    .await;
+    let first = env.output(&["run", "hello"]).await;
+    assert!(first.status.success(), "{}", first.stderr);
+    // From now on the database refuses every new assistant message, the way a full disk refuses a
+    // write: a real SQLite error on the writer's own transactions, in the middle of the next run.
+    let conn = rusqlite::Connection::open(env.db_path()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER disk_full BEFORE INSERT ON message WHEN json_extract(NEW.data, '$.role') = 'assistant'
+         BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let second = env.output(&["run", "--continue", "again"]).await;
+    assert_eq!(second.status.code(), Some(1), "stdout: {}\nstderr: {}", second.stdout, second.stderr);
+    let data_dir = env.data.path().display().to_string();
+    assert!(
+        second
+            .stderr
+            .contains(&format!("error: could not save this session in the data directory {data_dir}")),
+        "{}",
+        second.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_refuses_the_prompt_fails_the_run_and_names_the_data_dir() {
+    let env = Env::new(Script::new([Turn::from(Reply::text("Stored."))])).await;
+    let first = env.output(&["run", "hello"]).await;
+    assert!(first.status.success(), "{}", first.stderr);
+    // Now even the user's message cannot be written: the run fails before the model is called.
+    let conn = rusqlite::Connection::open(env.db_path()).unwrap();
+    conn.execute_batch(
+        "CREATE TRIGGER disk_full BEFORE INSERT ON message
+         BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+    )
+    .unwrap();
+    drop(conn);
+
+    let second = env.output(&["run", "--continue", "again"]).await;
+    assert_eq!(second.status.code(), Some(1), "stderr: {}", second.stderr);
+    let data_dir = env.data.path().display().to_string();
+    assert!(
+        second
+            .stderr
+            .contains(&format!("error: could not save this session in the data directory {data_dir}")),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(env.fake.request_count(), 1, "the model is not called for a prompt that was not stored");
+}

@@ -201,6 +201,7 @@ pub(crate) async fn run_session(
 ) -> Result<RunOutcome, RunError> {
     // The caller (the coordinator) holds the session's lock. Input it just recorded must be readable.
     services.writer.flush().await?;
+    let failed_before = services.writer.failed_writes();
     let id = session_id.clone();
     // Store work happens on the blocking pool, not on the async threads other sessions run on.
     let (session, mut history) = services
@@ -242,12 +243,19 @@ pub(crate) async fn run_session(
     if let Some(snapshots) = run.snapshots.clone() {
         tokio::spawn(async move { snapshots.collect_garbage().await });
     }
-    if let Err(e) = services.writer.flush().await {
-        tracing::error!("could not persist the end of the run: {e}");
-    }
+    let persisted = services.writer.flush().await;
+    let lost = services.writer.failed_writes().saturating_sub(failed_before);
     services.set_status(session_id, SessionStatus::Idle);
     services.bus.publish(EventPayload::SessionIdle { session_id: session_id.clone() });
-    let stop = result?;
+    let mut stop = result?;
+    // A run whose writes were lost (disk full, read-only data dir) did not complete, however the model
+    // ended: it stops with an error that says where (an interrupt keeps its own stop).
+    if let Some(error) = storage_failure(&services.data_dir, persisted, lost)
+        && stop != StopReason::Interrupted
+    {
+        tracing::error!("{}", error.message());
+        stop = StopReason::Error(error);
+    }
     if let StopReason::Error(error) = &stop {
         services.bus.publish(EventPayload::SessionError {
             session_id: Some(session_id.clone()),
@@ -261,6 +269,27 @@ pub(crate) async fn run_session(
         });
     }
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })
+}
+
+/// The error of a run some of whose writes failed: `persisted` is its last flush, `lost` the writes
+/// that failed during it (errors an earlier flush took are counted there).
+fn storage_failure(
+    data_dir: &std::path::Path,
+    persisted: Result<(), codeloop_store::StoreError>,
+    lost: u64,
+) -> Option<AssistantError> {
+    let cause = match persisted {
+        Err(e) => e.to_string(),
+        Ok(()) if lost > 0 => format!("{lost} write(s) failed"),
+        Ok(()) => return None,
+    };
+    Some(AssistantError::Unknown {
+        message: format!(
+            "could not save this session in the data directory {} ({cause}); the answer above may be \
+             missing from the stored session. Is the disk full or the directory read-only?",
+            data_dir.display()
+        ),
+    })
 }
 
 /// What an iteration decided.

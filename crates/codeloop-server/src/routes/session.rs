@@ -20,10 +20,29 @@ use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
 /// Longest accepted title, in characters.
 const MAX_TITLE: usize = 500;
 
-/// The session, or 404.
+/// Longest accepted session id; generated ids are far shorter.
+const MAX_ID: usize = 100;
+
+/// A session id from a path, or 400. Ids are ASCII letters, digits, `_` and `-` (as generated): anything
+/// else can name no session, and the store would reject it deep down (e.g. as a lock file name) with
+/// an error that is a 500 and shows server paths.
+pub fn session_id(id: &str) -> Result<SessionId, ApiError> {
+    let valid = !id.is_empty()
+        && id.len() <= MAX_ID
+        && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if !valid {
+        let shown: String = id.chars().take(MAX_ID).collect();
+        return Err(ApiError::invalid(format!(
+            "invalid session id {shown:?}: ids are letters, digits, `_` and `-`, like ses_…"
+        )));
+    }
+    Ok(SessionId::from(id))
+}
+
+/// The session, or 400 (malformed id) or 404.
 pub async fn load(engine: &Engine, id: &str) -> Result<Session, ApiError> {
     let engine = engine.clone();
-    let id = SessionId::from(id);
+    let id = session_id(id)?;
     blocking(move || Ok(engine.session(&id)?)).await
 }
 
@@ -111,9 +130,9 @@ pub async fn update(
     ApiJson(body): ApiJson<UpdateSession>,
 ) -> Result<Json<Session>, ApiError> {
     let title = title(&body.title)?;
-    load(&state.engine, &id).await?;
+    let session = load(&state.engine, &id).await?;
     // Goes through the engine so a run in progress keeps the new title.
-    let session = state.engine.rename_session(&SessionId::from(id.as_str()), &title)?;
+    let session = state.engine.rename_session(&session.id, &title)?;
     state.engine.flush().await?;
     Ok(Json(session))
 }
@@ -123,7 +142,7 @@ pub async fn delete(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
     let engine = state.engine.clone();
-    let session = SessionId::from(id.as_str());
+    let session = session_id(&id)?;
     let deleted = blocking(move || match engine.delete_session(&session) {
         Ok(deleted) => Ok(deleted),
         Err(other) => Err(other.into()),

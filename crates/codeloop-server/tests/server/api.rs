@@ -338,3 +338,38 @@ async fn abort_interrupts_a_running_prompt_and_delete_waits_for_it() {
     let response = h.client.delete(h.url(&format!("/session/{session}"))).send().await.unwrap();
     assert_eq!(read(response).await, (200, json!(true)));
 }
+
+#[tokio::test]
+async fn a_malformed_session_id_is_a_json_400_or_404_on_every_route_and_never_shows_server_paths() {
+    let h = Harness::start(Script::new(Vec::<Turn>::new())).await;
+    let data = h.data_path().canonicalize().unwrap().display().to_string();
+    let long = "s".repeat(300);
+    // Percent-encoded slashes and dots arrive decoded: they must not reach a file name.
+    let bad_ids = ["..%2F..%2Fetc", "a.b", "ses%20x", "%00", long.as_str()];
+    let routes: Vec<_> =
+        codeloop_server::routes().into_iter().filter(|(_, path)| path.contains("{id}")).collect();
+    assert!(routes.len() >= 15, "every session route is checked: {routes:?}");
+    for (method, path) in routes {
+        let body = match path.rsplit('/').next().unwrap() {
+            "message" | "prompt" | "prompt_async" => json!({"parts": [{"type": "text", "text": "hi"}]}),
+            "revert" => json!({"messageID": "msg_x"}),
+            "{id}" => json!({"title": "renamed"}),
+            _ => json!({}),
+        };
+        for id in bad_ids {
+            let url = h.url(&path.replace("{id}", id).replace("{messageID}", "msg_x"));
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let mut request = h.client.request(method.clone(), url);
+            if method != reqwest::Method::GET && method != reqwest::Method::DELETE {
+                request = request.json(&body);
+            }
+            let (status, answer) = read(request.send().await.unwrap()).await;
+            assert!(status == 400 || status == 404, "{method} {path} with {id:?}: {status} {answer}");
+            assert!(
+                ["invalid_request", "not_found"].contains(&error_code(&answer)),
+                "{method} {path} with {id:?}: {answer}"
+            );
+            assert!(!answer.to_string().contains(&data), "{method} {path} shows the data dir: {answer}");
+        }
+    }
+}

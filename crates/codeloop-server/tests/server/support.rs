@@ -84,6 +84,11 @@ impl Harness {
         }
     }
 
+    /// The engine's data dir (a server path no client should ever see).
+    pub fn data_path(&self) -> &std::path::Path {
+        self._data.path()
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

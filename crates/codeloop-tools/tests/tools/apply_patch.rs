@@ -91,3 +91,35 @@ async fn denied_apply_patch_changes_nothing() {
     assert!(env.run("apply_patch", json!({"patchText": patch})).await.is_err());
     assert_eq!(env.read("a.txt"), "alpha\n");
 }
+
+#[tokio::test]
+async fn apply_patch_refuses_to_update_a_file_that_is_not_utf8_and_changes_nothing() {
+    let env = Env::new();
+    // "café = 1\nnaïve = 2\n" in Latin-1.
+    let latin1: &[u8] = b"caf\xe9 = 1\nna\xefve = 2\n";
+    let path = env.write("legacy.txt", latin1);
+    env.write("other.txt", "keep\n");
+    let patch = "*** Begin Patch
+*** Update File: other.txt
+@@
+-keep
++changed
+*** Update File: legacy.txt
+@@
+-na\u{fffd}ve = 2
++na\u{fffd}ve = 3
+*** End Patch";
+    let message = env.fail("apply_patch", json!({"patchText": patch})).await;
+    assert!(
+        message.starts_with(&format!("{} is not UTF-8 text (byte 0xE9 at offset 3", path.display())),
+        "{message}"
+    );
+    assert!(message.contains("edit it with bash"), "{message}");
+    assert_eq!(std::fs::read(&path).unwrap(), latin1);
+    assert_eq!(env.read("other.txt"), "keep\n");
+
+    // Deleting it reads it only for the diff: allowed.
+    let patch = "*** Begin Patch\n*** Delete File: legacy.txt\n*** End Patch";
+    env.ok("apply_patch", json!({"patchText": patch})).await;
+    assert!(!path.exists());
+}

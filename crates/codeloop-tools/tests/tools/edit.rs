@@ -136,3 +136,27 @@ async fn edit_of_a_missing_file_fails() {
     let message = env.fail("edit", json!({"filePath": "nope.txt", "oldString": "a", "newString": "b"})).await;
     assert_eq!(message, format!("File not found: {}", env.path("nope.txt").display()));
 }
+
+/// "café = 1\nnaïve = 2\n" in Latin-1: é and ï are single bytes that are not UTF-8.
+const LATIN1: &[u8] = b"caf\xe9 = 1\nna\xefve = 2\n";
+
+#[tokio::test]
+async fn edit_refuses_a_file_that_is_not_utf8_and_leaves_every_byte() {
+    let env = Env::new();
+    let path = env.write("legacy.txt", LATIN1);
+    let message = match edit(&env, "legacy.txt", "= 2", "= 3").await {
+        Err(codeloop_tools::ToolFailure::Failed(message)) => message,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(
+        message,
+        format!(
+            "{} is not UTF-8 text (byte 0xE9 at offset 3; Latin-1 or another legacy encoding?). This tool would \
+             rewrite those bytes, so it leaves the file alone; edit it with bash (e.g. sed), which keeps the \
+             bytes it does not change",
+            path.display()
+        )
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), LATIN1);
+    assert!(env.asks_for("edit").is_empty(), "nothing to ask about");
+}

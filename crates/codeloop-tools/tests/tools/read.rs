@@ -157,3 +157,112 @@ async fn read_outside_the_project_asks_external_directory_first() {
     assert_eq!(asks[0].permission, "external_directory");
     assert_eq!(asks[0].patterns, vec![format!("{}/*", outside.path().display())]);
 }
+
+/// A safety net for the calls below: today's code blocked on them or read for many seconds.
+const PATIENCE: std::time::Duration = std::time::Duration::from_secs(20);
+
+async fn bounded<T>(what: &str, call: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, call)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no answer within {PATIENCE:?}"))
+}
+
+/// Peak resident memory of this process so far, in KiB.
+fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_refuses_fifos_devices_and_sockets_instead_of_hanging() {
+    let env = Env::new();
+    let fifo = env.path("pipe");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    // Whenever a reader opens the pipe (the old code did, then waited forever for a writer), this
+    // writer opens and closes it, so the reader gets an end of file instead of hanging the test. With
+    // nobody reading, the thread waits in `open` until the process exits.
+    let writer_side = fifo.clone();
+    std::thread::spawn(move || {
+        while let Ok(file) = std::fs::OpenOptions::new().write(true).open(&writer_side) {
+            drop(file);
+        }
+    });
+    let socket = env.path("agent.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let cases = [
+        (fifo.display().to_string(), "a named pipe (FIFO)"),
+        ("/dev/zero".to_owned(), "a character device"),
+        (socket.display().to_string(), "a socket"),
+    ];
+    for (path, what) in cases {
+        let message = bounded(&path, env.fail("read", json!({"filePath": path}))).await;
+        assert_eq!(
+            message,
+            format!(
+                "Cannot read {path}: it is {what}, not a regular file (reading it could block forever or never end)"
+            )
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_of_a_huge_sparse_file_reads_only_what_it_returns() {
+    let env = Env::new();
+    // Ten thousand lines of text (well past the 4 KiB binary sniff), then a 2 GiB hole: NUL bytes
+    // without a newline that cost no disk.
+    let text: String = (1..=10_000).map(|i| format!("entry {i}\n")).collect();
+    let path = env.write("huge.log", &text);
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 << 30).unwrap();
+
+    let out = bounded("read of a 2 GiB sparse file", env.ok("read", json!({"filePath": "huge.log"}))).await;
+    assert!(out.output.contains("<content>\n1: entry 1\n2: entry 2\n"), "{}", &out.output[..200]);
+    assert!(
+        out.output.ends_with(
+            "\n2000: entry 2000\n\n(Showing lines 1-2000. Use offset=2001 to continue.)\n</content>"
+        ),
+        "{}",
+        &out.output[out.output.len() - 200..]
+    );
+    assert_eq!(out.metadata["truncated"], json!(true));
+    let out =
+        bounded("a later page", env.ok("read", json!({"filePath": "huge.log", "offset": 9998, "limit": 2})))
+            .await;
+    assert!(
+        out.output.contains("<content>\n9998: entry 9998\n9999: entry 9999\n\n(Showing lines 9998-9999.")
+    );
+
+    // Fewer lines than a page: the hole is the next line. It is shown cut and ends the page; nothing
+    // of it past the cut is read.
+    let text: String = (1..=500).map(|i| format!("entry {i}\n")).collect();
+    let path = env.write("short.log", &text);
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(2 << 30).unwrap();
+    let out = bounded("a page that reaches the hole", env.ok("read", json!({"filePath": "short.log"}))).await;
+    assert!(out.output.contains("\n500: entry 500\n501: \0\0\0"), "{}", &out.output[..200]);
+    assert!(
+        out.output.ends_with(
+            "... (line truncated to 2000 chars)\n\n(Showing lines 1-501. Use offset=502 to continue.)\n</content>"
+        ),
+        "{}",
+        &out.output[out.output.len() - 200..]
+    );
+    // The old code read the hole into memory as one line; streaming keeps the peak far below its size.
+    let peak_mib = peak_rss_kib() / 1024;
+    assert!(peak_mib < 1024, "peak memory {peak_mib} MiB while reading a 2 GiB file");
+}
+
+#[tokio::test]
+async fn read_skips_the_rest_of_a_long_line_and_goes_on() {
+    let env = Env::new();
+    // A minified line of 100 KB between two short ones.
+    env.write("min.js", format!("a\n{}\nb\n", "x".repeat(100_000)));
+    let out = env.ok("read", json!({"filePath": "min.js"})).await;
+    assert!(
+        out.output.ends_with(&format!(
+            "1: a\n2: {}... (line truncated to 2000 chars)\n3: b\n\n(End of file - total 3 lines)\n</content>",
+            "x".repeat(2000)
+        )),
+        "{}",
+        &out.output[out.output.len() - 200..]
+    );
+}

@@ -17,7 +17,7 @@ use super::io_failure;
 use crate::locks::FileLocks;
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
-use crate::text::{FileText, count_changes, read_optional, unified_diff};
+use crate::text::{FileText, count_changes, read_for_edit, read_optional, unified_diff};
 use crate::{Grant, PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
 use parse::Hunk;
 
@@ -167,7 +167,7 @@ async fn plan(ctx: &ToolContext, hunks: &[Hunk]) -> Result<Vec<Planned>, ToolFai
         let change = match hunk {
             Hunk::Add { path, contents } => {
                 let path = paths::resolve(ctx, path);
-                let existing = current(&staged, &path).await?;
+                let existing = current(&staged, &path, Purpose::Show).await?;
                 Planned {
                     kind: Kind::Add,
                     bom: existing.as_ref().is_some_and(|f| f.bom),
@@ -179,7 +179,8 @@ async fn plan(ctx: &ToolContext, hunks: &[Hunk]) -> Result<Vec<Planned>, ToolFai
             }
             Hunk::Delete { path } => {
                 let path = paths::resolve(ctx, path);
-                let existing = current(&staged, &path).await?.ok_or_else(|| missing("delete", &path))?;
+                let existing =
+                    current(&staged, &path, Purpose::Show).await?.ok_or_else(|| missing("delete", &path))?;
                 Planned {
                     kind: Kind::Delete,
                     bom: existing.bom,
@@ -191,7 +192,9 @@ async fn plan(ctx: &ToolContext, hunks: &[Hunk]) -> Result<Vec<Planned>, ToolFai
             }
             Hunk::Update { path: raw, move_to, chunks } => {
                 let path = paths::resolve(ctx, raw);
-                let existing = current(&staged, &path).await?.ok_or_else(|| missing("update", &path))?;
+                let existing = current(&staged, &path, Purpose::Rewrite)
+                    .await?
+                    .ok_or_else(|| missing("update", &path))?;
                 let after = apply::apply_chunks(&existing.text, raw, chunks)
                     .map_err(|e| ToolFailure::Failed(format!("apply_patch verification failed: {e}")))?;
                 let move_to = move_to.as_ref().map(|dest| paths::resolve(ctx, dest));
@@ -217,6 +220,7 @@ async fn plan(ctx: &ToolContext, hunks: &[Hunk]) -> Result<Vec<Planned>, ToolFai
 async fn current(
     staged: &HashMap<PathBuf, Option<FileText>>,
     path: &Path,
+    purpose: Purpose,
 ) -> Result<Option<FileText>, ToolFailure> {
     if let Some(planned) = staged.get(path) {
         return Ok(planned.clone());
@@ -227,7 +231,20 @@ async fn current(
             path.display()
         )));
     }
-    read_optional(path).await.map_err(|e| io_failure("read", path, &e))
+    match purpose {
+        Purpose::Rewrite => read_for_edit(path).await,
+        Purpose::Show => read_optional(path).await.map_err(|e| io_failure("read", path, &e)),
+    }
+}
+
+/// What a hunk does with the current text of its file.
+#[derive(Debug, Clone, Copy)]
+enum Purpose {
+    /// Changes it in place: the text must be exactly the file's bytes, so a file that is not UTF-8 is
+    /// refused (a lossy decode would be written back with every invalid byte replaced).
+    Rewrite,
+    /// Only shows it in the diff: the file is replaced whole or deleted.
+    Show,
 }
 
 fn missing(action: &str, path: &Path) -> ToolFailure {

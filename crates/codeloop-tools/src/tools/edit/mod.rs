@@ -1,6 +1,6 @@
 //! `edit`: replaces `oldString` with `newString` in a file (reference §8.3 edit). Exact match first, then
 //! the fuzzy strategies in [`replacers`]; line endings follow the file and a byte-order mark is kept. One
-//! call at a time per file.
+//! call at a time per file. A file that is not UTF-8 is refused, never rewritten with replaced bytes.
 
 mod replacers;
 
@@ -15,7 +15,7 @@ use super::io_failure;
 use crate::locks::FileLocks;
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
-use crate::text::{FileText, LineEnding, count_changes, read_optional, unified_diff};
+use crate::text::{FileText, LineEnding, count_changes, read_for_edit, unified_diff};
 use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
 
 const DESCRIPTION: &str = "Replace oldString with newString in a file. Read the file first. oldString must match the file \
@@ -114,7 +114,7 @@ impl Tool for EditTool {
 
 /// An empty `oldString` creates a file; an existing non-empty file is refused.
 async fn create(path: &Path, content: &str) -> Result<Change, ToolFailure> {
-    let existing = read_optional(path).await.map_err(|e| io_failure("read", path, &e))?;
+    let existing = read_for_edit(path).await?;
     match existing {
         Some(file) if !file.text.is_empty() => Err(ToolFailure::Failed(format!(
             "File already exists: {}. Use a non-empty oldString to edit it, or the write tool to replace it.",
@@ -132,7 +132,7 @@ async fn modify(path: &Path, params: &Params) -> Result<Change, ToolFailure> {
     if path.is_dir() {
         return Err(ToolFailure::Failed(format!("Path is a directory, not a file: {}", path.display())));
     }
-    let Some(file) = read_optional(path).await.map_err(|e| io_failure("read", path, &e))? else {
+    let Some(file) = read_for_edit(path).await? else {
         return Err(ToolFailure::Failed(format!("File not found: {}", path.display())));
     };
     let ending = LineEnding::detect(&file.text);

@@ -1,5 +1,7 @@
 //! `read`: a file with line numbers, a directory listing, or an image/PDF as an attachment (reference §8.3
 //! read). Asks `external_directory` outside the project, then `read` with the project-relative path.
+//! Refuses FIFOs, devices and sockets (they can block or never end) and reads no more of a file than
+//! it returns.
 
 mod content;
 pub(crate) mod sniff;
@@ -101,6 +103,12 @@ impl Tool for ReadTool {
             let listing = content::list_directory(&path, offset, limit).await?;
             return Ok(output(title, listing.text, listing.preview, listing.truncated));
         }
+        if let Some(what) = special_file(&meta) {
+            return Err(ToolFailure::Failed(format!(
+                "Cannot read {}: it is {what}, not a regular file (reading it could block forever or never end)",
+                path.display()
+            )));
+        }
         let head = read_head(&path).await?;
         if let Some(mime) = sniff::media_type(&head) {
             return attachment(title, &path, mime, meta.len()).await;
@@ -122,6 +130,31 @@ fn output(title: String, text: String, preview: String, truncated: bool) -> Tool
     }
 }
 
+/// What a path is when it is none of the things `read` can return: opening a FIFO waits for a writer,
+/// a device or socket may never end.
+#[cfg(unix)]
+fn special_file(meta: &std::fs::Metadata) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_fifo() {
+        Some("a named pipe (FIFO)")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        None
+    }
+}
+
+#[cfg(not(unix))]
+fn special_file(meta: &std::fs::Metadata) -> Option<&'static str> {
+    (!meta.is_file()).then_some("a special file")
+}
+
+/// The first [`SNIFF_BYTES`] of the file, for the binary and media sniff (never more).
 async fn read_head(path: &Path) -> Result<Vec<u8>, ToolFailure> {
     let mut file = tokio::fs::File::open(path).await.map_err(|e| io_failure("read", path, &e))?;
     let mut head = vec![0u8; SNIFF_BYTES];
