@@ -13,6 +13,7 @@ use codeloop_core::{Delivery, Engine, PromptInput, RunError, RunOutcome, StopRea
 use codeloop_store::SessionFilter;
 use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
+use tokio::time::Instant;
 
 use crate::render::Renderer;
 use crate::terminal::for_stderr;
@@ -131,9 +132,18 @@ fn pick_session(
     }
 }
 
-/// Events rendered before stdout is written out, at most: a fast stream is written in chunks, a slow one
-/// event by event.
+/// Events rendered before stdout is written out, at most.
 const RENDER_BATCH: usize = 1024;
+/// Stdout is written out at most this often while text streams (about 60 times a second).
+const FRAME: std::time::Duration = std::time::Duration::from_millis(16);
+
+/// Waits for `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
 
 /// Runs the prompt while rendering events; Ctrl+C / SIGTERM abort cleanly.
 pub async fn drive(
@@ -151,6 +161,8 @@ pub async fn drive(
     // The signal that interrupted the run: SIGINT exits 130, SIGTERM 143. A second Ctrl+C quits at once.
     let mut interrupted: Option<u8> = None;
     let mut terminate = signal_terminate();
+    let mut last_flush = Instant::now();
+    let mut flush_at: Option<Instant> = None;
     let result = loop {
         tokio::select! {
             result = &mut prompt => break result,
@@ -160,7 +172,8 @@ pub async fn drive(
                     Err(RecvError::Lagged(skipped)) => renderer.lagged(skipped),
                     Err(RecvError::Closed) => {}
                 }
-                // Render what is already queued, then write it out at once.
+                // Render what is already queued, then write it out at most once per frame: a fast
+                // stream becomes one write per frame instead of one per delta.
                 for _ in 0..RENDER_BATCH {
                     match events.try_recv() {
                         Ok(event) => renderer.event(&event),
@@ -168,7 +181,17 @@ pub async fn drive(
                         Err(_) => break,
                     }
                 }
+                if last_flush.elapsed() >= FRAME {
+                    renderer.flush();
+                    last_flush = Instant::now();
+                } else if flush_at.is_none() {
+                    flush_at = Some(last_flush + FRAME);
+                }
+            }
+            _ = sleep_until_some(flush_at) => {
                 renderer.flush();
+                last_flush = Instant::now();
+                flush_at = None;
             }
             _ = tokio::signal::ctrl_c() => {
                 if interrupted.is_some() {
