@@ -736,6 +736,8 @@ pub const HELP: &str = "Commands:
   /export            write the session as JSON to a file
   /help              this list
   /quit              leave (Ctrl+C twice does too)
-Keys: Enter sends · Alt+Enter new line · Enter while busy queues · Esc interrupts · Up/Down history
-      PgUp/PgDn or the mouse wheel scroll · Ctrl+T shows reasoning · Ctrl+C clears the input, twice quits
+Keys:
+  Enter sends · Alt+Enter new line · Enter while a run is busy queues · Esc interrupts the run
+  Up/Down: history (input empty) · PgUp/PgDn, mouse wheel: scroll · Ctrl+T: show reasoning
+  Ctrl+C clears the input; twice quits
 Permission prompts: y once · a always · n reject · m reject with a message";

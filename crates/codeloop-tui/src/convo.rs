@@ -3,6 +3,7 @@
 //! rendered lines are cached until it changes.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use codeloop_store::MessageWithParts;
 use codeloop_types::{Message, MessageId, Part, PartId, PartKind, Session};
@@ -45,7 +46,15 @@ pub struct Entry {
 #[derive(Debug, Clone)]
 pub enum Item {
     Message(MessageId),
-    Notice(Notice),
+    /// A notice with its version (unique, so rendered lines are never confused).
+    Notice(u64, Notice),
+}
+
+/// Versions are unique across conversations: a reloaded conversation never reuses a cached rendering.
+static VERSIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_version() -> u64 {
+    VERSIONS.fetch_add(1, Ordering::Relaxed)
 }
 
 #[derive(Default)]
@@ -53,8 +62,6 @@ pub struct Conversation {
     pub session: Option<Session>,
     pub items: Vec<Item>,
     pub messages: HashMap<MessageId, Entry>,
-    /// Which message each live part belongs to (deltas name both, but a lookup is cheaper).
-    next_version: u64,
 }
 
 impl Conversation {
@@ -71,12 +78,11 @@ impl Conversation {
     }
 
     fn bump(&mut self) -> u64 {
-        self.next_version += 1;
-        self.next_version
+        next_version()
     }
 
     pub fn notice(&mut self, notice: Notice) {
-        self.items.push(Item::Notice(notice));
+        self.items.push(Item::Notice(next_version(), notice));
     }
 
     fn entry(&mut self, id: &MessageId) -> &mut Entry {
@@ -160,7 +166,7 @@ impl Conversation {
                 }
                 _ => None,
             },
-            Item::Notice(_) => None,
+            Item::Notice(..) => None,
         })
     }
 
@@ -171,7 +177,7 @@ impl Conversation {
                 Message::Assistant(a) => Some(a.error.as_ref().map(|e| e.message().to_owned())),
                 Message::User(_) => None,
             },
-            Item::Notice(_) => None,
+            Item::Notice(..) => None,
         })?
     }
 

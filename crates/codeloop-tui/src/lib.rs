@@ -193,7 +193,10 @@ impl Ctx {
         let tx = self.tx.clone();
         let directory = self.directory.clone();
         tokio::spawn(async move {
-            if let Some(outcome) = perform(client.as_ref(), &directory, action).await {
+            tracing::debug!(?action, "action");
+            let outcome = perform(client.as_ref(), &directory, action).await;
+            tracing::debug!(?outcome, "outcome");
+            if let Some(outcome) = outcome {
                 let _ = tx.send(outcome).await;
             }
         });

@@ -16,7 +16,7 @@ use unicode_width::UnicodeWidthStr;
 use crate::app::{App, PermissionMode, RunState};
 use crate::convo::{Entry, Item, NoticeKind};
 use crate::markdown;
-use crate::wrap::{truncate, wrap, wrap_chars};
+use crate::wrap::{truncate, wrap};
 
 /// Rows of a tool's output shown under its card.
 const PREVIEW_ROWS: usize = 4;
@@ -76,8 +76,8 @@ pub fn draw(frame: &mut Frame, app: &mut App, cache: &mut Cache) {
 fn draw_conversation(frame: &mut Frame, app: &mut App, cache: &mut Cache, area: Rect) {
     let mut fresh: HashMap<CacheKey, Vec<Line<'static>>> = HashMap::new();
     let mut heights = Vec::with_capacity(app.convo.items.len());
-    for (index, item) in app.convo.items.iter().enumerate() {
-        let key = cache_key(app, index, item, area.width);
+    for item in &app.convo.items {
+        let key = cache_key(app, item, area.width);
         let lines = match cache.items.remove(&key) {
             Some(lines) => lines,
             None => item_lines(app, item, area.width),
@@ -103,7 +103,7 @@ fn draw_conversation(frame: &mut Frame, app: &mut App, cache: &mut Cache, area: 
     for (index, item) in app.convo.items.iter().enumerate() {
         let height = heights[index];
         if row + height > top && row < top + page {
-            let key = cache_key(app, index, item, area.width);
+            let key = cache_key(app, item, area.width);
             if let Some(lines) = fresh.get(&key) {
                 let skip = top.saturating_sub(row);
                 let take = (top + page).saturating_sub(row.max(top));
@@ -142,7 +142,7 @@ fn welcome(app: &App) -> Vec<Line<'static>> {
     ]
 }
 
-fn cache_key(app: &App, index: usize, item: &Item, width: u16) -> CacheKey {
+fn cache_key(app: &App, item: &Item, width: u16) -> CacheKey {
     match item {
         Item::Message(id) => CacheKey {
             item: id.to_string(),
@@ -151,15 +151,15 @@ fn cache_key(app: &App, index: usize, item: &Item, width: u16) -> CacheKey {
             hidden: app.convo.is_hidden(id),
             reasoning: app.show_reasoning,
         },
-        Item::Notice(_) => {
-            CacheKey { item: format!("#{index}"), version: 0, width, hidden: false, reasoning: false }
+        Item::Notice(version, _) => {
+            CacheKey { item: String::new(), version: *version, width, hidden: false, reasoning: false }
         }
     }
 }
 
 fn item_lines(app: &App, item: &Item, width: u16) -> Vec<Line<'static>> {
     match item {
-        Item::Notice(notice) => {
+        Item::Notice(_, notice) => {
             let (mark, style) = match notice.kind {
                 NoticeKind::Info => ("· ", DIM),
                 NoticeKind::Warning => ("! ", WARN),
@@ -167,13 +167,11 @@ fn item_lines(app: &App, item: &Item, width: u16) -> Vec<Line<'static>> {
             };
             let mut lines = Vec::new();
             for (i, text) in notice.text.lines().enumerate() {
-                let first = [Span::styled(if i == 0 { mark } else { "  " }, style)];
-                lines.extend(wrap_chars(
-                    &first,
-                    &[Span::raw("  ")],
-                    &[Span::styled(text.to_owned(), style)],
-                    width,
-                ));
+                let body = text.trim_start();
+                let indent = " ".repeat(2 + text.len() - body.len());
+                let first = if i == 0 { Span::styled(mark, style) } else { Span::raw(indent.clone()) };
+                let rest = Span::raw(indent + "  ");
+                lines.extend(wrap(&[first], &[rest], &[Span::styled(body.to_owned(), style)], width));
             }
             lines.push(Line::default());
             lines
@@ -330,7 +328,9 @@ pub fn tool_card(tool: &ToolPart, width: u16) -> Vec<Line<'static>> {
     ];
     let state_text = state.map(|s| format!("  {s}")).unwrap_or_default();
     let room = w.saturating_sub(tool.tool.width() + 3 + state_text.width());
-    head.push(Span::raw(truncate(&detail, room.max(1))));
+    if !detail.is_empty() {
+        head.push(Span::raw(truncate(&detail, room.max(1))));
+    }
     if !state_text.is_empty() {
         head.push(Span::styled(state_text, DIM));
     }
@@ -585,11 +585,12 @@ fn draw_input(frame: &mut Frame, app: &App, area: Rect, lines: Vec<Line<'static>
     }
 }
 
-/// The status line: state, model, agent, context used, cost, session id.
+/// The status line: state, model, agent, context used, cost, session id. When it does not fit, labels
+/// get shorter, then the least needed parts go (the session id goes last).
 pub fn status_line(app: &App, width: u16) -> Line<'static> {
     let bar = Style::new().fg(Color::White).bg(Color::DarkGray);
-    let mut parts: Vec<(String, Style)> = Vec::new();
-    let state = match &app.state {
+    let w = usize::from(width);
+    let (state, state_style) = match &app.state {
         RunState::Idle => ("idle".to_owned(), bar),
         RunState::Busy => ("● busy".to_owned(), bar.fg(Color::Yellow)),
         RunState::Retry { attempt, max_attempts, next, .. } => {
@@ -597,42 +598,58 @@ pub fn status_line(app: &App, width: u16) -> Line<'static> {
             (format!("retrying in {wait:.0} s (attempt {attempt}/{max_attempts})"), bar.fg(Color::LightRed))
         }
     };
-    parts.push(state);
+    let model = app.current_model().map_or("no model".to_owned(), ToString::to_string);
+    let agent = app.current_agent().unwrap_or("build").to_owned();
+    let percent = app.context_percent().map_or("–".to_owned(), |p| p.to_string());
+    let cost = format!("${:.4}", app.convo.session.as_ref().map_or(0.0, |s| s.cost));
+    let id = app.session_id().map_or("no session".to_owned(), ToString::to_string);
+    // (text, style, priority: higher stays longer)
+    let state_priority = if app.busy() { 9 } else { 5 };
+    let mut parts: Vec<(String, Style, u8)> = vec![(state, state_style, state_priority)];
     if app.queued > 0 {
-        parts.push((format!("{} queued", app.queued), bar.fg(Color::Yellow)));
+        parts.push((format!("{} queued", app.queued), bar.fg(Color::Yellow), 3));
     }
     if app.quit_armed {
-        parts.push(("Ctrl+C again to quit".to_owned(), bar.fg(Color::LightRed)));
+        parts.push(("Ctrl+C again to quit".to_owned(), bar.fg(Color::LightRed), 10));
     }
-    let model = app.current_model().map_or("no model".to_owned(), ToString::to_string);
-    parts.push((model, bar.add_modifier(Modifier::BOLD)));
-    parts.push((format!("agent {}", app.current_agent().unwrap_or("build")), bar));
-    let context = match app.context_percent() {
-        Some(p) => format!("{p}% context"),
-        None => "–% context".to_owned(),
+    let long = [
+        (model.clone(), bar.add_modifier(Modifier::BOLD), 7),
+        (format!("agent {agent}"), bar, 4),
+        (format!("{percent}% context"), bar, 6),
+        (cost.clone(), bar, 2),
+        (id.clone(), bar.fg(Color::Gray), 8),
+    ];
+    let short = [
+        (model, bar.add_modifier(Modifier::BOLD), 7),
+        (agent, bar, 4),
+        (format!("ctx {percent}%"), bar, 6),
+        (cost, bar, 2),
+        (id, bar.fg(Color::Gray), 8),
+    ];
+    let sep = " · ";
+    let fits = |parts: &[(String, Style, u8)]| {
+        1 + parts.iter().map(|(t, _, _)| t.width()).sum::<usize>()
+            + sep.width() * parts.len().saturating_sub(1)
+            <= w
     };
-    parts.push((context, bar));
-    let cost = app.convo.session.as_ref().map_or(0.0, |s| s.cost);
-    parts.push((format!("${cost:.4}"), bar));
-    parts.push((app.session_id().map_or("no session".to_owned(), ToString::to_string), bar.fg(Color::Gray)));
+    let mut chosen: Vec<(String, Style, u8)> = parts.iter().cloned().chain(long).collect();
+    if !fits(&chosen) {
+        chosen = parts.into_iter().chain(short).collect();
+    }
+    while !fits(&chosen) && chosen.len() > 1 {
+        let lowest = chosen.iter().enumerate().min_by_key(|(_, p)| p.2).map_or(0, |(i, _)| i);
+        chosen.remove(lowest);
+    }
     let mut spans = vec![Span::styled(" ", bar)];
     let mut used = 1;
-    let w = usize::from(width);
-    for (i, (text, style)) in parts.into_iter().enumerate() {
-        let sep = if i == 0 { "" } else { " │ " };
-        let need = sep.width() + text.width();
-        if used + need > w {
-            let room = w.saturating_sub(used + sep.width());
-            if room > 3 {
-                spans.push(Span::styled(sep, bar));
-                spans.push(Span::styled(truncate(&text, room), style));
-                used += sep.width() + room;
-            }
-            break;
+    for (i, (text, style, _)) in chosen.into_iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(sep, bar));
+            used += sep.width();
         }
-        spans.push(Span::styled(sep, bar));
+        let text = truncate(&text, w.saturating_sub(used));
+        used += text.width();
         spans.push(Span::styled(text, style));
-        used += need;
     }
     spans.push(Span::styled(" ".repeat(w.saturating_sub(used)), bar));
     Line::from(spans)
