@@ -65,7 +65,12 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
             (Arc::new(LocalClient::new(opened)), OnQuit::Interrupt)
         }
     };
-    let options = Options { directory: dir, start, model, agent: args.agent, on_quit, warnings };
+    let command = match &args.attach {
+        Some(url) => format!("codeloop --attach {url}"),
+        None => "codeloop".to_owned(),
+    };
+    let options =
+        Options { directory: dir, start, model, agent: args.agent, on_quit, warnings, prompt: None, command };
     codeloop_tui::run(client, options).await?;
     if let Some(engine) = engine {
         engine.flush().await?;

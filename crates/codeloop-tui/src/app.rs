@@ -410,6 +410,12 @@ impl App {
         }
     }
 
+    /// Sends `text` as if typed and entered.
+    pub fn send_text(&mut self, text: &str) -> Vec<Action> {
+        self.editor.set(text);
+        self.submit()
+    }
+
     fn submit(&mut self) -> Vec<Action> {
         if self.editor.text().trim().is_empty() {
             return Vec::new();
@@ -663,7 +669,16 @@ impl App {
                 self.convo.part_delta(&message_id, &part_id, &delta);
             }
             EventPayload::SessionStatus { session_id, status } if self.mine(&session_id) => {
-                self.state = run_state(status);
+                let state = run_state(status);
+                if let RunState::Retry { attempt, max_attempts, message, next } = &state
+                    && !matches!(&self.state, RunState::Retry { attempt: a, .. } if a == attempt)
+                {
+                    let wait = (*next - codeloop_types::now_ms()).max(0) as f64 / 1000.0;
+                    self.convo.notice(Notice::warning(format!(
+                        "retrying in {wait:.0} s (attempt {attempt}/{max_attempts}): {message}"
+                    )));
+                }
+                self.state = state;
             }
             EventPayload::SessionIdle { session_id } if self.mine(&session_id) => {
                 self.state = RunState::Idle;

@@ -65,6 +65,10 @@ pub struct Options {
     pub on_quit: OnQuit,
     /// Shown first in the conversation (config warnings).
     pub warnings: Vec<String>,
+    /// Sent as soon as the UI is up (the demo's task).
+    pub prompt: Option<String>,
+    /// How to reopen the UI, for the hint printed on exit (`codeloop`, or with `--attach URL`).
+    pub command: String,
 }
 
 /// Runs the UI until the person quits. Errors before the terminal is taken over (no session to
@@ -78,6 +82,10 @@ pub async fn run(client: Arc<dyn Client>, options: Options) -> anyhow::Result<()
     let actions = app.outcome(opened);
     for warning in &options.warnings {
         app.convo.notice(Notice::warning(warning.clone()));
+    }
+    let mut actions = actions;
+    if let Some(text) = &options.prompt {
+        actions.extend(app.send_text(text));
     }
     let ctx = Ctx { client: client.clone(), tx, directory: options.directory.clone() };
     for action in actions {
@@ -125,7 +133,7 @@ pub async fn run(client: Arc<dyn Client>, options: Options) -> anyhow::Result<()
     let _ = tokio::time::timeout(QUIT_WAIT, quit(&ctx, &app, options.on_quit)).await;
     drop(guard);
     if let Some(id) = session.filter(|_| app.convo.has_messages()) {
-        eprintln!("session {id} · continue it with: codeloop --session {id}");
+        eprintln!("session {id} · continue it with: {} --session {id}", options.command);
     }
     Ok(())
 }

@@ -363,14 +363,15 @@ pub fn tool_card(tool: &ToolPart, width: u16) -> Vec<Line<'static>> {
         }
         ToolState::Completed(done) => match done.metadata.get("diff").and_then(Value::as_str) {
             Some(diff) if !diff.is_empty() => diff_lines(diff, w, &mut lines),
-            _ => {
-                let output = if done.time.compacted.is_some() {
-                    "[output cleared for the model]"
-                } else {
-                    &done.output
-                };
-                preview(output, PREVIEW_ROWS, DIM, &mut lines);
+            _ if done.time.compacted.is_some() => {
+                preview("[output cleared for the model]", PREVIEW_ROWS, DIM, &mut lines)
             }
+            // A read's output wraps the file in tags: show the file's lines.
+            _ if tool.tool == "read" => {
+                let body: Vec<&str> = done.output.lines().filter(|l| !l.starts_with('<')).collect();
+                preview(&body.join("\n"), PREVIEW_ROWS, DIM, &mut lines);
+            }
+            _ => preview(&done.output, PREVIEW_ROWS, DIM, &mut lines),
         },
         ToolState::Error(error) if !tool.state.is_interrupted() => {
             preview(&error.error, PREVIEW_ROWS, ERROR, &mut lines)
