@@ -138,6 +138,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             warnings: Vec::new(),
             prompt: Some(TASK.to_owned()),
             command: invocation(),
+            log: Some(data_dir.join("tui.log")),
         };
         let client = std::sync::Arc::new(codeloop_tui::LocalClient::new(engine.clone()));
         codeloop_tui::run(client, options).await?;

@@ -108,7 +108,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
-    // Log lines would draw over the UI: it logs only when asked (CODELOOP_LOG, to a redirected stderr).
+    // The UI logs only when asked (CODELOOP_LOG); its stderr goes to tui.log in the data dir meanwhile.
     if !matches!(command, Command::Tui(_)) || std::env::var_os("CODELOOP_LOG").is_some() {
         env::init_tracing();
     }

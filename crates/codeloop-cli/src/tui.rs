@@ -69,8 +69,18 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
         Some(url) => format!("codeloop --attach {url}"),
         None => "codeloop".to_owned(),
     };
-    let options =
-        Options { directory: dir, start, model, agent: args.agent, on_quit, warnings, prompt: None, command };
+    let log = env::data_dir().ok().map(|d| d.join("tui.log"));
+    let options = Options {
+        directory: dir,
+        start,
+        model,
+        agent: args.agent,
+        on_quit,
+        warnings,
+        prompt: None,
+        command,
+        log,
+    };
     codeloop_tui::run(client, options).await?;
     if let Some(engine) = engine {
         engine.flush().await?;

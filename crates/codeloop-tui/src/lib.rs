@@ -69,6 +69,8 @@ pub struct Options {
     pub prompt: Option<String>,
     /// How to reopen the UI, for the hint printed on exit (`codeloop`, or with `--attach URL`).
     pub command: String,
+    /// Where stderr goes while the UI is up (log lines, MCP servers' chatter); `None` leaves it alone.
+    pub log: Option<PathBuf>,
 }
 
 /// Runs the UI until the person quits. Errors before the terminal is taken over (no session to
@@ -76,7 +78,7 @@ pub struct Options {
 pub async fn run(client: Arc<dyn Client>, options: Options) -> anyhow::Result<()> {
     let mut feed = client.subscribe().await?;
     let opened = open_first(client.as_ref(), &options).await?;
-    let mut guard = terminal::Guard::enter().context("cannot set up the terminal")?;
+    let mut guard = terminal::Guard::enter(options.log.as_deref()).context("cannot set up the terminal")?;
     let mut app = App::new(options.directory.clone(), options.model.clone(), options.agent.clone());
     let (tx, mut outcomes) = mpsc::channel::<Outcome>(256);
     let actions = app.outcome(opened);
