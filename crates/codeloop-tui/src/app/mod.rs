@@ -2,17 +2,20 @@
 //! here; every effect is returned as an [`Action`] that the runtime ([`crate::run`]) carries out and
 //! answers with an [`Outcome`]. That keeps the rules testable and the two client modes identical.
 
+mod commands;
+mod events;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 
 use codeloop_store::MessageWithParts;
 use codeloop_types::{
-    EventPayload, Message, MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId,
-    QuestionRequest, Session, SessionId, SessionStatus,
+    MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId, QuestionRequest,
+    Session, SessionId, SessionStatus,
 };
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 
-use crate::client::{Incoming, PermissionAnswer, Prompt};
+use crate::client::{PermissionAnswer, Prompt};
 use crate::convo::{Conversation, Notice};
 use crate::editor::Editor;
 
@@ -443,105 +446,6 @@ impl App {
         vec![Action::Prompt(id, prompt)]
     }
 
-    fn command(&mut self, line: &str) -> Vec<Action> {
-        let (name, arg) = match line.split_once(char::is_whitespace) {
-            Some((name, arg)) => (name, arg.trim()),
-            None => (line, ""),
-        };
-        let id = self.session_id().cloned();
-        let idle = |app: &mut App, what: &str| {
-            if app.busy() {
-                app.convo.notice(Notice::warning(format!(
-                    "a run is active: press Esc to interrupt it, then {what}"
-                )));
-                false
-            } else {
-                true
-            }
-        };
-        match (name, id) {
-            ("new", _) => self.switch_to(None),
-            ("sessions", _) if !arg.is_empty() => self.switch_to(Some(SessionId::from(arg))),
-            ("sessions", _) => vec![Action::ListSessions],
-            ("undo", Some(id)) => {
-                if !idle(self, "/undo") {
-                    return Vec::new();
-                }
-                match self.convo.last_visible_user() {
-                    Some(message) => vec![Action::Revert(id, message)],
-                    None => {
-                        self.convo.notice(Notice::warning("nothing to undo"));
-                        Vec::new()
-                    }
-                }
-            }
-            ("redo", Some(id)) => {
-                if !idle(self, "/redo") {
-                    return Vec::new();
-                }
-                if self.convo.reverted_from().is_none() {
-                    self.convo.notice(Notice::warning("nothing to redo"));
-                    return Vec::new();
-                }
-                vec![Action::Unrevert(id)]
-            }
-            ("compact", Some(id)) => {
-                if !idle(self, "/compact") {
-                    return Vec::new();
-                }
-                self.state = RunState::Busy;
-                self.convo.notice(Notice::info("compacting: summarising the conversation…"));
-                vec![Action::Compact(id)]
-            }
-            ("model", _) if arg.is_empty() => {
-                let current = self.current_model().map_or("(config default)".to_owned(), ToString::to_string);
-                self.convo
-                    .notice(Notice::info(format!("model: {current} (change it with /model provider/model)")));
-                Vec::new()
-            }
-            ("model", _) => match arg.parse::<ModelRef>() {
-                Ok(model) => vec![Action::CheckModel(model)],
-                Err(e) => {
-                    self.convo.notice(Notice::error(e.to_string()));
-                    Vec::new()
-                }
-            },
-            ("agent", _) if arg.is_empty() => {
-                let current = self.current_agent().unwrap_or("build").to_owned();
-                self.convo.notice(Notice::info(format!("agent: {current} (change it with /agent NAME)")));
-                Vec::new()
-            }
-            ("agent", _) => vec![Action::CheckAgent(arg.to_owned())],
-            ("export", Some(id)) => vec![Action::Export(id)],
-            ("help", _) => {
-                self.convo.notice(Notice::info(HELP));
-                Vec::new()
-            }
-            ("quit" | "exit" | "q", _) => {
-                self.quit = true;
-                vec![Action::Quit]
-            }
-            ("undo" | "redo" | "compact" | "export", None) => {
-                self.convo.notice(Notice::error("no session is open yet"));
-                Vec::new()
-            }
-            (other, _) => {
-                self.convo
-                    .notice(Notice::error(format!("unknown command /{other}: /help lists the commands")));
-                Vec::new()
-            }
-        }
-    }
-
-    /// Leaves the current session for another (or a new one); an empty session this UI created is
-    /// deleted so switching leaves no litter.
-    fn switch_to(&mut self, target: Option<SessionId>) -> Vec<Action> {
-        if target.is_some() && target.as_ref() == self.session_id() {
-            return Vec::new();
-        }
-        vec![Action::Open(target)]
-    }
-
     /// Actions to take before quitting.
     pub fn on_quit(&self) -> Vec<Action> {
         match self.session_id() {
@@ -615,118 +519,9 @@ impl App {
             }
         }
     }
-
-    // ---- engine events ----
-
-    pub fn incoming(&mut self, incoming: Incoming) -> Vec<Action> {
-        match incoming {
-            Incoming::Event(event) => self.event(event.payload.clone()),
-            Incoming::Resync => self.session_id().cloned().map(Action::Reload).into_iter().collect(),
-            Incoming::Closed(message) => {
-                self.convo.notice(Notice::error(format!("lost the server: {message}")));
-                Vec::new()
-            }
-        }
-    }
-
-    fn mine(&self, session: &SessionId) -> bool {
-        Some(session) == self.session_id()
-    }
-
-    pub fn event(&mut self, payload: EventPayload) -> Vec<Action> {
-        match payload {
-            EventPayload::SessionCreated { info, .. }
-                if info.parent_id.as_ref().is_some_and(|p| self.mine(p) || self.children.contains(p)) =>
-            {
-                self.children.insert(info.id.clone());
-            }
-            EventPayload::SessionUpdated { session_id, info } if self.mine(&session_id) => {
-                let model_changed = self.convo.session.as_ref().map(|s| &s.model) != Some(&info.model);
-                self.convo.session = Some(info);
-                if model_changed {
-                    return self.lookups();
-                }
-            }
-            EventPayload::SessionDeleted { session_id } if self.mine(&session_id) => {
-                self.convo.notice(Notice::warning("this session was deleted elsewhere: /new or /sessions"));
-            }
-            EventPayload::MessageUpdated { session_id, info } if self.mine(&session_id) => {
-                if matches!(info, Message::User(_))
-                    && !self.convo.messages.contains_key(info.id())
-                    && self.queued > 0
-                    && self.busy()
-                {
-                    self.queued -= 1;
-                }
-                self.convo.message_updated(info);
-            }
-            EventPayload::PartUpdated { session_id, part } if self.mine(&session_id) => {
-                self.convo.part_updated(part);
-            }
-            EventPayload::PartDelta { session_id, message_id, part_id, delta, .. }
-                if self.mine(&session_id) =>
-            {
-                self.convo.part_delta(&message_id, &part_id, &delta);
-            }
-            EventPayload::SessionStatus { session_id, status } if self.mine(&session_id) => {
-                let state = run_state(status);
-                if let RunState::Retry { attempt, max_attempts, message, next } = &state
-                    && !matches!(&self.state, RunState::Retry { attempt: a, .. } if a == attempt)
-                {
-                    let wait = (*next - codeloop_types::now_ms()).max(0) as f64 / 1000.0;
-                    self.convo.notice(Notice::warning(format!(
-                        "retrying in {wait:.0} s (attempt {attempt}/{max_attempts}): {message}"
-                    )));
-                }
-                self.state = state;
-            }
-            EventPayload::SessionIdle { session_id } if self.mine(&session_id) => {
-                self.state = RunState::Idle;
-                self.queued = 0;
-            }
-            EventPayload::SessionError { session_id: Some(session_id), error }
-                if self.mine(&session_id)
-                    && !error.is_aborted()
-                    && self.convo.last_error().as_deref() != Some(error.message()) =>
-            {
-                self.convo.notice(Notice::error(error.message().to_owned()));
-            }
-            EventPayload::SessionCompacted { session_id } if self.mine(&session_id) => {
-                self.convo.notice(Notice::info("context compacted: older messages were summarised"));
-            }
-            EventPayload::PermissionAsked(request)
-                if self.mine(&request.session_id) || self.children.contains(&request.session_id) =>
-            {
-                self.permissions.retain(|p| p.id != request.id);
-                self.permissions.push_back(request);
-            }
-            EventPayload::PermissionReplied { request_id, .. } => {
-                let front = self.permissions.front().map(|p| p.id.clone());
-                self.permissions.retain(|p| p.id != request_id);
-                if front.as_ref() == Some(&request_id) {
-                    self.permission_mode = PermissionMode::Choosing;
-                }
-            }
-            EventPayload::QuestionAsked(request)
-                if self.mine(&request.session_id) || self.children.contains(&request.session_id) =>
-            {
-                self.questions.retain(|q| q.id != request.id);
-                self.questions.push_back(request);
-            }
-            EventPayload::QuestionReplied { request_id, .. }
-            | EventPayload::QuestionRejected { request_id, .. } => {
-                if self.questions.front().is_some_and(|q| q.id == request_id) {
-                    self.answers.clear();
-                }
-                self.questions.retain(|q| q.id != request_id);
-            }
-            _ => {}
-        }
-        Vec::new()
-    }
 }
 
-fn run_state(status: SessionStatus) -> RunState {
+pub(crate) fn run_state(status: SessionStatus) -> RunState {
     match status {
         SessionStatus::Idle => RunState::Idle,
         SessionStatus::Busy => RunState::Busy,
@@ -740,19 +535,5 @@ fn first_line(text: &str) -> &str {
     text.lines().find(|l| !l.trim().is_empty()).unwrap_or("")
 }
 
-pub const HELP: &str = "Commands:
-  /new               start a new session
-  /sessions [ID]     list this directory's sessions (Enter switches), or switch to ID
-  /undo              revert the last turn: its messages and the files it changed
-  /redo              bring back what /undo took away
-  /compact           summarise the conversation now
-  /model P/M         use another model, e.g. /model openai/gpt-4.1
-  /agent NAME        use another agent (build, plan, …)
-  /export            write the session as JSON to a file
-  /help              this list
-  /quit              leave (Ctrl+C twice does too)
-Keys:
-  Enter sends · Alt+Enter new line · Enter while a run is busy queues · Esc interrupts the run
-  Up/Down: history (input empty) · PgUp/PgDn, mouse wheel: scroll · Ctrl+T: show reasoning
-  Ctrl+C clears the input; twice quits
-Permission prompts: y once · a always · n reject · m reject with a message";
+#[cfg(test)]
+mod tests;
