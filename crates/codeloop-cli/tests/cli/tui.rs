@@ -289,3 +289,71 @@ fn undo_removes_a_file_the_turn_wrote_and_redo_brings_it_back() {
     tui.wait_for("Wrote notes.txt.");
     assert!(project.join("notes.txt").exists());
 }
+
+/// `codeloop serve` on a free port, killed when dropped.
+struct Server {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Server {
+    fn start(env: &Env, config: &Path) -> Server {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codeloop"))
+            .args(["serve", "--port", "0"])
+            .current_dir(env.project.path())
+            .env("CODELOOP_DATA_DIR", env.data.path())
+            .env("HOME", env.home.path())
+            .env("CODELOOP_CONFIG", config)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("XDG_DATA_HOME")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("listening on ") {
+            line.clear();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "the server did not start");
+        }
+        let url = line.split("listening on ").nth(1).unwrap().split_whitespace().next().unwrap().to_owned();
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Server { child, url }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn attached_to_a_server_two_uis_share_one_session_live() {
+    let env = Env::new();
+    let (_runtime, fake) = fake(Script::new([
+        Turn::from(Reply::tool_call(
+            "bash",
+            json!({"command": "echo from-the-server", "description": "echo"}),
+        )),
+        Turn::from(Reply::text("Served answer.")),
+    ]));
+    let config = env.config(&fake.base_url(), "[permission]\nbash = \"ask\"\n");
+    let server = Server::start(&env, &config);
+    let mut first = Tui::start(&env, &config, &["--attach", &server.url]);
+    let screen = first.wait_for("Type a message");
+    let id = screen.split_whitespace().find(|w| w.starts_with("ses_")).unwrap().to_owned();
+    let second = Tui::start(&env, &config, &["--attach", &server.url, "--session", &id]);
+    second.wait_for(&id);
+    first.type_line("over http");
+    // The prompt shows in both; either may answer it.
+    first.wait_for("reject with a message");
+    second.wait_for("reject with a message");
+    first.send("y");
+    first.wait_for("Served answer.");
+    let screen = second.wait_for("Served answer.");
+    assert!(screen.contains("│ from-the-server") && screen.contains("▌ over http"), "{screen}");
+    second.wait_until("the prompt to be gone in the other UI", |s| !s.contains("reject with a message"));
+}
