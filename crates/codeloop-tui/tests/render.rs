@@ -226,3 +226,54 @@ fn the_status_line_shows_model_agent_context_cost_session_and_state() {
     let retry = screen(&mut app, 100, 6);
     insta::assert_snapshot!(format!("{idle}---\n{retry}"));
 }
+
+#[test]
+fn page_up_scrolls_back_and_page_down_returns_to_the_end() {
+    let history: Vec<MessageWithParts> =
+        (0..40).map(|n| user(&format!("msg_{n:04}"), &format!("message number {n}"))).collect();
+    let mut app = app(history);
+    let bottom = screen(&mut app, 40, 12);
+    assert!(bottom.contains("message number 39"), "{bottom}");
+    app.key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::PageUp));
+    let back = screen(&mut app, 40, 12);
+    assert!(!back.contains("message number 39") && back.contains("more rows"), "{back}");
+    // New output while scrolled back does not move the view.
+    app.event(EventPayload::MessageUpdated { session_id: SESSION.into(), info: assistant("msg_9999", 10) });
+    assert_eq!(screen(&mut app, 40, 12), back);
+    app.key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::PageDown));
+    let again = screen(&mut app, 40, 12);
+    assert!(again.contains("message number 39") && !again.contains("more rows"), "{again}");
+}
+
+#[test]
+fn a_ten_thousand_part_session_draws_only_what_is_visible() {
+    let mut history = Vec::new();
+    for n in 0..2_000 {
+        history.push(user(&format!("msg_{n:05}a"), &format!("question {n}")));
+        let id = format!("msg_{n:05}b");
+        let parts = (0..4)
+            .map(|k| {
+                tool(
+                    &id,
+                    &format!("prt_{n:05}{k}"),
+                    "bash",
+                    json!({"status": "completed", "input": {"command": "ls"},
+                    "output": "a\nb\nc", "title": "ls", "metadata": {}, "time": {"start": 0, "end": 1}}),
+                )
+            })
+            .collect();
+        history.push(MessageWithParts { info: assistant(&id, 10), parts });
+    }
+    let mut app = app(history);
+    let mut terminal = Terminal::new(TestBackend::new(100, 40)).unwrap();
+    let mut cache = Cache::default();
+    terminal.draw(|frame| draw(frame, &mut app, &mut cache)).unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..10 {
+        app.event(EventPayload::SessionStatus { session_id: SESSION.into(), status: SessionStatus::Busy });
+        terminal.draw(|frame| draw(frame, &mut app, &mut cache)).unwrap();
+    }
+    let per_frame = started.elapsed() / 10;
+    // Unchanged items come from the cache: a frame costs far less than rendering the session.
+    assert!(per_frame < std::time::Duration::from_millis(50), "{per_frame:?} per frame");
+}

@@ -357,3 +357,15 @@ fn attached_to_a_server_two_uis_share_one_session_live() {
     assert!(screen.contains("│ from-the-server") && screen.contains("▌ over http"), "{screen}");
     second.wait_until("the prompt to be gone in the other UI", |s| !s.contains("reject with a message"));
 }
+
+#[test]
+fn without_a_terminal_codeloop_alone_prints_help() {
+    let env = Env::new();
+    let output = env.codeloop(None, &[]);
+    assert!(output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("Usage: codeloop") && stdout.contains("tui"), "{stdout}");
+    let output = env.codeloop(None, &["tui"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs a terminal"));
+}
