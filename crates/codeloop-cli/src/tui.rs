@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
+use codeloop_core::models::ModelChoice;
 use codeloop_core::permission::AskPolicy;
 use codeloop_tui::{Client, LocalClient, OnQuit, Options, RemoteClient, Start};
 use codeloop_types::{ModelRef, SessionId};
@@ -61,6 +62,16 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
             let loaded = env::config_sources(Some(&dir)).load()?;
             warnings = loaded.warnings.iter().map(ToString::to_string).collect();
             let opened = env::open_engine(loaded.config, AskPolicy::Wait)?;
+            if model.is_none()
+                && start == Start::New
+                && let Ok((chosen, ModelChoice::FromKey { variable })) =
+                    opened.services().models.default_model_choice()
+            {
+                warnings.push(format!(
+                    "using {chosen} (found ${variable}); choose another with /model provider/model or \
+                     `model = \"provider/model\"` in ~/.config/codeloop/config.toml"
+                ));
+            }
             engine = Some(opened.clone());
             (Arc::new(LocalClient::new(opened)), OnQuit::Interrupt)
         }
