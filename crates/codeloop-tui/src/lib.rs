@@ -204,9 +204,7 @@ impl Ctx {
         let directory = self.directory.clone();
         tokio::spawn(async move {
             tracing::debug!(?action, "action");
-            let outcome = perform(client.as_ref(), &directory, action).await;
-            tracing::debug!(?outcome, "outcome");
-            if let Some(outcome) = outcome {
+            if let Some(outcome) = perform(client.as_ref(), &directory, action).await {
                 let _ = tx.send(outcome).await;
             }
         });

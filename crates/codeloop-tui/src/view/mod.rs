@@ -324,6 +324,10 @@ fn input_lines(app: &App, width: u16) -> (Vec<Line<'static>>, (u16, u16)) {
 fn draw_input(frame: &mut Frame, app: &App, area: Rect, lines: Vec<Line<'static>>, cursor: (u16, u16)) {
     let title = if !app.permissions.is_empty() && app.permission_mode == PermissionMode::Choosing {
         " answer the permission prompt above "
+    } else if !app.permissions.is_empty() {
+        " message for the model · Enter rejects with it · Esc goes back "
+    } else if !app.questions.is_empty() {
+        " your answer · Enter answers · Esc declines "
     } else if app.busy() {
         " Enter queues · Esc interrupts "
     } else {
