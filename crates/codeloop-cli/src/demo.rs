@@ -25,6 +25,9 @@ pub struct DemoArgs {
     /// text: the answer on stdout, activity on stderr; json: one bus event per line.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Watch the demo in the interactive UI (quit with Ctrl+C twice or /quit).
+    #[arg(long, conflicts_with = "format")]
+    pub tui: bool,
 }
 
 const GREET: &str = "#!/usr/bin/env bash\necho \"Helo, wrld\"\n";
@@ -134,6 +137,24 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let engine = codeloop_core::Engine::open(options)
         .with_context(|| format!("cannot open the data directory {}", data_dir.display()))?;
     let session = engine.create_session(&dir, None, None, None)?;
+    if args.tui {
+        let options = codeloop_tui::Options {
+            directory: dir.clone(),
+            start: codeloop_tui::Start::Session(session.id.clone()),
+            model: None,
+            agent: None,
+            on_quit: codeloop_tui::OnQuit::Interrupt,
+            warnings: Vec::new(),
+            prompt: Some(TASK.to_owned()),
+            command: invocation(),
+            log: Some(data_dir.join("tui.log")),
+        };
+        let client = std::sync::Arc::new(codeloop_tui::LocalClient::new(engine.clone()));
+        codeloop_tui::run(client, options).await?;
+        engine.flush().await?;
+        eprintln!("demo project: {}", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
     if args.format == Format::Text {
         let removed = if temporary.is_some() {
             " (temporary: removed when the demo ends; keep one with --dir PATH)"

@@ -14,7 +14,9 @@ mod serve;
 mod session;
 mod terminal;
 mod trust;
+mod tui;
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -25,15 +27,21 @@ use clap::{Parser, Subcommand, ValueEnum};
     name = "codeloop",
     version,
     about = "A coding agent runtime: streams a model's answer, runs its tools under a permission policy, and keeps the conversation inside the model's context window.",
+    args_conflicts_with_subcommands = true,
     after_help = "Data lives in $CODELOOP_DATA_DIR (default ~/.local/share/codeloop).\nConfig: ~/.config/codeloop/config.toml, then codeloop.toml / .codeloop/config.toml in the project (only after `codeloop trust`; until then it may only narrow), then $CODELOOP_CONFIG.\nTry `codeloop demo` for an offline run that needs no API key."
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
+    /// Without a subcommand, in a terminal: the interactive UI (`codeloop tui`).
+    #[command(flatten)]
+    tui: tui::TuiArgs,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// The interactive terminal UI (the default in a terminal).
+    Tui(tui::TuiArgs),
     /// Send a message to the agent and stream its answer (tool activity goes to stderr).
     Run(run::RunArgs),
     /// Serve the HTTP API and the `GET /event` SSE stream.
@@ -93,7 +101,18 @@ fn main() -> ExitCode {
         return codeloop_sandbox::helper_main(std::env::args_os().skip(2).collect());
     }
     let cli = Cli::parse();
-    env::init_tracing();
+    let command = match cli.command {
+        Some(command) => command,
+        None if std::io::stdin().is_terminal() && std::io::stdout().is_terminal() => Command::Tui(cli.tui),
+        None => {
+            let _ = <Cli as clap::CommandFactory>::command().print_help();
+            return ExitCode::SUCCESS;
+        }
+    };
+    // The UI logs only when asked (CODELOOP_LOG); its stderr goes to tui.log in the data dir meanwhile.
+    if !matches!(command, Command::Tui(_)) || std::env::var_os("CODELOOP_LOG").is_some() {
+        env::init_tracing();
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -102,7 +121,8 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command {
+        match command {
+            Command::Tui(args) => tui::tui(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Session(command) => session::session(command).await,

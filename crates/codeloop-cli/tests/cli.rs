@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 #[path = "cli/first_run.rs"]
 mod first_run;
+#[path = "cli/tui.rs"]
+mod tui;
 #[path = "cli/walls.rs"]
 mod walls;
 

@@ -1,0 +1,139 @@
+//! The rules of keys and commands, without a terminal or an engine.
+
+use codeloop_store::MessageWithParts;
+use codeloop_types::{EventPayload, Message, Part, QuestionRequest, Session, SessionStatus};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+use super::*;
+
+const SESSION: &str = "ses_test";
+
+fn app() -> App {
+    let mut session = Session::new("/p", "build", Some("fake/test".parse().unwrap()));
+    session.id = SESSION.into();
+    let user: Message = serde_json::from_value(json!({
+        "role": "user", "id": "msg_1", "session_id": SESSION, "time": {"created": 0},
+        "agent": "build", "model": {"provider_id": "fake", "model_id": "test"}
+    }))
+    .unwrap();
+    let text = Part::user_text(SESSION.into(), "msg_1".into(), "hello");
+    let history = vec![MessageWithParts { info: user, parts: vec![text] }];
+    let mut app = App::new("/p".into(), None, None);
+    app.outcome(Outcome::Opened {
+        session,
+        history,
+        permissions: Vec::new(),
+        questions: Vec::new(),
+        status: SessionStatus::Idle,
+        created: false,
+    });
+    app
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::from(code)
+}
+
+fn ctrl(c: char) -> KeyEvent {
+    KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL)
+}
+
+fn type_text(app: &mut App, text: &str) {
+    for c in text.chars() {
+        app.key(key(KeyCode::Char(c)));
+    }
+}
+
+#[test]
+fn ctrl_c_clears_the_input_and_a_second_one_in_a_row_quits() {
+    let mut app = app();
+    type_text(&mut app, "draft");
+    assert_eq!(app.key(ctrl('c')), vec![]);
+    assert_eq!(app.editor.text(), "");
+    assert_eq!(app.key(ctrl('c')), vec![Action::Quit]);
+
+    let mut app = super::tests::app();
+    app.key(ctrl('c'));
+    type_text(&mut app, "x");
+    assert_eq!(app.key(ctrl('c')), vec![], "another key in between disarms");
+}
+
+#[test]
+fn enter_sends_alt_enter_adds_a_line_and_enter_while_busy_queues() {
+    let mut app = app();
+    type_text(&mut app, "one");
+    app.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
+    type_text(&mut app, "two");
+    let prompt = Prompt { text: "one\ntwo".into(), model: None, agent: None };
+    assert_eq!(app.key(key(KeyCode::Enter)), vec![Action::Prompt(SESSION.into(), prompt)]);
+    assert!(app.busy());
+    type_text(&mut app, "next");
+    assert!(matches!(app.key(key(KeyCode::Enter)).as_slice(), [Action::Prompt(_, p)] if p.text == "next"));
+    assert_eq!(app.queued, 1);
+    // Up brings back the last message when the input is empty.
+    app.key(key(KeyCode::Up));
+    assert_eq!(app.editor.text(), "next");
+}
+
+#[test]
+fn esc_interrupts_only_a_busy_session() {
+    let mut app = app();
+    assert_eq!(app.key(key(KeyCode::Esc)), vec![]);
+    app.event(EventPayload::SessionStatus { session_id: SESSION.into(), status: SessionStatus::Busy });
+    assert_eq!(app.key(key(KeyCode::Esc)), vec![Action::Abort(SESSION.into())]);
+    app.event(EventPayload::SessionIdle { session_id: SESSION.into() });
+    assert!(!app.busy());
+}
+
+#[test]
+fn a_question_is_answered_by_number_or_in_words() {
+    let mut app = app();
+    let request: QuestionRequest = serde_json::from_value(json!({
+        "id": "que_1", "session_id": SESSION,
+        "questions": [
+            {"question": "Which?", "options": [{"label": "red"}, {"label": "blue"}]},
+            {"question": "Why?", "options": []}
+        ]
+    }))
+    .unwrap();
+    app.event(EventPayload::QuestionAsked(request));
+    type_text(&mut app, "2");
+    assert_eq!(app.key(key(KeyCode::Enter)), vec![]);
+    type_text(&mut app, "because");
+    assert_eq!(
+        app.key(key(KeyCode::Enter)),
+        vec![Action::ReplyQuestion("que_1".into(), vec![vec!["blue".into()], vec!["because".into()]])]
+    );
+    assert!(app.questions.is_empty());
+}
+
+#[test]
+fn undo_reverts_the_newest_shown_turn_and_redo_needs_a_revert() {
+    let mut app = app();
+    assert_eq!(app.send_text("/undo"), vec![Action::Revert(SESSION.into(), "msg_1".into())]);
+    assert_eq!(app.send_text("/redo"), vec![]);
+    let mut session = app.convo.session.clone().unwrap();
+    session.revert = Some(json!({"message_id": "msg_1"}));
+    app.event(EventPayload::SessionUpdated { session_id: SESSION.into(), info: session });
+    assert_eq!(app.send_text("/undo"), vec![], "nothing shown is left to undo");
+    assert_eq!(app.send_text("/redo"), vec![Action::Unrevert(SESSION.into())]);
+}
+
+#[test]
+fn commands_parse_their_arguments() {
+    let mut app = app();
+    assert_eq!(
+        app.send_text("/model openai/gpt-4.1"),
+        vec![Action::CheckModel("openai/gpt-4.1".parse().unwrap())]
+    );
+    assert_eq!(app.send_text("/agent plan"), vec![Action::CheckAgent("plan".into())]);
+    assert_eq!(app.send_text("/sessions ses_other"), vec![Action::Open(Some("ses_other".into()))]);
+    assert_eq!(app.send_text("/new"), vec![Action::Open(None)]);
+    assert_eq!(app.send_text("/export"), vec![Action::Export(SESSION.into())]);
+    assert_eq!(app.send_text("/quit"), vec![Action::Quit]);
+    let before = app.convo.items.len();
+    assert_eq!(app.send_text("/nope"), vec![]);
+    assert_eq!(app.convo.items.len(), before + 1, "an unknown command says so");
+}

@@ -1,0 +1,103 @@
+//! The one vocabulary the UI speaks to an engine, whether it runs in this process ([`crate::local`]) or
+//! behind `codeloop serve` ([`crate::remote`]). The UI never touches either directly, so both modes
+//! behave the same.
+//!
+//! Owns: the operations the UI needs and the shape of the live event feed.
+//! Must not: hold UI state or re-validate what the engine validates.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use codeloop_store::MessageWithParts;
+use codeloop_types::{Event, MessageId, ModelRef, PermissionReply, QuestionId, Session, SessionId};
+use tokio::sync::mpsc;
+
+/// What the live feed carries.
+#[derive(Debug, Clone)]
+pub enum Incoming {
+    Event(Arc<Event>),
+    /// Events were lost (the UI fell behind, or a server could not replay them): reload the session.
+    Resync,
+    /// The feed ended for good (the server went away).
+    Closed(String),
+}
+
+/// A permission answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionAnswer {
+    pub reply: PermissionReply,
+    /// With `Reject`: a message fed back to the model.
+    pub message: Option<String>,
+}
+
+/// Input for one turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prompt {
+    pub text: String,
+    pub model: Option<ModelRef>,
+    pub agent: Option<String>,
+}
+
+/// The engine operations the UI uses. Every call returns an error a person can act on.
+#[async_trait]
+pub trait Client: Send + Sync + 'static {
+    /// Starts the live event feed (every session; the UI filters). Nothing published after this
+    /// returns is missed.
+    async fn subscribe(&self) -> anyhow::Result<mpsc::Receiver<Incoming>>;
+    async fn session(&self, id: &SessionId) -> anyhow::Result<Session>;
+    /// Root sessions in `directory`, most recently updated first.
+    async fn sessions(&self, directory: &Path) -> anyhow::Result<Vec<Session>>;
+    async fn create_session(
+        &self,
+        directory: &Path,
+        agent: Option<&str>,
+        model: Option<&ModelRef>,
+    ) -> anyhow::Result<Session>;
+    async fn delete_session(&self, id: &SessionId) -> anyhow::Result<()>;
+    async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>>;
+    /// Sends input; a busy session queues it as its own turn after the run. Returns when the engine
+    /// accepted it (in-process: when the run it started ended); the run itself is watched through events.
+    async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()>;
+    /// Stops the session's run; returns after its cleanup.
+    async fn abort(&self, id: &SessionId) -> anyhow::Result<()>;
+    async fn compact(&self, id: &SessionId) -> anyhow::Result<()>;
+    async fn revert(&self, id: &SessionId, message: &MessageId) -> anyhow::Result<Session>;
+    async fn unrevert(&self, id: &SessionId) -> anyhow::Result<Session>;
+    async fn reply_permission(
+        &self,
+        id: &codeloop_types::PermissionId,
+        answer: PermissionAnswer,
+    ) -> anyhow::Result<()>;
+    async fn reply_question(&self, id: &QuestionId, answers: Vec<Vec<String>>) -> anyhow::Result<()>;
+    async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()>;
+    /// Pending permission requests and questions of a session (after a reconnect or a switch).
+    async fn pending(
+        &self,
+        id: &SessionId,
+    ) -> anyhow::Result<(Vec<codeloop_types::PermissionRequest>, Vec<codeloop_types::QuestionRequest>)>;
+    /// Whether the session is running now.
+    async fn status(&self, id: &SessionId) -> codeloop_types::SessionStatus;
+    /// The model's context window in tokens, when known.
+    async fn context_window(&self, model: &ModelRef) -> Option<u64>;
+    /// Checks that a model can be used before it is chosen (`None`: the configured default).
+    async fn check_model(&self, model: Option<&ModelRef>) -> anyhow::Result<()>;
+    /// Names of the agents a person can choose (`None`: unknown, accept any and let the engine say).
+    async fn agents(&self) -> Option<Vec<String>>;
+}
+
+/// A session as JSON with every message and part (`codeloop session export`'s shape).
+pub fn export_json(session: &Session, history: &[MessageWithParts]) -> serde_json::Value {
+    let hidden = codeloop_core::projection::hidden_ids(history);
+    let messages: Vec<serde_json::Value> = history
+        .iter()
+        .map(|m| {
+            let mut value = serde_json::json!({"info": m.info, "parts": m.parts});
+            if hidden.contains(m.info.id()) {
+                value["hidden"] = serde_json::json!(true);
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({"info": session, "messages": messages})
+}

@@ -1,0 +1,203 @@
+//! The conversation as the UI holds it: the session, its messages and parts (kept current by bus
+//! events), and notices of the UI's own (errors, command results). Each item carries a version so its
+//! rendered lines are cached until it changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use codeloop_store::MessageWithParts;
+use codeloop_types::{Message, MessageId, Part, PartId, PartKind, Session};
+
+/// How a notice looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    Info,
+    Warning,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub kind: NoticeKind,
+    pub text: String,
+}
+
+impl Notice {
+    pub fn info(text: impl Into<String>) -> Notice {
+        Notice { kind: NoticeKind::Info, text: text.into() }
+    }
+
+    pub fn warning(text: impl Into<String>) -> Notice {
+        Notice { kind: NoticeKind::Warning, text: text.into() }
+    }
+
+    pub fn error(text: impl Into<String>) -> Notice {
+        Notice { kind: NoticeKind::Error, text: text.into() }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub info: Option<Message>,
+    pub parts: BTreeMap<PartId, Part>,
+    pub version: u64,
+}
+
+#[derive(Debug, Clone)]
+pub enum Item {
+    Message(MessageId),
+    /// A notice with its version (unique, so rendered lines are never confused).
+    Notice(u64, Notice),
+}
+
+/// Versions are unique across conversations: a reloaded conversation never reuses a cached rendering.
+static VERSIONS: AtomicU64 = AtomicU64::new(1);
+
+fn next_version() -> u64 {
+    VERSIONS.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Default)]
+pub struct Conversation {
+    pub session: Option<Session>,
+    pub items: Vec<Item>,
+    pub messages: HashMap<MessageId, Entry>,
+}
+
+impl Conversation {
+    pub fn load(session: Session, history: Vec<MessageWithParts>) -> Conversation {
+        let mut convo = Conversation { session: Some(session), ..Default::default() };
+        for message in history {
+            let id = message.info.id().clone();
+            let version = convo.bump();
+            let parts = message.parts.into_iter().map(|p| (p.id.clone(), p)).collect();
+            convo.messages.insert(id.clone(), Entry { info: Some(message.info), parts, version });
+            convo.items.push(Item::Message(id));
+        }
+        convo
+    }
+
+    fn bump(&mut self) -> u64 {
+        next_version()
+    }
+
+    pub fn notice(&mut self, notice: Notice) {
+        self.items.push(Item::Notice(next_version(), notice));
+    }
+
+    fn entry(&mut self, id: &MessageId) -> &mut Entry {
+        if !self.messages.contains_key(id) {
+            self.items.push(Item::Message(id.clone()));
+        }
+        let version = self.bump();
+        let entry = self.messages.entry(id.clone()).or_insert_with(|| Entry {
+            info: None,
+            parts: BTreeMap::new(),
+            version,
+        });
+        entry.version = version;
+        entry
+    }
+
+    pub fn message_updated(&mut self, info: Message) {
+        let id = info.id().clone();
+        self.entry(&id).info = Some(info);
+    }
+
+    pub fn part_updated(&mut self, part: Part) {
+        let entry = self.entry(&part.message_id);
+        // Deltas can run ahead of a stored snapshot of the same text: never go backwards.
+        if let Some(old) = entry.parts.get(&part.id)
+            && let (Some(old_text), Some(new_text)) = (streamed_text(old), streamed_text(&part))
+            && old_text.len() > new_text.len()
+            && old_text.starts_with(new_text)
+        {
+            let mut part = part;
+            set_streamed_text(&mut part, old_text.to_owned());
+            entry.parts.insert(part.id.clone(), part);
+            return;
+        }
+        entry.parts.insert(part.id.clone(), part);
+    }
+
+    pub fn part_delta(&mut self, message: &MessageId, part: &PartId, delta: &str) {
+        if !self.messages.get(message).is_some_and(|e| e.parts.contains_key(part)) {
+            return;
+        }
+        let entry = self.entry(message);
+        if let Some(part) = entry.parts.get_mut(part) {
+            match &mut part.kind {
+                PartKind::Text(t) => t.text.push_str(delta),
+                PartKind::Reasoning(r) => r.text.push_str(delta),
+                _ => {}
+            }
+        }
+    }
+
+    /// The first message hidden by a revert (`/undo`).
+    pub fn reverted_from(&self) -> Option<MessageId> {
+        let revert = self.session.as_ref()?.revert.as_ref()?;
+        Some(MessageId::from(revert.get("message_id")?.as_str()?))
+    }
+
+    pub fn is_hidden(&self, id: &MessageId) -> bool {
+        self.reverted_from().is_some_and(|from| *id >= from)
+    }
+
+    /// The newest user message still shown (what `/undo` reverts).
+    pub fn last_visible_user(&self) -> Option<MessageId> {
+        self.items.iter().rev().find_map(|item| match item {
+            Item::Message(id) if !self.is_hidden(id) => match self.messages.get(id)?.info.as_ref()? {
+                Message::User(_) => Some(id.clone()),
+                Message::Assistant(_) => None,
+            },
+            _ => None,
+        })
+    }
+
+    /// The newest finished assistant message with usage (for "context used").
+    pub fn last_usage(&self) -> Option<u64> {
+        self.items.iter().rev().find_map(|item| match item {
+            Item::Message(id) => match self.messages.get(id)?.info.as_ref()? {
+                Message::Assistant(a) if !a.summary => {
+                    let t = &a.tokens;
+                    let total = t.total.unwrap_or(t.input + t.output + t.cache.read + t.cache.write);
+                    (total > 0).then_some(total)
+                }
+                _ => None,
+            },
+            Item::Notice(..) => None,
+        })
+    }
+
+    /// The newest assistant message's error text, if it has one.
+    pub fn last_error(&self) -> Option<String> {
+        self.items.iter().rev().find_map(|item| match item {
+            Item::Message(id) => match self.messages.get(id)?.info.as_ref()? {
+                Message::Assistant(a) => Some(a.error.as_ref().map(|e| e.message().to_owned())),
+                Message::User(_) => None,
+            },
+            Item::Notice(..) => None,
+        })?
+    }
+
+    pub fn has_messages(&self) -> bool {
+        !self.messages.is_empty()
+    }
+}
+
+fn streamed_text(part: &Part) -> Option<&str> {
+    match &part.kind {
+        PartKind::Text(t) => Some(&t.text),
+        PartKind::Reasoning(r) => Some(&r.text),
+        _ => None,
+    }
+}
+
+fn set_streamed_text(part: &mut Part, text: String) {
+    match &mut part.kind {
+        PartKind::Text(t) => t.text = text,
+        PartKind::Reasoning(r) => r.text = text,
+        _ => {}
+    }
+}

@@ -1,0 +1,321 @@
+//! The attached client (`--attach URL`): a running `codeloop serve` over its HTTP API, with the
+//! `GET /event` SSE stream as the event feed. A dropped stream reconnects with `Last-Event-ID`, so
+//! nothing is missed; when the server cannot replay, the feed says `Resync` and the UI reloads.
+
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use codeloop_store::MessageWithParts;
+use codeloop_types::{
+    Event, MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId,
+    QuestionRequest, Session, SessionId,
+};
+use futures::{Stream, StreamExt};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::client::{Client, Incoming, PermissionAnswer, Prompt};
+
+/// Environment variable holding the server token (as `codeloop run --attach`).
+pub const TOKEN_ENV: &str = "CODELOOP_SERVER_TOKEN";
+const FEED_CAPACITY: usize = 4096;
+/// Messages asked for per page when loading a session.
+const PAGE: usize = 1000;
+/// Reconnection attempts of the event stream before the feed gives up (one per second).
+const RECONNECTS: u32 = 60;
+
+#[derive(Clone)]
+pub struct RemoteClient {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl RemoteClient {
+    /// `url` is the server's base URL; `token` its bearer token, if it needs one.
+    pub fn new(url: &str, token: Option<&str>) -> anyhow::Result<RemoteClient> {
+        let base = url.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") && !base.starts_with("https://") {
+            anyhow::bail!("--attach needs a server URL such as http://127.0.0.1:4096, got `{url}`");
+        }
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(token) = token.filter(|t| !t.is_empty()) {
+            let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+                .with_context(|| format!("{TOKEN_ENV} is not a valid header value"))?;
+            headers.insert(reqwest::header::AUTHORIZATION, value);
+        }
+        let http = reqwest::Client::builder().default_headers(headers).build()?;
+        Ok(RemoteClient { base, http })
+    }
+
+    async fn send<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> anyhow::Result<T> {
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        if !status.is_success() {
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
+                .unwrap_or(text);
+            anyhow::bail!("the server answered {status}: {message}");
+        }
+        let text = if text.is_empty() { "null".to_owned() } else { text };
+        serde_json::from_str(&text).context("the server sent an unexpected answer")
+    }
+
+    async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        self.send(self.http.get(format!("{}{path}", self.base))).await
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> anyhow::Result<T> {
+        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+    }
+
+    /// Opens `/event` (resuming after `last`), returning once `server.connected` arrived.
+    async fn connect(&self, last: Option<u64>) -> anyhow::Result<SseStream> {
+        let mut request = self.http.get(format!("{}/event", self.base));
+        if let Some(last) = last {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
+        if !response.status().is_success() {
+            anyhow::bail!("the server refused the event stream: {}", response.status());
+        }
+        let mut stream: SseStream = Box::pin(eventsource_stream::EventStream::new(response.bytes_stream()));
+        loop {
+            match stream.next().await {
+                Some(Ok(message))
+                    if message.event == "server.connected" || is_type(&message.data, "server.connected") =>
+                {
+                    return Ok(stream);
+                }
+                Some(Ok(_)) => {}
+                _ => anyhow::bail!("the server closed the event stream"),
+            }
+        }
+    }
+}
+
+type SseStream = Pin<
+    Box<
+        dyn Stream<
+                Item = Result<
+                    eventsource_stream::Event,
+                    eventsource_stream::EventStreamError<reqwest::Error>,
+                >,
+            > + Send,
+    >,
+>;
+
+fn is_type(data: &str, kind: &str) -> bool {
+    serde_json::from_str::<Value>(data).is_ok_and(|v| v["type"] == kind)
+}
+
+/// Reads one stream until it ends; returns the id of the last event seen.
+async fn pump(mut stream: SseStream, tx: &mpsc::Sender<Incoming>, mut last: Option<u64>) -> Option<u64> {
+    while let Some(Ok(message)) = stream.next().await {
+        let Ok(data) = serde_json::from_str::<Value>(&message.data) else { continue };
+        let incoming = if data["type"] == "resync" {
+            Incoming::Resync
+        } else {
+            match serde_json::from_value::<Event>(data) {
+                Ok(event) => {
+                    last = Some(event.id);
+                    Incoming::Event(Arc::new(event))
+                }
+                // Control events (heartbeats), or a type from a newer server.
+                Err(_) => continue,
+            }
+        };
+        if tx.send(incoming).await.is_err() {
+            return last;
+        }
+    }
+    last
+}
+
+#[async_trait]
+impl Client for RemoteClient {
+    async fn subscribe(&self) -> anyhow::Result<mpsc::Receiver<Incoming>> {
+        let first = self.connect(None).await?;
+        let (tx, rx) = mpsc::channel(FEED_CAPACITY);
+        let client = self.clone();
+        tokio::spawn(async move {
+            let mut last = pump(first, &tx, None).await;
+            let mut failures = 0;
+            while !tx.is_closed() {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                match client.connect(last).await {
+                    Ok(stream) => {
+                        failures = 0;
+                        last = pump(stream, &tx, last).await;
+                    }
+                    Err(e) => {
+                        failures += 1;
+                        if failures >= RECONNECTS {
+                            let _ = tx.send(Incoming::Closed(format!("{e:#}"))).await;
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
+    async fn session(&self, id: &SessionId) -> anyhow::Result<Session> {
+        self.get(&format!("/session/{id}")).await
+    }
+
+    async fn sessions(&self, directory: &Path) -> anyhow::Result<Vec<Session>> {
+        let url = reqwest::Url::parse_with_params(
+            &format!("{}/session", self.base),
+            [("directory", directory.display().to_string().as_str()), ("roots", "true")],
+        )?;
+        self.send(self.http.get(url)).await
+    }
+
+    async fn create_session(
+        &self,
+        directory: &Path,
+        agent: Option<&str>,
+        model: Option<&ModelRef>,
+    ) -> anyhow::Result<Session> {
+        let body = json!({
+            "directory": directory.display().to_string(),
+            "agent": agent,
+            "model": model.map(ToString::to_string),
+        });
+        self.post("/session", &body).await
+    }
+
+    async fn delete_session(&self, id: &SessionId) -> anyhow::Result<()> {
+        self.send::<Value>(self.http.delete(format!("{}/session/{id}", self.base))).await?;
+        Ok(())
+    }
+
+    async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>> {
+        let mut all: Vec<MessageWithParts> = Vec::new();
+        let mut before: Option<MessageId> = None;
+        loop {
+            let mut params = vec![("limit", PAGE.to_string())];
+            if let Some(before) = &before {
+                params.push(("before", before.to_string()));
+            }
+            let url =
+                reqwest::Url::parse_with_params(&format!("{}/session/{id}/message", self.base), &params)?;
+            let page: Vec<MessageWithParts> = self.send(self.http.get(url)).await?;
+            let full = page.len() == PAGE;
+            before = page.last().map(|m| m.info.id().clone());
+            all.extend(page);
+            if !full {
+                break;
+            }
+        }
+        all.reverse();
+        Ok(all)
+    }
+
+    async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()> {
+        let body = json!({
+            "parts": [{"type": "text", "text": prompt.text}],
+            "model": prompt.model.map(|m| m.to_string()),
+            "agent": prompt.agent,
+            "delivery": "queue",
+        });
+        self.post::<Value>(&format!("/session/{id}/prompt_async"), &body).await?;
+        Ok(())
+    }
+
+    async fn abort(&self, id: &SessionId) -> anyhow::Result<()> {
+        self.post::<Value>(&format!("/session/{id}/abort"), &json!({})).await?;
+        Ok(())
+    }
+
+    async fn compact(&self, id: &SessionId) -> anyhow::Result<()> {
+        self.post::<Value>(&format!("/session/{id}/compact"), &json!({})).await?;
+        Ok(())
+    }
+
+    async fn revert(&self, id: &SessionId, message: &MessageId) -> anyhow::Result<Session> {
+        self.post(&format!("/session/{id}/revert"), &json!({"message_id": message})).await
+    }
+
+    async fn unrevert(&self, id: &SessionId) -> anyhow::Result<Session> {
+        self.post(&format!("/session/{id}/unrevert"), &json!({})).await
+    }
+
+    async fn reply_permission(&self, id: &PermissionId, answer: PermissionAnswer) -> anyhow::Result<()> {
+        let reply = match answer.reply {
+            PermissionReply::Once => "once",
+            PermissionReply::Always => "always",
+            PermissionReply::Reject => "reject",
+        };
+        let body = json!({"reply": reply, "message": answer.message});
+        self.post::<Value>(&format!("/permission/{id}/reply"), &body).await?;
+        Ok(())
+    }
+
+    async fn reply_question(&self, id: &QuestionId, answers: Vec<Vec<String>>) -> anyhow::Result<()> {
+        self.post::<Value>(&format!("/question/{id}/reply"), &json!({"answers": answers})).await?;
+        Ok(())
+    }
+
+    async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()> {
+        self.post::<Value>(&format!("/question/{id}/reject"), &json!({})).await?;
+        Ok(())
+    }
+
+    async fn pending(
+        &self,
+        id: &SessionId,
+    ) -> anyhow::Result<(Vec<PermissionRequest>, Vec<QuestionRequest>)> {
+        let permissions = self.get(&format!("/permission?session={id}")).await?;
+        let questions = self.get(&format!("/question?session={id}")).await?;
+        Ok((permissions, questions))
+    }
+
+    async fn status(&self, id: &SessionId) -> codeloop_types::SessionStatus {
+        let statuses: std::collections::HashMap<String, codeloop_types::SessionStatus> =
+            self.get("/session/status").await.unwrap_or_default();
+        statuses.get(id.as_str()).cloned().unwrap_or(codeloop_types::SessionStatus::Idle)
+    }
+
+    async fn context_window(&self, model: &ModelRef) -> Option<u64> {
+        let models: Vec<Value> = self.get("/models").await.ok()?;
+        models
+            .iter()
+            .find(|m| {
+                m["provider_id"] == model.provider_id.as_str() && m["model_id"] == model.model_id.as_str()
+            })
+            .and_then(|m| m["limit"]["context"].as_u64())
+    }
+
+    async fn check_model(&self, model: Option<&ModelRef>) -> anyhow::Result<()> {
+        // The server resolves its own default.
+        let Some(model) = model else { return Ok(()) };
+        let models: Vec<Value> = self.get("/models").await?;
+        let known = models.iter().any(|m| {
+            m["provider_id"] == model.provider_id.as_str() && m["model_id"] == model.model_id.as_str()
+        });
+        let provider = models.iter().any(|m| m["provider_id"] == model.provider_id.as_str());
+        if !known && !provider {
+            anyhow::bail!("the server knows no provider `{}`: see GET /models", model.provider_id);
+        }
+        Ok(())
+    }
+
+    async fn agents(&self) -> Option<Vec<String>> {
+        None
+    }
+}
