@@ -113,7 +113,18 @@ fn main() -> ExitCode {
     if !matches!(command, Command::Tui(_)) || std::env::var_os("CODELOOP_LOG").is_some() {
         env::init_tracing();
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    // A headless run is one stream through one pipeline: on one thread it needs no cross-thread wake-up
+    // per streamed chunk (blocking work still goes to the blocking pool, the store to its writer thread).
+    // The server and the UI serve many clients and keep two workers.
+    let mut builder = match command {
+        Command::Run(_) | Command::Demo(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(2);
+            builder
+        }
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
