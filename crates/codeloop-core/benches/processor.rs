@@ -85,7 +85,7 @@ fn bench(c: &mut Criterion) {
                     let cancel = CancellationToken::new();
                     let mut doom = DoomLoopGuard::default();
                     processor.attempt(&provider, ProviderRequest::default(), &cancel, &mut doom).await;
-                    processor.complete(None);
+                    processor.finish(None, None);
                     engine.flush().await.unwrap();
                 })
             },

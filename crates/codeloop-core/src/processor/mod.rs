@@ -35,12 +35,25 @@ pub const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// How long cleanup waits for open tool calls before marking them interrupted (reference §3.3).
 pub const CLEANUP_TOOL_WAIT: Duration = Duration::from_millis(250);
 
-/// What the run loop should do next (DESIGN.md §4 "Processor").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Signal {
+/// What the run loop does after a turn (DESIGN.md §4 "Processor"): the processor's one signal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Next {
+    /// Call the model again (tool results to answer), unless the loop's exit rules say it is done.
     Continue,
-    Stop,
+    /// The context overflowed: compact, then go on.
     Compact,
+    /// A permission block or a halt: stop, and say why.
+    Blocked(String),
+    /// The message ended with an error (its `error` says which).
+    Stop,
+}
+
+/// A settled turn: the finished assistant message, its parts, and what comes next.
+#[derive(Debug)]
+pub struct Finished {
+    pub message: AssistantMessage,
+    pub parts: Vec<Part>,
+    pub next: Next,
 }
 
 /// How one attempt at the provider call ended.
@@ -81,8 +94,8 @@ pub struct TurnContext {
 
 pub struct Processor {
     ctx: Arc<TurnContext>,
-    pub message: AssistantMessage,
-    pub parts: Vec<Part>,
+    message: AssistantMessage,
+    parts: Vec<Part>,
     text_open: HashMap<String, usize>,
     reasoning_open: HashMap<String, usize>,
     calls: HashMap<String, usize>,
@@ -91,7 +104,7 @@ pub struct Processor {
     flush_at: Option<Instant>,
     needs_compaction: bool,
     /// Why the run must stop (a permission block), shown to the user.
-    pub blocked: Option<String>,
+    blocked: Option<String>,
     tool_tx: mpsc::UnboundedSender<ToolEvent>,
     tool_rx: mpsc::UnboundedReceiver<ToolEvent>,
     host: Arc<RunToolHost>,
@@ -386,12 +399,29 @@ impl Processor {
         self.parts.len()
     }
 
-    pub fn needs_compaction(&self) -> bool {
-        self.needs_compaction
+    /// The message as it stands (finish reason, tokens) before [`Processor::finish`].
+    pub fn message(&self) -> &AssistantMessage {
+        &self.message
     }
 
-    /// Finalises the message: error (if any), completion time; persisted and announced.
-    pub fn complete(&mut self, error: Option<AssistantError>) {
+    /// A halt during a summary is an error on the summary; other halts (permission blocks) are not.
+    pub(crate) fn summary_halt_error(&self, message: &str) -> Option<AssistantError> {
+        match self.blocked {
+            Some(_) => None,
+            None => Some(AssistantError::Unknown { message: message.to_owned() }),
+        }
+    }
+
+    /// The provider said the request does not fit: the turn ends in a compaction.
+    pub fn request_compaction(&mut self) {
+        self.needs_compaction = true;
+    }
+
+    /// Settles the message (error if any, completion time; persisted and announced) and hands it over
+    /// with the signal for the run loop: blocked (a permission block, or `halted` by the run loop) before
+    /// compact (overflow seen at a step, or requested) before stop (the message has an error) before
+    /// continue.
+    pub fn finish(mut self, error: Option<AssistantError>, halted: Option<String>) -> Finished {
         if let Some(error) = error
             && self.message.error.is_none()
         {
@@ -399,17 +429,13 @@ impl Processor {
         }
         self.message.time.completed = Some(now_ms());
         self.services().save_message(&Message::Assistant(self.message.clone()));
-    }
-
-    /// The signal for the run loop (DESIGN.md §4): compact on overflow, stop when blocked or errored.
-    pub fn signal(&self) -> Signal {
-        if self.needs_compaction {
-            Signal::Compact
-        } else if self.blocked.is_some() || self.message.error.is_some() {
-            Signal::Stop
-        } else {
-            Signal::Continue
-        }
+        let next = match self.blocked.take().or(halted) {
+            Some(reason) => Next::Blocked(reason),
+            None if self.needs_compaction => Next::Compact,
+            None if self.message.error.is_some() => Next::Stop,
+            None => Next::Continue,
+        };
+        Finished { message: self.message, parts: self.parts, next }
     }
 }
 

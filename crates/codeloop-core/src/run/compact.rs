@@ -142,10 +142,10 @@ impl Run<'_> {
             }
             (None, false) => None,
         };
-        processor.complete(error.clone());
+        let finished = processor.finish(error.clone(), None);
         self.record_assistant(MessageWithParts {
-            info: Message::Assistant(processor.message.clone()),
-            parts: std::mem::take(&mut processor.parts),
+            info: Message::Assistant(finished.message),
+            parts: finished.parts,
         });
         if let Some(error) = error {
             return Ok(Flow::Stop(if error.is_aborted() {

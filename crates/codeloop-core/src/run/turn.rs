@@ -16,7 +16,7 @@ use crate::compaction::{max_output, overflow_threshold, request_size, usable};
 use crate::instructions::{instruction_files, system_prompt};
 use crate::models::ResolvedModel;
 use crate::permission::disabled;
-use crate::processor::{AttemptEnd, Processor, Signal, TurnContext};
+use crate::processor::{AttemptEnd, Finished, Next, Processor, TurnContext};
 use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
 use crate::retry::{RetryDecision, RetryPolicy};
 
@@ -200,10 +200,10 @@ impl Run<'_> {
         let compaction = self.services.config.compaction.clone();
 
         let mut error = end.error;
-        let mut compact = processor.needs_compaction();
         if end.overflow {
-            compact = compaction.auto;
-            if !compaction.auto {
+            if compaction.auto {
+                processor.request_compaction();
+            } else {
                 error = Some(AssistantError::ContextOverflow {
                     message: format!(
                         "The conversation no longer fits {}'s context window and automatic compaction is off ([compaction] auto = false). Run `codeloop session compact {}` and then continue, or start a new session.",
@@ -213,19 +213,14 @@ impl Run<'_> {
                 });
             }
         }
-        if error.is_none() && processor.message.finish == Some(Finish::ContentFilter) {
+        if error.is_none() && processor.message().finish == Some(Finish::ContentFilter) {
             error = Some(AssistantError::ContentFilter {
                 message: "The response was blocked by the provider's content filter".into(),
             });
         }
-        processor.complete(error.clone());
-        let blocked = processor.blocked.clone().or(end.halted);
-        let signal = if compact { Signal::Compact } else { processor.signal() };
-        let tokens = processor.message.tokens;
-        self.record_assistant(MessageWithParts {
-            info: Message::Assistant(processor.message.clone()),
-            parts: std::mem::take(&mut processor.parts),
-        });
+        let Finished { message, parts, next } = processor.finish(error.clone(), end.halted);
+        let tokens = message.tokens;
+        self.record_assistant(MessageWithParts { info: Message::Assistant(message), parts });
 
         // Circuit breaker: the first request after a compaction must fit.
         if let Some(trigger) = self.breaker.pending_check.take() {
@@ -245,22 +240,20 @@ impl Run<'_> {
             }
         }
 
-        if let Some(message) = blocked {
-            return Ok(Flow::Stop(StopReason::Blocked(message)));
-        }
-        match signal {
-            Signal::Compact => {
+        match next {
+            Next::Blocked(message) => Ok(Flow::Stop(StopReason::Blocked(message))),
+            Next::Compact => {
                 let trigger =
                     if end.overflow { usable(&model.limits, &compaction) } else { request_size(&tokens) };
                 self.request_compaction(&user, true, end.overflow, trigger)
             }
-            Signal::Stop => Ok(Flow::Stop(match error {
+            Next::Stop => Ok(Flow::Stop(match error {
                 Some(error) if error.is_aborted() => StopReason::Interrupted,
                 Some(error) => StopReason::Error(error),
                 None => StopReason::Completed,
             })),
-            Signal::Continue if last_step => Ok(Flow::Stop(StopReason::StepLimit(self.step))),
-            Signal::Continue => Ok(Flow::Continue),
+            Next::Continue if last_step => Ok(Flow::Stop(StopReason::StepLimit(self.step))),
+            Next::Continue => Ok(Flow::Continue),
         }
     }
 
@@ -347,17 +340,6 @@ impl Run<'_> {
                     return TurnEnd { error: Some(error), overflow: false, halted: None };
                 }
             }
-        }
-    }
-}
-
-impl Processor {
-    /// A halt during a summary is an error on the summary; other halts (permission blocks) are not.
-    fn summary_halt_error(&self, message: &str) -> Option<AssistantError> {
-        if self.blocked.is_some() {
-            None
-        } else {
-            Some(AssistantError::Unknown { message: message.to_owned() })
         }
     }
 }

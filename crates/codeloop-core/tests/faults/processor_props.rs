@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use codeloop_core::doom_loop::DoomLoopGuard;
 use codeloop_core::models::ModelPricing;
 use codeloop_core::permission::AskPolicy;
-use codeloop_core::processor::{AttemptEnd, Processor, TurnContext};
+use codeloop_core::processor::{AttemptEnd, Finished, Processor, TurnContext};
 use codeloop_core::{Engine, Services};
 use codeloop_provider::{
     EventStream, Provider, ProviderError, ProviderRequest, StreamEvent, ToolCall, ToolChoice, Usage,
@@ -152,7 +152,7 @@ impl Fixture {
     }
 
     /// Runs one attempt over `events` and completes the message, as the run loop would.
-    async fn attempt(&self, events: Vec<StreamEvent>, ending: Ending) -> (AttemptEnd, Processor) {
+    async fn attempt(&self, events: Vec<StreamEvent>, ending: Ending) -> (AttemptEnd, Finished) {
         let project = self.project.path().to_owned();
         let ctx = Arc::new(TurnContext {
             services: self.services(),
@@ -191,9 +191,9 @@ impl Fixture {
         let mut doom = DoomLoopGuard::default();
         let end = processor.attempt(&provider, request, &cancel, &mut doom).await;
         let error = matches!(end, AttemptEnd::Aborted).then(AssistantError::aborted);
-        processor.complete(error);
+        let finished = processor.finish(error, None);
         self.engine.flush().await.unwrap();
-        (end, processor)
+        (end, finished)
     }
 
     async fn check(&self, events: Vec<StreamEvent>, ending: Ending) -> Result<(), TestCaseError> {
@@ -205,8 +205,8 @@ impl Fixture {
                 _ => None,
             })
             .collect();
-        let (end, processor) = self.attempt(events, ending).await;
-        let message_id = processor.message.id.clone();
+        let (end, finished) = self.attempt(events, ending).await;
+        let message_id = finished.message.id.clone();
         match (&end, ending) {
             (AttemptEnd::Aborted, Ending::Abort) | (AttemptEnd::Failed(_), Ending::Error) => {}
             (AttemptEnd::Halted(_), _) => {} // a doom loop the Deny policy refused
@@ -216,7 +216,7 @@ impl Fixture {
 
         // In memory: every call once, terminal; nothing open.
         let mut seen: HashMap<&str, usize> = HashMap::new();
-        for part in &processor.parts {
+        for part in &finished.parts {
             match &part.kind {
                 PartKind::Tool(tool) => {
                     *seen.entry(tool.call_id.as_str()).or_default() += 1;
@@ -237,11 +237,11 @@ impl Fixture {
                 prop_assert_eq!(seen.get(id.as_str()).copied(), Some(1), "call {} needs one part", id);
             }
         }
-        prop_assert!(processor.message.time.completed.is_some());
+        prop_assert!(finished.message.time.completed.is_some());
 
         // On disk: exactly what the processor holds.
         let stored = self.engine.store().get_message(&message_id).unwrap().expect("the message is stored");
-        prop_assert_eq!(&stored.parts, &processor.parts);
+        prop_assert_eq!(&stored.parts, &finished.parts);
         Ok(())
     }
 }
