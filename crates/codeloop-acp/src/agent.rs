@@ -56,6 +56,8 @@ pub struct Agent {
     /// Whether the client shows `notice` updates.
     notices: Mutex<bool>,
     sessions: Mutex<HashMap<SessionId, Arc<AcpSession>>>,
+    /// Running `session/prompt` requests by JSON-RPC id, for `$/cancel_request`.
+    pub(crate) prompts: Mutex<HashMap<String, CancellationToken>>,
     engines: tokio::sync::Mutex<HashMap<String, (Engine, Vec<String>)>>,
 }
 
@@ -75,12 +77,13 @@ impl Agent {
             options,
             notices: Mutex::new(false),
             sessions: Mutex::new(HashMap::new()),
+            prompts: Mutex::new(HashMap::new()),
             engines: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
     /// Answers one request.
-    pub async fn request(self: &Arc<Self>, name: &str, value: Value) -> Result<Value, RpcError> {
+    pub async fn request(self: &Arc<Self>, id: &Value, name: &str, value: Value) -> Result<Value, RpcError> {
         let result = match name {
             method::INITIALIZE => self.initialize(params(value)?),
             method::AUTHENTICATE => Ok(json!({})),
@@ -89,7 +92,7 @@ impl Agent {
             method::SESSION_PROMPT => {
                 let request: protocol::PromptRequest = params(value)?;
                 let session = self.session(&request.session_id)?;
-                crate::turn::prompt(self, &session, request.prompt).await
+                crate::turn::prompt(self, &session, id, request.prompt).await
             }
             method::SESSION_SET_MODE => {
                 let request: protocol::SetModeRequest = params(value)?;
@@ -122,10 +125,15 @@ impl Agent {
                 }
                 Err(e) => tracing::warn!("ignoring a malformed session/cancel: {e}"),
             },
-            method::CANCEL_REQUEST => {
-                // A client may cancel its own `session/prompt` this way; `session/cancel` does the same.
-                tracing::debug!("ignoring $/cancel_request: requests are answered when their work ends");
-            }
+            method::CANCEL_REQUEST => match params::<protocol::CancelRequestNotification>(value) {
+                // A cancelled `session/prompt` ends like `session/cancel`; other requests finish quickly.
+                Ok(cancel) => {
+                    if let Some(token) = lock(&self.prompts).get(&cancel.request_id.to_string()) {
+                        token.cancel();
+                    }
+                }
+                Err(e) => tracing::warn!("ignoring a malformed $/cancel_request: {e}"),
+            },
             other => tracing::debug!("ignoring notification {other}"),
         }
     }
@@ -431,4 +439,27 @@ fn config_options(session: &AcpSession) -> Vec<ConfigOption> {
         });
     }
     options
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    #[test]
+    fn stdio_mcp_servers_become_settings_and_others_a_warning() {
+        let servers: Vec<McpServer> = serde_json::from_value(json!([
+            {"name": "fs", "command": "/bin/mcp-fs", "args": ["--root", "."], "env": [{"name": "A", "value": "1"}]},
+            {"name": "web", "type": "http", "url": "https://example.invalid/mcp", "headers": []}
+        ]))
+        .unwrap();
+        let (settings, warnings) = mcp_settings(&servers);
+        assert_eq!(settings["fs"].command, ["/bin/mcp-fs", "--root", "."]);
+        assert_eq!(settings["fs"].env["A"], "1");
+        assert!(settings["fs"].enabled);
+        assert!(!settings.contains_key("web"));
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("`web`") && warnings[0].contains("http"), "{warnings:?}");
+    }
 }

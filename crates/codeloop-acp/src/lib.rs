@@ -95,7 +95,7 @@ where
                 let agent = agent.clone();
                 let peer = peer.clone();
                 requests.spawn(async move {
-                    let result = agent.request(&method, params).await;
+                    let result = agent.request(&id, &method, params).await;
                     peer.respond(id, result).await;
                 });
             }

@@ -37,12 +37,14 @@ const REJECT_ALWAYS: &str = "reject_always";
 pub async fn prompt(
     agent: &Arc<Agent>,
     session: &Arc<AcpSession>,
+    request_id: &Value,
     blocks: Vec<ContentBlock>,
 ) -> Result<Value, RpcError> {
     let input = input(blocks)?;
     let cancel = CancellationToken::new();
     let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
     session.cancels.lock().unwrap_or_else(|e| e.into_inner()).push((ticket, cancel.clone()));
+    agent.prompts.lock().unwrap_or_else(|e| e.into_inner()).insert(request_id.to_string(), cancel.clone());
     let stop = tokio::select! {
         turn = session.turn.lock() => {
             let _turn = turn;
@@ -55,6 +57,7 @@ pub async fn prompt(
         _ = cancel.cancelled() => Ok(StopReason::Cancelled),
     };
     session.cancels.lock().unwrap_or_else(|e| e.into_inner()).retain(|(t, _)| *t != ticket);
+    agent.prompts.lock().unwrap_or_else(|e| e.into_inner()).remove(&request_id.to_string());
     let stop = stop?;
     serde_json::to_value(PromptResponse { stop_reason: stop }).map_err(|e| RpcError::internal(e.to_string()))
 }
@@ -156,6 +159,7 @@ impl<'a> Turn<'a> {
         tokio::pin!(grace);
         let mut cancelled = false;
         let mut open = true;
+        let mut lagged = false;
         let result = loop {
             tokio::select! {
                 biased;
@@ -173,7 +177,10 @@ impl<'a> Turn<'a> {
                 }
                 event = events.recv(), if open => match event {
                     Ok(event) => self.event(&event.payload).await,
-                    Err(RecvError::Lagged(skipped)) => tracing::debug!("{skipped} events lagged; caught up at the end"),
+                    Err(RecvError::Lagged(skipped)) => {
+                        tracing::debug!("{skipped} events lagged; caught up from the store at the end");
+                        lagged = true;
+                    }
                     Err(RecvError::Closed) => open = false,
                 },
             }
@@ -182,7 +189,11 @@ impl<'a> Turn<'a> {
         while let Ok(event) = events.try_recv() {
             self.event(&event.payload).await;
         }
-        if let Ok(history) = engine.history(&self.session.id) {
+        // Only a lagging subscriber missed anything; the store has it (after the writer's flush).
+        if lagged
+            && engine.flush().await.is_ok()
+            && let Ok(history) = engine.history(&self.session.id)
+        {
             for update in self.stream.catch_up(&history) {
                 self.agent.send_update(&self.session.id, update).await;
             }

@@ -322,6 +322,7 @@ async fn acp_cancel_stops_a_running_sleep_and_answers_cancelled_promptly() {
     let env = Env::new();
     let fake = FakeProvider::start(Script::new([
         Turn::from(Reply::tool_call("bash", json!({"command": "sleep 30"}))),
+        Turn::from(Reply::tool_call("bash", json!({"command": "sleep 31"}))),
         Turn::from(Reply::text("After the cancel.")),
     ]))
     .await
@@ -347,6 +348,12 @@ async fn acp_cancel_stops_a_running_sleep_and_answers_cancelled_promptly() {
         Some("failed"),
         "the call ends with one result: {after:?}"
     );
+    // `$/cancel_request` on the prompt request does the same.
+    let id = client.request("session/prompt", Client::prompt_params(&session, "wait again")).await;
+    client.until(|m| m["params"]["update"]["status"] == "in_progress").await;
+    client.send(json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": id}})).await;
+    let (_, response) = client.until_response(id).await;
+    assert_eq!(response["result"]["stopReason"], "cancelled");
     // The session still works after the cancel.
     let (during, response) = client.call("session/prompt", Client::prompt_params(&session, "again")).await;
     assert_eq!(response["stopReason"], "end_turn");
