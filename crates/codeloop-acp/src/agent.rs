@@ -211,6 +211,11 @@ impl Agent {
         session: codeloop_types::Session,
         warnings: Vec<String>,
     ) -> Arc<AcpSession> {
+        let mut sessions = lock(&self.sessions);
+        // Loaded again while known: keep its running turn, cancel list and choices.
+        if let Some(known) = sessions.get(&session.id) {
+            return known.clone();
+        }
         let acp = Arc::new(AcpSession {
             id: session.id.clone(),
             engine,
@@ -221,7 +226,7 @@ impl Agent {
             rejected: Mutex::new(Vec::new()),
             warnings: Mutex::new(warnings),
         });
-        lock(&self.sessions).insert(session.id, acp.clone());
+        sessions.insert(session.id, acp.clone());
         acp
     }
 
