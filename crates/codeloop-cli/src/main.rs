@@ -1,6 +1,7 @@
 //! `codeloop`: the command-line program (DESIGN.md §5). Parses arguments, loads config, opens the engine
 //! and renders its events. Everything else lives in the library crates.
 
+mod acp;
 mod config_cmd;
 mod demo;
 mod doctor;
@@ -46,6 +47,8 @@ enum Command {
     Run(run::RunArgs),
     /// Serve the HTTP API and the `GET /event` SSE stream.
     Serve(serve::ServeArgs),
+    /// Speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim…).
+    Acp(acp::AcpArgs),
     /// List, show, export, delete, compact, revert or unrevert stored sessions.
     #[command(subcommand)]
     Session(session::SessionCommand),
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
             Command::Tui(args) => tui::tui(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Acp(args) => acp::acp(args).await,
             Command::Session(command) => session::session(command).await,
             Command::Models(args) => models::models(args),
             Command::Demo(args) => demo::demo(args).await,

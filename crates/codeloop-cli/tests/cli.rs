@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
 use serde_json::{Value, json};
 
+#[path = "cli/acp.rs"]
+mod acp;
 #[path = "cli/first_run.rs"]
 mod first_run;
 #[path = "cli/tui.rs"]

@@ -1,0 +1,470 @@
+//! The ACP agent: one per connection. Answers `initialize`, creates and loads sessions, sets modes and
+//! models, and hands prompt turns to [`crate::turn`].
+//!
+//! Owns: the sessions this connection knows, one engine per (project directory, client MCP servers),
+//! and each request's validation into a JSON-RPC error a client can show.
+//! Must not: decide engine rules; every check (agent names, models) is the engine's own.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use codeloop_core::Engine;
+use codeloop_core::agents::AgentMode;
+use codeloop_core::mcp::McpSettings;
+use codeloop_types::{ModelRef, SessionId};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::protocol::{
+    self, AgentCapabilities, ConfigOption, ConfigValue, Implementation, InitializeRequest,
+    InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
+    NewSessionRequest, NewSessionResponse, PromptCapabilities, SessionMode, SessionModeState,
+    SessionNotification, SessionUpdate, method,
+};
+use crate::rpc::{Peer, RpcError};
+use crate::{AcpOptions, Host, stream};
+
+/// What a prompt turn uses of a session, changed by `session/set_mode` and `session/set_config_option`.
+#[derive(Debug, Clone)]
+pub(crate) struct Choice {
+    pub mode: String,
+    pub model: Option<ModelRef>,
+}
+
+/// A session this connection created or loaded.
+pub(crate) struct AcpSession {
+    pub id: SessionId,
+    pub engine: Engine,
+    pub cwd: PathBuf,
+    pub choice: Mutex<Choice>,
+    /// One turn at a time: a second prompt waits for the first.
+    pub turn: tokio::sync::Mutex<()>,
+    /// Prompts running or waiting; `session/cancel` cancels them all.
+    pub cancels: Mutex<Vec<(u64, CancellationToken)>>,
+    /// `(permission, patterns)` the person chose to always reject in this session.
+    pub rejected: Mutex<Vec<(String, Vec<String>)>>,
+    /// Config warnings not yet shown (shown at the start of the next turn).
+    pub warnings: Mutex<Vec<String>>,
+}
+
+pub struct Agent {
+    pub(crate) peer: Peer,
+    host: Arc<dyn Host>,
+    pub(crate) options: AcpOptions,
+    /// Whether the client shows `notice` updates.
+    notices: Mutex<bool>,
+    sessions: Mutex<HashMap<SessionId, Arc<AcpSession>>>,
+    /// Running `session/prompt` requests by JSON-RPC id, for `$/cancel_request`.
+    pub(crate) prompts: Mutex<HashMap<String, CancellationToken>>,
+    engines: tokio::sync::Mutex<HashMap<String, (Engine, Vec<String>)>>,
+}
+
+fn params<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
+    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Agent {
+    pub fn new(peer: Peer, host: Arc<dyn Host>, options: AcpOptions) -> Self {
+        Self {
+            peer,
+            host,
+            options,
+            notices: Mutex::new(false),
+            sessions: Mutex::new(HashMap::new()),
+            prompts: Mutex::new(HashMap::new()),
+            engines: tokio::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Answers one request.
+    pub async fn request(self: &Arc<Self>, id: &Value, name: &str, value: Value) -> Result<Value, RpcError> {
+        let result = match name {
+            method::INITIALIZE => self.initialize(params(value)?),
+            method::AUTHENTICATE => Ok(json!({})),
+            method::SESSION_NEW => self.new_session(params(value)?).await,
+            method::SESSION_LOAD => self.load_session(params(value)?).await,
+            method::SESSION_PROMPT => {
+                let request: protocol::PromptRequest = params(value)?;
+                let session = self.session(&request.session_id)?;
+                crate::turn::prompt(self, &session, id, request.prompt).await
+            }
+            method::SESSION_SET_MODE => {
+                let request: protocol::SetModeRequest = params(value)?;
+                let session = self.session(&request.session_id)?;
+                self.set_mode(&session, &request.mode_id)?;
+                Ok(json!({}))
+            }
+            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(params(value)?),
+            other => {
+                Err(RpcError::new(protocol::code::METHOD_NOT_FOUND, format!("Method not found: {other}")))
+            }
+        };
+        if let Err(error) = &result {
+            tracing::debug!("{name} failed: {error}");
+        }
+        result
+    }
+
+    /// Acts on one notification; unknown ones are ignored, as JSON-RPC asks.
+    pub async fn notification(self: &Arc<Self>, name: &str, value: Value) {
+        match name {
+            method::SESSION_CANCEL => match params::<protocol::CancelNotification>(value) {
+                Ok(cancel) => {
+                    let session =
+                        lock(&self.sessions).get(&SessionId::from(cancel.session_id.as_str())).cloned();
+                    match session {
+                        Some(session) => lock(&session.cancels).iter().for_each(|(_, c)| c.cancel()),
+                        None => tracing::debug!("session/cancel for unknown session {}", cancel.session_id),
+                    }
+                }
+                Err(e) => tracing::warn!("ignoring a malformed session/cancel: {e}"),
+            },
+            method::CANCEL_REQUEST => match params::<protocol::CancelRequestNotification>(value) {
+                // A cancelled `session/prompt` ends like `session/cancel`; other requests finish quickly.
+                Ok(cancel) => {
+                    if let Some(token) = lock(&self.prompts).get(&cancel.request_id.to_string()) {
+                        token.cancel();
+                    }
+                }
+                Err(e) => tracing::warn!("ignoring a malformed $/cancel_request: {e}"),
+            },
+            other => tracing::debug!("ignoring notification {other}"),
+        }
+    }
+
+    fn initialize(&self, request: InitializeRequest) -> Result<Value, RpcError> {
+        let notices = request.client_capabilities.session.and_then(|s| s.notices).is_some();
+        *lock(&self.notices) = notices;
+        if request.protocol_version != protocol::PROTOCOL_VERSION {
+            tracing::info!(
+                "the client speaks ACP version {}; answering with {}",
+                request.protocol_version,
+                protocol::PROTOCOL_VERSION
+            );
+        }
+        let response = InitializeResponse {
+            protocol_version: protocol::PROTOCOL_VERSION,
+            agent_capabilities: AgentCapabilities {
+                load_session: true,
+                prompt_capabilities: PromptCapabilities {
+                    image: false,
+                    audio: false,
+                    embedded_context: true,
+                },
+                mcp_capabilities: McpCapabilities { http: false, sse: false },
+            },
+            auth_methods: Vec::new(),
+            agent_info: Implementation {
+                name: "codeloop".into(),
+                title: "codeloop".into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+            },
+        };
+        to_value(&response)
+    }
+
+    async fn new_session(&self, request: NewSessionRequest) -> Result<Value, RpcError> {
+        let cwd = directory(&request.cwd)?;
+        let (engine, warnings) = self.engine(&cwd, &request.mcp_servers).await?;
+        engine.check_model(None).map_err(|e| RpcError::internal(e.to_string()))?;
+        let session =
+            engine.create_session(&cwd, None, None, None).map_err(|e| RpcError::internal(e.to_string()))?;
+        let acp = self.register(engine, session, warnings);
+        let response = NewSessionResponse {
+            session_id: acp.id.to_string(),
+            modes: modes(&acp),
+            config_options: config_options(&acp),
+        };
+        to_value(&response)
+    }
+
+    async fn load_session(&self, request: LoadSessionRequest) -> Result<Value, RpcError> {
+        let cwd = directory(&request.cwd)?;
+        let id = SessionId::from(request.session_id.as_str());
+        let (engine, _) = self.engine(&cwd, &request.mcp_servers).await?;
+        let stored = engine.session(&id).map_err(|e| RpcError::not_found(e.to_string()))?;
+        // The session's own directory decides its config, whatever directory the editor is in.
+        let directory = PathBuf::from(&stored.directory);
+        let (engine, warnings) = if directory != cwd && directory.is_dir() {
+            self.engine(&directory, &request.mcp_servers).await?
+        } else {
+            self.engine(&cwd, &request.mcp_servers).await?
+        };
+        let history = engine.history(&id).map_err(|e| RpcError::internal(e.to_string()))?;
+        let acp = self.register(engine, stored, warnings);
+        for update in stream::replay(&history, acp.cwd.clone()) {
+            self.send_update(&acp.id, update).await;
+        }
+        let response = LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
+        to_value(&response)
+    }
+
+    fn register(
+        &self,
+        engine: Engine,
+        session: codeloop_types::Session,
+        warnings: Vec<String>,
+    ) -> Arc<AcpSession> {
+        let mut sessions = lock(&self.sessions);
+        // Loaded again while known: keep its running turn, cancel list and choices.
+        if let Some(known) = sessions.get(&session.id) {
+            return known.clone();
+        }
+        let acp = Arc::new(AcpSession {
+            id: session.id.clone(),
+            engine,
+            cwd: PathBuf::from(&session.directory),
+            choice: Mutex::new(Choice { mode: session.agent.clone(), model: session.model.clone() }),
+            turn: tokio::sync::Mutex::new(()),
+            cancels: Mutex::new(Vec::new()),
+            rejected: Mutex::new(Vec::new()),
+            warnings: Mutex::new(warnings),
+        });
+        sessions.insert(session.id, acp.clone());
+        acp
+    }
+
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<AcpSession>, RpcError> {
+        lock(&self.sessions).get(&SessionId::from(id)).cloned().ok_or_else(|| {
+            RpcError::not_found(format!(
+                "Session not found: {id} (create it with session/new or session/load)"
+            ))
+        })
+    }
+
+    fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
+        session.engine.check_agent(mode).map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        lock(&session.choice).mode = mode.to_owned();
+        Ok(())
+    }
+
+    fn set_config_option(&self, request: protocol::SetConfigOptionRequest) -> Result<Value, RpcError> {
+        let session = self.session(&request.session_id)?;
+        let value = request
+            .value
+            .as_str()
+            .ok_or_else(|| RpcError::invalid_params("Invalid params: `value` must be a string"))?;
+        match request.config_id.as_str() {
+            "mode" => self.set_mode(&session, value)?,
+            "model" => {
+                let model: ModelRef =
+                    value.parse().map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;
+                session
+                    .engine
+                    .check_model(Some(&model))
+                    .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+                lock(&session.choice).model = Some(model);
+            }
+            other => {
+                return Err(RpcError::invalid_params(format!("Invalid params: no config option `{other}`")));
+            }
+        }
+        to_value(&protocol::SetConfigOptionResponse { config_options: config_options(&session) })
+    }
+
+    /// The engine for a directory and a set of client MCP servers, opened on first use.
+    async fn engine(
+        &self,
+        directory: &Path,
+        servers: &[McpServer],
+    ) -> Result<(Engine, Vec<String>), RpcError> {
+        let (mcp, mut skipped) = mcp_settings(servers);
+        let key = format!("{}\n{}", directory.display(), serde_json::to_string(&mcp).unwrap_or_default());
+        let mut engines = self.engines.lock().await;
+        if let Some((engine, warnings)) = engines.get(&key) {
+            let mut warnings = warnings.clone();
+            warnings.append(&mut skipped);
+            return Ok((engine.clone(), warnings));
+        }
+        let host = self.host.clone();
+        let dir = directory.to_owned();
+        let opened = tokio::task::spawn_blocking(move || host.open(&dir, mcp))
+            .await
+            .map_err(|e| RpcError::internal(format!("cannot open the engine: {e}")))?
+            .map_err(|e| RpcError::internal(format!("{e:#}")))?;
+        engines.insert(key, (opened.engine.clone(), opened.warnings.clone()));
+        let mut warnings = opened.warnings;
+        warnings.append(&mut skipped);
+        Ok((opened.engine, warnings))
+    }
+
+    pub(crate) async fn send_update(&self, session: &SessionId, update: SessionUpdate) {
+        let notification = SessionNotification { session_id: session.to_string(), update };
+        self.peer.notify(method::SESSION_UPDATE, notification).await;
+    }
+
+    /// Tells the person something outside the answer: a `notice` where the client shows them, else a
+    /// quoted line in the message stream.
+    pub(crate) async fn notice(&self, session: &SessionId, text: &str) {
+        tracing::warn!("{text}");
+        let update = if *lock(&self.notices) {
+            SessionUpdate::Notice { severity: "warning", title: text.to_owned() }
+        } else {
+            SessionUpdate::AgentMessageChunk {
+                content: protocol::ContentBlock::text(format!("\n\n> {text}\n\n")),
+            }
+        };
+        self.send_update(session, update).await;
+    }
+
+    /// Stops every running turn (the input ended).
+    pub async fn shutdown(&self) {
+        let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
+        for session in sessions {
+            lock(&session.cancels).iter().for_each(|(_, c)| c.cancel());
+        }
+    }
+
+    /// Waits until every engine's writes are durable.
+    pub async fn flush(&self) {
+        let engines: Vec<Engine> = self.engines.lock().await.values().map(|(e, _)| e.clone()).collect();
+        for engine in engines {
+            if let Err(e) = engine.flush().await {
+                tracing::warn!("cannot flush the store: {e}");
+            }
+        }
+    }
+}
+
+fn to_value(value: &impl serde::Serialize) -> Result<Value, RpcError> {
+    serde_json::to_value(value).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// An existing absolute directory, canonical.
+fn directory(cwd: &Path) -> Result<PathBuf, RpcError> {
+    if !cwd.is_absolute() {
+        return Err(RpcError::invalid_params(format!(
+            "Invalid params: cwd must be an absolute path, got {}",
+            cwd.display()
+        )));
+    }
+    let dir = cwd.canonicalize().map_err(|e| {
+        RpcError::invalid_params(format!("Invalid params: cannot use cwd {}: {e}", cwd.display()))
+    })?;
+    if !dir.is_dir() {
+        return Err(RpcError::invalid_params(format!(
+            "Invalid params: {} is not a directory",
+            dir.display()
+        )));
+    }
+    Ok(dir)
+}
+
+/// The client's stdio MCP servers as `[mcp.NAME]` settings, and a warning for each one codeloop
+/// cannot start (http and sse transports).
+fn mcp_settings(servers: &[McpServer]) -> (BTreeMap<String, McpSettings>, Vec<String>) {
+    let mut settings = BTreeMap::new();
+    let mut skipped = Vec::new();
+    for server in servers {
+        match (&server.kind, &server.command) {
+            (None, Some(command)) => {
+                let command = std::iter::once(command.display().to_string())
+                    .chain(server.args.iter().cloned())
+                    .collect();
+                let env = server.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
+                settings.insert(server.name.clone(), McpSettings { command, env, ..Default::default() });
+            }
+            (kind, _) => skipped.push(format!(
+                "MCP server `{}` is not started: codeloop starts stdio MCP servers only (this one is {})",
+                server.name,
+                kind.as_deref().unwrap_or("missing its command")
+            )),
+        }
+    }
+    (settings, skipped)
+}
+
+fn modes(session: &AcpSession) -> SessionModeState {
+    let current = lock(&session.choice).mode.clone();
+    let available = session
+        .engine
+        .services()
+        .agents
+        .values()
+        .filter(|a| a.mode == AgentMode::Primary)
+        .map(|a| SessionMode {
+            id: a.name.clone(),
+            name: a.name.clone(),
+            description: Some(a.description.clone()),
+        })
+        .collect();
+    SessionModeState { current_mode_id: current, available_modes: available }
+}
+
+/// Mode and model as select options (clients that prefer config options over modes use these).
+fn config_options(session: &AcpSession) -> Vec<ConfigOption> {
+    let modes = modes(session);
+    let choice = lock(&session.choice).clone();
+    let mut options = vec![ConfigOption {
+        id: "mode".into(),
+        name: "Mode".into(),
+        description: Some("build changes files; plan only reads and proposes".into()),
+        category: "mode".into(),
+        kind: "select",
+        current_value: modes.current_mode_id,
+        options: modes
+            .available_modes
+            .into_iter()
+            .map(|m| ConfigValue { value: m.id, name: m.name, description: m.description })
+            .collect(),
+    }];
+    let mut models: Vec<String> = session
+        .engine
+        .config()
+        .provider
+        .iter()
+        .flat_map(|(provider, settings)| {
+            settings.models.keys().map(move |model| format!("{provider}/{model}"))
+        })
+        .collect();
+    if let Some(current) = &choice.model {
+        let current = current.to_string();
+        if !models.contains(&current) {
+            models.insert(0, current);
+        }
+    }
+    if let Some(current) = choice.model.map(|m| m.to_string()) {
+        options.push(ConfigOption {
+            id: "model".into(),
+            name: "Model".into(),
+            description: None,
+            category: "model".into(),
+            kind: "select",
+            current_value: current,
+            options: models
+                .into_iter()
+                .map(|m| ConfigValue { value: m.clone(), name: m, description: None })
+                .collect(),
+        });
+    }
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+
+    #[test]
+    fn stdio_mcp_servers_become_settings_and_others_a_warning() {
+        let servers: Vec<McpServer> = serde_json::from_value(json!([
+            {"name": "fs", "command": "/bin/mcp-fs", "args": ["--root", "."], "env": [{"name": "A", "value": "1"}]},
+            {"name": "web", "type": "http", "url": "https://example.invalid/mcp", "headers": []}
+        ]))
+        .unwrap();
+        let (settings, warnings) = mcp_settings(&servers);
+        assert_eq!(settings["fs"].command, ["/bin/mcp-fs", "--root", "."]);
+        assert_eq!(settings["fs"].env["A"], "1");
+        assert!(settings["fs"].enabled);
+        assert!(!settings.contains_key("web"));
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("`web`") && warnings[0].contains("http"), "{warnings:?}");
+    }
+}

@@ -1,0 +1,497 @@
+//! One prompt turn: the client's content blocks become the engine's input, the run's bus events become
+//! `session/update`s, and each permission ask becomes a `session/request_permission` whose answer
+//! reaches the engine exactly once.
+//!
+//! Owns: the turn's lifetime — cancel (the engine's interrupt, then `cancelled` within a grace period),
+//! permission timeouts, and the stop reason.
+//! Must not: settle tool calls or permissions itself; the engine's interrupt and reply do.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use codeloop_core::permission::{Reply, wildcard_match};
+use codeloop_core::{Delivery, InputPart, PromptInput, RunError, RunOutcome, StopReason as EngineStop};
+use codeloop_types::{EventPayload, Finish, PermissionId, PermissionReply, PermissionRequest, SessionId};
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use crate::agent::{AcpSession, Agent};
+use crate::protocol::{
+    ContentBlock, PermissionOption, PermissionOptionKind, PermissionOutcome, PromptResponse,
+    RequestPermissionRequest, RequestPermissionResponse, SessionUpdate, StopReason, ToolCallUpdate, method,
+};
+use crate::rpc::RpcError;
+use crate::stream::Stream;
+
+/// Tells the prompts of a session apart in its cancel list.
+static NEXT_TICKET: AtomicU64 = AtomicU64::new(0);
+
+const ALLOW_ONCE: &str = "allow_once";
+const ALLOW_ALWAYS: &str = "allow_always";
+const REJECT_ONCE: &str = "reject_once";
+const REJECT_ALWAYS: &str = "reject_always";
+
+/// Answers `session/prompt`: runs the turn and returns its stop reason.
+pub async fn prompt(
+    agent: &Arc<Agent>,
+    session: &Arc<AcpSession>,
+    request_id: &Value,
+    blocks: Vec<ContentBlock>,
+) -> Result<Value, RpcError> {
+    let input = input(blocks)?;
+    let cancel = CancellationToken::new();
+    let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
+    session.cancels.lock().unwrap_or_else(|e| e.into_inner()).push((ticket, cancel.clone()));
+    agent.prompts.lock().unwrap_or_else(|e| e.into_inner()).insert(request_id.to_string(), cancel.clone());
+    let stop = tokio::select! {
+        turn = session.turn.lock() => {
+            let _turn = turn;
+            if cancel.is_cancelled() {
+                Ok(StopReason::Cancelled)
+            } else {
+                Turn::new(agent, session, cancel.clone()).run(input).await
+            }
+        }
+        _ = cancel.cancelled() => Ok(StopReason::Cancelled),
+    };
+    session.cancels.lock().unwrap_or_else(|e| e.into_inner()).retain(|(t, _)| *t != ticket);
+    agent.prompts.lock().unwrap_or_else(|e| e.into_inner()).remove(&request_id.to_string());
+    let stop = stop?;
+    serde_json::to_value(PromptResponse { stop_reason: stop }).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// The client's content as the engine's input: text as typed, embedded resources as context the model
+/// reads (synthetic text, or a file part for binary data), links as mentions.
+fn input(blocks: Vec<ContentBlock>) -> Result<PromptInput, RpcError> {
+    let mut parts = Vec::new();
+    for block in blocks {
+        parts.push(match block {
+            ContentBlock::Text { text } => InputPart::Text { text, synthetic: false },
+            ContentBlock::Resource { resource } => match (resource.text, resource.blob) {
+                (Some(text), _) => InputPart::Text {
+                    text: format!("<context uri=\"{}\">\n{text}\n</context>", resource.uri),
+                    synthetic: true,
+                },
+                (None, Some(blob)) => {
+                    let mime = resource.mime_type.unwrap_or_else(|| "application/octet-stream".into());
+                    InputPart::File {
+                        url: format!("data:{mime};base64,{blob}"),
+                        mime,
+                        filename: Some(resource.uri),
+                    }
+                }
+                (None, None) => {
+                    return Err(RpcError::invalid_params(
+                        "Invalid params: a resource needs `text` or `blob`",
+                    ));
+                }
+            },
+            ContentBlock::ResourceLink { uri, name, .. } => {
+                InputPart::Text { text: format!("[@{name}]({uri})"), synthetic: false }
+            }
+            ContentBlock::Image { data, mime_type, .. } | ContentBlock::Audio { data, mime_type } => {
+                InputPart::File {
+                    url: format!("data:{mime_type};base64,{data}"),
+                    mime: mime_type,
+                    filename: None,
+                }
+            }
+        });
+    }
+    let input = PromptInput { parts, ..Default::default() };
+    if input.is_empty() {
+        return Err(RpcError::invalid_params(
+            "Invalid params: the prompt is empty: send at least one text block",
+        ));
+    }
+    Ok(input)
+}
+
+struct Turn<'a> {
+    agent: &'a Arc<Agent>,
+    session: &'a Arc<AcpSession>,
+    cancel: CancellationToken,
+    stream: Stream,
+    /// Permission requests forwarded to the client, by engine id: cancelling one withdraws it.
+    forwarded: HashMap<PermissionId, CancellationToken>,
+    /// Ends every forwarded request when the turn ends.
+    asks: CancellationToken,
+    /// Sessions of this turn's subagents (their asks come to this client too), and others seen.
+    children: HashSet<SessionId>,
+    strangers: HashSet<SessionId>,
+    /// Whether the person (or a timeout) rejected a call: the run's stop needs no further notice.
+    rejected: Arc<AtomicBool>,
+}
+
+impl<'a> Turn<'a> {
+    fn new(agent: &'a Arc<Agent>, session: &'a Arc<AcpSession>, cancel: CancellationToken) -> Self {
+        Self {
+            agent,
+            session,
+            cancel,
+            stream: Stream::new(session.id.clone(), session.cwd.clone()),
+            forwarded: HashMap::new(),
+            asks: CancellationToken::new(),
+            children: HashSet::new(),
+            strangers: HashSet::new(),
+            rejected: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    async fn run(mut self, mut input: PromptInput) -> Result<StopReason, RpcError> {
+        let warnings: Vec<String> =
+            std::mem::take(&mut *self.session.warnings.lock().unwrap_or_else(|e| e.into_inner()));
+        for warning in warnings {
+            self.agent.notice(&self.session.id, &format!("warning: {warning}")).await;
+        }
+        {
+            let choice = self.session.choice.lock().unwrap_or_else(|e| e.into_inner());
+            input.agent = Some(choice.mode.clone());
+            input.model = choice.model.clone();
+        }
+        let engine = self.session.engine.clone();
+        let mut events = engine.bus().subscribe();
+        let prompt = engine.prompt(&self.session.id, input, Delivery::Queue);
+        tokio::pin!(prompt);
+        let grace = tokio::time::sleep(std::time::Duration::MAX / 4);
+        tokio::pin!(grace);
+        let mut cancelled = false;
+        let mut open = true;
+        let mut lagged = false;
+        let result = loop {
+            tokio::select! {
+                biased;
+                result = &mut prompt => break Some(result),
+                _ = self.cancel.cancelled(), if !cancelled => {
+                    cancelled = true;
+                    let engine = engine.clone();
+                    let id = self.session.id.clone();
+                    tokio::spawn(async move { engine.abort(&id).await });
+                    grace.as_mut().reset(tokio::time::Instant::now() + self.agent.options.cancel_grace);
+                }
+                _ = &mut grace, if cancelled => {
+                    tracing::warn!("the run's cleanup takes longer than {:?}; answering cancelled now", self.agent.options.cancel_grace);
+                    break None;
+                }
+                event = events.recv(), if open => match event {
+                    Ok(event) => self.event(&event.payload).await,
+                    Err(RecvError::Lagged(skipped)) => {
+                        tracing::debug!("{skipped} events lagged; caught up from the store at the end");
+                        lagged = true;
+                    }
+                    Err(RecvError::Closed) => open = false,
+                },
+            }
+        };
+        // Everything the run published is queued already: send it before the answer.
+        while let Ok(event) = events.try_recv() {
+            self.event(&event.payload).await;
+        }
+        // Only a lagging subscriber missed anything; the store has it (after the writer's flush).
+        if lagged
+            && engine.flush().await.is_ok()
+            && let Ok(history) = engine.history(&self.session.id)
+        {
+            for update in self.stream.catch_up(&history) {
+                self.agent.send_update(&self.session.id, update).await;
+            }
+        }
+        self.asks.cancel();
+        if cancelled {
+            return Ok(StopReason::Cancelled);
+        }
+        match result {
+            Some(Ok(outcome)) => self.stop_reason(&outcome).await,
+            Some(Err(RunError::Input(message))) => Err(RpcError::invalid_params(message)),
+            Some(Err(error)) => Err(RpcError::internal(error.to_string())),
+            None => Ok(StopReason::Cancelled),
+        }
+    }
+
+    async fn stop_reason(&self, outcome: &RunOutcome) -> Result<StopReason, RpcError> {
+        let finish = outcome.message.as_ref().and_then(|m| m.finish);
+        match &outcome.stop {
+            EngineStop::Completed => Ok(match finish {
+                Some(Finish::Length) => StopReason::MaxTokens,
+                Some(Finish::ContentFilter) => StopReason::Refusal,
+                _ => StopReason::EndTurn,
+            }),
+            EngineStop::StepLimit(_) => Ok(StopReason::MaxTurnRequests),
+            EngineStop::Interrupted => Ok(StopReason::Cancelled),
+            EngineStop::Blocked(message) => {
+                if !self.rejected.load(Ordering::SeqCst) && !message.is_empty() {
+                    self.agent.notice(&self.session.id, message).await;
+                }
+                Ok(StopReason::EndTurn)
+            }
+            EngineStop::Error(error) => Err(RpcError::internal(error.message())),
+        }
+    }
+
+    async fn event(&mut self, payload: &EventPayload) {
+        match payload {
+            EventPayload::PermissionAsked(request) if self.ours(&request.session_id) => {
+                self.permission(request.clone()).await;
+            }
+            EventPayload::PermissionReplied { request_id, .. } => {
+                if let Some(token) = self.forwarded.remove(request_id) {
+                    token.cancel();
+                }
+            }
+            EventPayload::QuestionAsked(request) if self.ours(&request.session_id) => {
+                // ACP has no way to ask; the question ends the turn and the person answers in the chat.
+                let text: Vec<String> = request
+                    .questions
+                    .iter()
+                    .map(|q| {
+                        let options: Vec<&str> = q.options.iter().map(|o| o.label.as_str()).collect();
+                        if options.is_empty() {
+                            q.question.clone()
+                        } else {
+                            format!("{} ({})", q.question, options.join(" / "))
+                        }
+                    })
+                    .collect();
+                let update = SessionUpdate::AgentMessageChunk {
+                    content: ContentBlock::text(format!("\n\n{}\n", text.join("\n"))),
+                };
+                self.agent.send_update(&self.session.id, update).await;
+                self.rejected.store(true, Ordering::SeqCst);
+                let _ = self.session.engine.reject_question(&request.id);
+            }
+            payload => {
+                for update in self.stream.event(payload) {
+                    self.agent.send_update(&self.session.id, update).await;
+                }
+            }
+        }
+    }
+
+    /// The session itself or one of its subagents' sessions.
+    fn ours(&mut self, id: &SessionId) -> bool {
+        if id == &self.session.id || self.children.contains(id) {
+            return true;
+        }
+        if self.strangers.contains(id) {
+            return false;
+        }
+        let mut current = id.clone();
+        for _ in 0..8 {
+            match self.session.engine.session(&current).ok().and_then(|s| s.parent_id) {
+                Some(parent) if parent == self.session.id => {
+                    self.children.insert(id.clone());
+                    return true;
+                }
+                Some(parent) => current = parent,
+                None => break,
+            }
+        }
+        self.strangers.insert(id.clone());
+        false
+    }
+
+    async fn permission(&mut self, request: PermissionRequest) {
+        let remembered = self.session.rejected.lock().unwrap_or_else(|e| e.into_inner()).iter().any(
+            |(permission, patterns)| {
+                permission == &request.permission
+                    && request.patterns.iter().all(|p| patterns.iter().any(|r| wildcard_match(r, p)))
+            },
+        );
+        if remembered {
+            let message = format!(
+                "The user chose to always reject `{}` for {} in this session; do not try it again.",
+                request.permission,
+                request.patterns.join(", ")
+            );
+            let _ = self.session.engine.reply_permission(
+                &request.id,
+                Reply { reply: PermissionReply::Reject, message: Some(message) },
+            );
+            return;
+        }
+        let tool_call = self.tool_call(&request);
+        let token = self.asks.child_token();
+        self.forwarded.insert(request.id.clone(), token.clone());
+        let ask = Ask {
+            agent: self.agent.clone(),
+            session: self.session.clone(),
+            request,
+            tool_call,
+            token,
+            rejected: self.rejected.clone(),
+        };
+        tokio::spawn(ask.run());
+    }
+
+    /// The call the request is about, as the client already saw it, or a new one described by the ask.
+    fn tool_call(&self, request: &PermissionRequest) -> ToolCallUpdate {
+        let shown = request
+            .tool
+            .as_ref()
+            .and_then(|call| self.stream.call_id(call))
+            .and_then(|id| self.stream.shown_call(id));
+        let what = format!("{} {}", request.permission, request.patterns.join(", "));
+        match shown {
+            Some(mut call) => {
+                call.raw_output = None;
+                call
+            }
+            None => ToolCallUpdate {
+                tool_call_id: request.id.to_string(),
+                title: Some(codeloop_tools::ellipsize(&what, 120)),
+                raw_input: Some(
+                    json!({"permission": request.permission, "patterns": request.patterns, "metadata": request.metadata}),
+                ),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// One forwarded permission request, waiting for the client's answer.
+struct Ask {
+    agent: Arc<Agent>,
+    session: Arc<AcpSession>,
+    request: PermissionRequest,
+    tool_call: ToolCallUpdate,
+    token: CancellationToken,
+    rejected: Arc<AtomicBool>,
+}
+
+impl Ask {
+    async fn run(self) {
+        let always = if self.request.always.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", self.request.always.join(", "))
+        };
+        let options = vec![
+            option(ALLOW_ONCE, "Allow once".into(), PermissionOptionKind::AllowOnce),
+            option(ALLOW_ALWAYS, format!("Always allow{always}"), PermissionOptionKind::AllowAlways),
+            option(REJECT_ONCE, "Reject".into(), PermissionOptionKind::RejectOnce),
+            option(REJECT_ALWAYS, "Always reject (this session)".into(), PermissionOptionKind::RejectAlways),
+        ];
+        let params = RequestPermissionRequest {
+            session_id: self.session.id.to_string(),
+            tool_call: self.tool_call.clone(),
+            options,
+        };
+        let pending = self.agent.peer.request(method::REQUEST_PERMISSION, params).await;
+        let id = pending.id;
+        let timeout = self.agent.options.permission_timeout;
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(timeout, pending.answer()) => answer,
+            // The engine settled the request some other way (cancel, another answer) or the turn ended.
+            _ = self.token.cancelled() => {
+                self.agent.peer.forget(id).await;
+                return;
+            }
+        };
+        let reply = match answer {
+            Ok(Ok(value)) => self.reply(value),
+            Ok(Err(error)) => {
+                tracing::warn!("the client failed to answer a permission request: {error}");
+                Reply { reply: PermissionReply::Reject, message: None }
+            }
+            Err(_) => {
+                self.agent.peer.forget(id).await;
+                let text = format!(
+                    "No answer to the permission request for `{}` {} within {} s: rejected.",
+                    self.request.permission,
+                    self.request.patterns.join(", "),
+                    timeout.as_secs_f64()
+                );
+                self.agent.notice(&self.session.id, &text).await;
+                Reply { reply: PermissionReply::Reject, message: None }
+            }
+        };
+        if reply.reply == PermissionReply::Reject {
+            self.rejected.store(true, Ordering::SeqCst);
+        }
+        if let Err(e) = self.session.engine.reply_permission(&self.request.id, reply) {
+            tracing::debug!("permission answer not used: {e}");
+        }
+    }
+
+    fn reply(&self, value: Value) -> Reply {
+        let reject = Reply { reply: PermissionReply::Reject, message: None };
+        let response: RequestPermissionResponse = match serde_json::from_value(value) {
+            Ok(response) => response,
+            Err(e) => {
+                tracing::warn!("unreadable permission answer ({e}): rejected");
+                return reject;
+            }
+        };
+        match response.outcome {
+            PermissionOutcome::Cancelled => reject,
+            PermissionOutcome::Selected { option_id } => match option_id.as_str() {
+                ALLOW_ONCE => Reply { reply: PermissionReply::Once, message: None },
+                ALLOW_ALWAYS => Reply { reply: PermissionReply::Always, message: None },
+                REJECT_ONCE => reject,
+                REJECT_ALWAYS => {
+                    let patterns = if self.request.always.is_empty() {
+                        self.request.patterns.clone()
+                    } else {
+                        self.request.always.clone()
+                    };
+                    self.session
+                        .rejected
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push((self.request.permission.clone(), patterns));
+                    reject
+                }
+                other => {
+                    tracing::warn!("unknown permission option `{other}`: rejected");
+                    reject
+                }
+            },
+        }
+    }
+}
+
+fn option(id: &str, name: String, kind: PermissionOptionKind) -> PermissionOption {
+    PermissionOption { option_id: id.to_owned(), name, kind }
+}
+
+#[cfg(test)]
+mod tests {
+    use pretty_assertions::assert_eq;
+
+    use super::*;
+    use crate::protocol::EmbeddedResource;
+
+    #[test]
+    fn prompt_blocks_become_input_parts() {
+        let parsed = input(vec![
+            ContentBlock::text("fix it"),
+            ContentBlock::Resource {
+                resource: EmbeddedResource {
+                    uri: "file:///p/a.rs".into(),
+                    mime_type: None,
+                    text: Some("fn a() {}".into()),
+                    blob: None,
+                },
+            },
+            ContentBlock::ResourceLink { uri: "file:///p/b.rs".into(), name: "b.rs".into(), mime_type: None },
+        ])
+        .unwrap();
+        assert_eq!(
+            parsed.parts,
+            vec![
+                InputPart::Text { text: "fix it".into(), synthetic: false },
+                InputPart::Text {
+                    text: "<context uri=\"file:///p/a.rs\">\nfn a() {}\n</context>".into(),
+                    synthetic: true
+                },
+                InputPart::Text { text: "[@b.rs](file:///p/b.rs)".into(), synthetic: false },
+            ]
+        );
+        assert_eq!(
+            input(vec![ContentBlock::text("  ")]).unwrap_err().code,
+            crate::protocol::code::INVALID_PARAMS
+        );
+    }
+}
