@@ -98,6 +98,21 @@ fn builtin() -> Vec<Agent> {
 }
 
 /// Built-in agents with config overrides applied, and agents defined only in config added.
+/// A name that no agent has.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Agent not found: \"{name}\". Available agents: {}", available.join(", "))]
+pub struct UnknownAgent {
+    pub name: String,
+    pub available: Vec<String>,
+}
+
+/// The agent called `name`, or an error that lists the ones there are.
+pub fn find<'a>(agents: &'a BTreeMap<String, Agent>, name: &str) -> Result<&'a Agent, UnknownAgent> {
+    agents
+        .get(name)
+        .ok_or_else(|| UnknownAgent { name: name.to_owned(), available: agents.keys().cloned().collect() })
+}
+
 pub fn agents(config: &Config) -> BTreeMap<String, Agent> {
     let mut agents: BTreeMap<String, Agent> = builtin().into_iter().map(|a| (a.name.clone(), a)).collect();
     for (name, settings) in &config.agent {

@@ -201,12 +201,9 @@ pub fn action_name(action: PermissionAction) -> &'static str {
     }
 }
 
+/// A pattern or path from config with `~/` expanded (the same expansion the tools apply to paths).
 pub(crate) fn expand_home(pattern: &str) -> String {
-    // Expansion happens with the HOME the process was started with; patterns stay literal otherwise.
-    match (pattern.strip_prefix("~/"), std::env::home_dir()) {
-        (Some(rest), Some(home)) => format!("{}/{rest}", home.display()),
-        _ => pattern.to_owned(),
-    }
+    codeloop_tools::expand_home(pattern).to_string_lossy().into_owned()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -23,8 +23,7 @@ use crate::run::RunError;
 use crate::services::Services;
 use crate::subagent::{TaskRuntime, TaskTool};
 
-/// Tool output spill files older than this are deleted when the engine opens.
-pub const TOOL_OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+pub use codeloop_tools::TOOL_OUTPUT_RETENTION;
 
 pub struct EngineOptions {
     pub data_dir: PathBuf,
@@ -118,8 +117,10 @@ impl Engine {
         let subagents: Vec<&Agent> = agents.values().filter(|a| a.mode == AgentMode::Subagent).collect();
         let task_runtime = Arc::new(TaskRuntime::default());
         tools.register(Arc::new(TaskTool::new(&subagents, task_runtime.clone())));
-        // Spill files are swept now and then every hour, so a long-running server stays bounded too.
+        // Spill files are swept now and then every hour, so a long-running server stays bounded too. The
+        // thread ends when the engine is dropped (its end of the channel goes with the services).
         let sweep_dir = tool_output_dir.clone();
+        let (sweep_stop, stopped) = std::sync::mpsc::channel::<()>();
         let _ = std::thread::Builder::new().name("codeloop-sweep".into()).spawn(move || {
             loop {
                 if let Err(e) = codeloop_tools::sweep_tool_output(&sweep_dir, TOOL_OUTPUT_RETENTION)
@@ -127,7 +128,10 @@ impl Engine {
                 {
                     tracing::debug!("tool output sweep failed: {e}");
                 }
-                std::thread::sleep(std::time::Duration::from_secs(3600));
+                match stopped.recv_timeout(std::time::Duration::from_secs(3600)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
             }
         });
         let mcp_settings = options.config.mcp.clone();
@@ -156,6 +160,7 @@ impl Engine {
             renames: Default::default(),
             snapshots: Default::default(),
             mcp: crate::mcp::McpServers::new(mcp_settings),
+            _sweep_stop: sweep_stop,
             all_tools: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
@@ -192,13 +197,7 @@ impl Engine {
         parent: Option<SessionId>,
     ) -> Result<Session, EngineError> {
         let agent = agent.unwrap_or(self.services.config.default_agent.as_deref().unwrap_or(DEFAULT_AGENT));
-        if !self.services.agents.contains_key(agent) {
-            let available: Vec<&str> = self.services.agents.keys().map(String::as_str).collect();
-            return Err(EngineError::Invalid(format!(
-                "Agent not found: \"{agent}\". Available agents: {}",
-                available.join(", ")
-            )));
-        }
+        crate::agents::find(&self.services.agents, agent).map_err(|e| EngineError::Invalid(e.to_string()))?;
         let directory = directory.canonicalize().unwrap_or_else(|_| directory.to_owned());
         let model = model.or_else(|| self.services.models.default_model().ok());
         let mut session = Session::new(directory.display().to_string(), agent, model);

@@ -99,13 +99,8 @@ pub fn create_user_message(
     input: &PromptInput,
 ) -> Result<MessageWithParts, RunError> {
     let agent_name = input.agent.clone().unwrap_or_else(|| session.agent.clone());
-    let agent = services.agents.get(&agent_name).ok_or_else(|| {
-        let available: Vec<&str> = services.agents.keys().map(String::as_str).collect();
-        RunError::Input(format!(
-            "Agent not found: \"{agent_name}\". Available agents: {}",
-            available.join(", ")
-        ))
-    })?;
+    let agent =
+        crate::agents::find(&services.agents, &agent_name).map_err(|e| RunError::Input(e.to_string()))?;
     let model = match input.model.clone().or_else(|| agent.model.clone()).or_else(|| session.model.clone()) {
         Some(model) => model,
         None => services.models.default_model().map_err(|e| RunError::Input(e.to_string()))?,

@@ -52,6 +52,8 @@ pub struct Services {
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
+    /// Dropped with the services: the hourly spill-file sweep thread then ends.
+    pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
     /// Built-in and MCP tools together, assembled on the first run.
     pub all_tools: tokio::sync::OnceCell<ToolSet>,
 }

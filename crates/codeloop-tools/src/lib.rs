@@ -20,7 +20,7 @@ pub use context::{
     ToolHost, ToolOutput, ToolSpec, Walls,
 };
 pub use locks::FileLocks;
-pub use paths::{is_protected, is_secret, real_path, session_temp_dir};
+pub use paths::{expand_home, is_protected, is_secret, real_path, session_temp_dir};
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
 pub use text::{cut_chars, ellipsize};

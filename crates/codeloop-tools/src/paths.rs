@@ -57,8 +57,9 @@ pub(crate) fn resolve_from(base: &Path, raw: &str) -> PathBuf {
     normalize(&joined)
 }
 
-fn expand_home(raw: &str) -> PathBuf {
-    let home = || std::env::var_os("HOME").map(PathBuf::from);
+/// `~` and `~/…` under the home directory (the one the process started with); anything else as it is.
+pub fn expand_home(raw: &str) -> PathBuf {
+    let home = std::env::home_dir;
     if raw == "~" {
         if let Some(home) = home() {
             return home;

@@ -33,13 +33,7 @@ pub(super) struct TurnEnd {
 
 impl Run<'_> {
     pub(super) fn agent(&self, name: &str) -> Result<Agent, RunError> {
-        self.services.agents.get(name).cloned().ok_or_else(|| {
-            let available: Vec<&str> = self.services.agents.keys().map(String::as_str).collect();
-            RunError::Input(format!(
-                "Agent not found: \"{name}\". Available agents: {}",
-                available.join(", ")
-            ))
-        })
+        crate::agents::find(&self.services.agents, name).cloned().map_err(|e| RunError::Input(e.to_string()))
     }
 
     /// Permission rules after the built-in defaults: agent, config, session.
