@@ -178,12 +178,7 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         SessionCommand::Revert { id, message } => {
             let id = SessionId::from(id);
             let session = engine.revert(&id, &codeloop_types::MessageId::from(message)).await?;
-            let files = session
-                .revert
-                .as_ref()
-                .and_then(|r| r.get("files"))
-                .and_then(|f| f.as_array())
-                .map_or(0, Vec::len);
+            let files = session.revert.as_ref().map_or(0, |r| r.files.len());
             eprintln!(
                 "reverted {id}: {files} file(s) restored; the next message continues from there (undo with codeloop session unrevert {id})"
             );
@@ -230,8 +225,7 @@ fn approx(tokens: &Tokens) -> &'static str {
 
 /// The first message a pending revert hides.
 fn reverted_from(session: &Session) -> Option<MessageId> {
-    let id = session.revert.as_ref()?.get("message_id")?.as_str()?;
-    Some(MessageId::from(id))
+    session.revert.as_ref().map(|revert| revert.message_id.clone())
 }
 
 /// One message with its id (what `session revert` takes) and `marker` after its heading.

@@ -380,9 +380,9 @@ impl Engine {
         for (hash, files) in &groups {
             snapshots.restore(hash, files).await.map_err(|e| EngineError::Invalid(e.to_string()))?;
         }
-        let files: Vec<&String> = groups.iter().flat_map(|(_, f)| f).collect();
+        let files: Vec<String> = groups.iter().flat_map(|(_, f)| f.iter().cloned()).collect();
         session.revert =
-            Some(serde_json::json!({"message_id": message, "snapshot": current, "files": files}));
+            Some(codeloop_types::Revert { message_id: message.clone(), snapshot: current, files });
         self.services.save_session(&mut session);
         self.flush().await?;
         Ok(session)
@@ -396,17 +396,13 @@ impl Engine {
         let mut session = self.session(id)?;
         let Some(revert) = session.revert.clone() else { return Ok(session) };
         let project = ProjectInfo::discover(Path::new(&session.directory));
-        let (Some(snapshots), Some(snapshot)) =
-            (self.services.snapshots_for(&project), revert.get("snapshot").and_then(|s| s.as_str()))
-        else {
+        let Some(snapshots) = self.services.snapshots_for(&project) else {
             return Err(EngineError::Invalid("this revert cannot be undone: its snapshot is missing".into()));
         };
-        let files: Vec<String> = revert
-            .get("files")
-            .and_then(|f| f.as_array())
-            .map(|f| f.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
-            .unwrap_or_default();
-        snapshots.restore(snapshot, &files).await.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        snapshots
+            .restore(&revert.snapshot, &revert.files)
+            .await
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
         session.revert = None;
         self.services.save_session(&mut session);
         self.flush().await?;

@@ -87,8 +87,7 @@ fn discard_reverted(services: &Services, session: &mut Session) -> Result<(), Ru
 
 /// The first message hidden by a revert.
 pub(crate) fn reverted_from(session: &Session) -> Option<MessageId> {
-    let id = session.revert.as_ref()?.get("message_id")?.as_str()?;
-    Some(MessageId::from(id))
+    session.revert.as_ref().map(|revert| revert.message_id.clone())
 }
 
 /// Resolves agent and model for new input and persists it as a user message. Updates the session's

@@ -136,8 +136,7 @@ impl Conversation {
 
     /// The first message hidden by a revert (`/undo`).
     pub fn reverted_from(&self) -> Option<MessageId> {
-        let revert = self.session.as_ref()?.revert.as_ref()?;
-        Some(MessageId::from(revert.get("message_id")?.as_str()?))
+        Some(self.session.as_ref()?.revert.as_ref()?.message_id.clone())
     }
 
     pub fn is_hidden(&self, id: &MessageId) -> bool {

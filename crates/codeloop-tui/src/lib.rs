@@ -241,12 +241,7 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
         }
         Action::Revert(id, message) => match client.revert(&id, &message).await {
             Ok(session) => {
-                let files = session
-                    .revert
-                    .as_ref()
-                    .and_then(|r| r.get("files"))
-                    .and_then(|f| f.as_array())
-                    .map_or(0, Vec::len);
+                let files = session.revert.as_ref().map_or(0, |r| r.files.len());
                 let note = format!("undid the last turn: {files} file(s) restored · /redo brings it back");
                 reload(client, session, note).await
             }

@@ -1,6 +1,16 @@
 use serde::{Deserialize, Serialize};
 
-use crate::{Millis, PermissionRule, SessionId, Tokens};
+use crate::{MessageId, Millis, PermissionRule, SessionId, Tokens};
+
+/// A pending revert: the messages from `message_id` on are hidden from the model and their files put
+/// back; `snapshot` is the tree an unrevert restores `files` from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Revert {
+    pub message_id: MessageId,
+    pub snapshot: String,
+    #[serde(default)]
+    pub files: Vec<String>,
+}
 
 /// A conversation with its working directory, model and running totals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -24,7 +34,7 @@ pub struct Session {
     pub cost: f64,
     pub time: SessionTime,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub revert: Option<serde_json::Value>,
+    pub revert: Option<Revert>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

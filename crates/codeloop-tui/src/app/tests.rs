@@ -115,7 +115,11 @@ fn undo_reverts_the_newest_shown_turn_and_redo_needs_a_revert() {
     assert_eq!(app.send_text("/undo"), vec![Action::Revert(SESSION.into(), "msg_1".into())]);
     assert_eq!(app.send_text("/redo"), vec![]);
     let mut session = app.convo.session.clone().unwrap();
-    session.revert = Some(json!({"message_id": "msg_1"}));
+    session.revert = Some(codeloop_types::Revert {
+        message_id: "msg_1".into(),
+        snapshot: String::new(),
+        files: Vec::new(),
+    });
     app.event(EventPayload::SessionUpdated { session_id: SESSION.into(), info: session });
     assert_eq!(app.send_text("/undo"), vec![], "nothing shown is left to undo");
     assert_eq!(app.send_text("/redo"), vec![Action::Unrevert(SESSION.into())]);
