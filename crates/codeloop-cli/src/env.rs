@@ -83,12 +83,30 @@ fn warn_without_landlock(config: &Config) {
     }
 }
 
+/// Who watches the engine's events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watchers {
+    /// This process, subscribed before anything runs: nothing to replay, so no replay buffer.
+    InProcess,
+    /// Clients that connect and reconnect (the HTTP server): `Last-Event-ID` replays what they missed.
+    Remote,
+}
+
 /// Opens the engine on the data directory.
 pub fn open_engine(config: Config, ask_policy: AskPolicy) -> anyhow::Result<Engine> {
+    open_engine_for(config, ask_policy, Watchers::InProcess)
+}
+
+/// Opens the engine on the data directory for the given watchers.
+pub fn open_engine_for(config: Config, ask_policy: AskPolicy, watchers: Watchers) -> anyhow::Result<Engine> {
     let data_dir = data_dir()?;
     warn_without_landlock(&config);
     let mut options = EngineOptions::new(&data_dir, config);
     options.ask_policy = ask_policy;
+    if watchers == Watchers::InProcess {
+        // A 20 000-delta answer kept 10 000 events alive for replays no one would ask for.
+        options.bus_replay_capacity = 0;
+    }
     options.home = home();
     options.protected_dirs = config_dir().into_iter().collect();
     options.sandbox_helper = std::env::current_exe().ok();

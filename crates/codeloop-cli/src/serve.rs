@@ -71,7 +71,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}:{}", args.hostname, args.port))?;
     let addr = listener.local_addr()?;
     let config = env::load_config(Some(&dir))?;
-    let engine = env::open_engine(config, AskPolicy::Wait)?;
+    let engine = env::open_engine_for(config, AskPolicy::Wait, env::Watchers::Remote)?;
     let mut options = ServerOptions::new(&dir);
     options.token = token;
     options.cors_origins = args.cors;
