@@ -309,7 +309,7 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
     })
 }
 
-fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, Reply) {
+pub(crate) fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, Reply) {
     let what = request.patterns.join(", ");
     // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
     let prompt = format!(

@@ -400,29 +400,15 @@ impl Asker {
     }
 }
 
+/// The terminal's answer (the same prompt as `run`), as the server's reply body.
 fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
-    // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
-    let prompt = format!(
-        "\npermission: {} {}\n  [o]nce  [a]lways ({})  [r]eject  reject with [m]essage > ",
-        request.permission,
-        request.patterns.join(", "),
-        request.always.join(", ")
-    );
-    eprint!("{}", for_stderr(&prompt));
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    let (reply, message) = match line.trim().to_lowercase().as_str() {
-        "o" | "once" | "y" | "yes" => (ReplyKind::Once, None),
-        "a" | "always" => (ReplyKind::Always, None),
-        "m" | "message" => {
-            eprint!("  message for the model > ");
-            let mut message = String::new();
-            let _ = std::io::stdin().read_line(&mut message);
-            (ReplyKind::Reject, Some(message.trim().to_owned()))
-        }
-        _ => (ReplyKind::Reject, None),
+    let (_, answer) = crate::run::ask_terminal(request);
+    let reply = match answer.reply {
+        codeloop_types::PermissionReply::Once => ReplyKind::Once,
+        codeloop_types::PermissionReply::Always => ReplyKind::Always,
+        codeloop_types::PermissionReply::Reject => ReplyKind::Reject,
     };
-    PermissionReplyBody { reply, message }
+    PermissionReplyBody { reply, message: answer.message }
 }
 
 #[cfg(test)]
