@@ -4,6 +4,7 @@
 //! edits, output for commands, the files a call touches.
 //! Must not: decide when to send them ([`crate::stream`] does).
 
+use codeloop_tools::patch_files;
 use std::path::{Path, PathBuf};
 
 use codeloop_types::{ToolPart, ToolState};
@@ -94,19 +95,6 @@ pub fn title(tool: &ToolPart, cwd: &Path) -> String {
 
 fn patch_text(input: &Value) -> Option<&str> {
     field(input, "patchText").or_else(|| field(input, "patch_text"))
-}
-
-/// The files a patch touches, from its `*** Add/Update/Delete File:` lines.
-fn patch_files(patch: &str) -> Vec<&str> {
-    patch
-        .lines()
-        .filter_map(|line| {
-            ["*** Add File: ", "*** Update File: ", "*** Delete File: "]
-                .iter()
-                .find_map(|prefix| line.strip_prefix(prefix))
-        })
-        .map(str::trim)
-        .collect()
 }
 
 /// The files (and line) a call reads or changes, for "follow the agent" in editors.

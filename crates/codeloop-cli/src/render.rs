@@ -218,50 +218,7 @@ impl Renderer {
 
 /// A short description of a call's input for the activity line.
 pub fn summarize_input(tool: &str, input: &Value) -> String {
-    let field = |name: &str| input.get(name).and_then(Value::as_str).map(str::to_owned);
-    let text = match tool {
-        "bash" => field("command"),
-        "read" | "write" | "edit" => field("filePath"),
-        "grep" | "glob" => field("pattern"),
-        "skill" => field("name"),
-        "todowrite" => Some("todo list".into()),
-        "webfetch" => field("url"),
-        "task" => field("description").map(|d| match field("subagent_type") {
-            Some(agent) => format!("{agent}: {d}"),
-            None => d,
-        }),
-        "apply_patch" => field("patchText").or_else(|| field("patch_text")).map(|patch| patch_files(&patch)),
-        _ => None,
-    }
-    .unwrap_or_else(|| key_values(input));
-    codeloop_tools::ellipsize(text.lines().next().unwrap_or(""), 100)
-}
-
-/// The files a patch touches, from its `*** Add/Update/Delete File:` lines.
-fn patch_files(patch: &str) -> String {
-    let files: Vec<&str> = patch
-        .lines()
-        .filter_map(|line| {
-            ["*** Add File: ", "*** Update File: ", "*** Delete File: "]
-                .iter()
-                .find_map(|prefix| line.strip_prefix(prefix))
-        })
-        .map(str::trim)
-        .collect();
-    files.join(", ")
-}
-
-/// Any other call (MCP tools…): `key=value` pairs, strings unquoted, instead of raw JSON.
-fn key_values(input: &Value) -> String {
-    let Some(map) = input.as_object() else { return input.to_string() };
-    let pairs: Vec<String> = map
-        .iter()
-        .map(|(key, value)| match value {
-            Value::String(text) => format!("{key}={}", text.lines().next().unwrap_or("")),
-            other => format!("{key}={other}"),
-        })
-        .collect();
-    pairs.join(" ")
+    codeloop_tools::call_summary(tool, input)
 }
 
 /// 1234567 → "1,234,567".

@@ -11,6 +11,7 @@ mod locks;
 mod paths;
 mod registry;
 mod schema;
+mod summary;
 mod text;
 mod tools;
 mod truncate;
@@ -23,6 +24,7 @@ pub use locks::FileLocks;
 pub use paths::{expand_home, is_protected, is_secret, real_path, session_temp_dir};
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
+pub use summary::{call_summary, patch_files};
 pub use text::{cut_chars, ellipsize};
 pub use tools::{
     ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, QuestionTool, ReadTool, SkillInfo,

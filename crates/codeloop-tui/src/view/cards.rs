@@ -239,21 +239,5 @@ fn diff_lines(diff: &str, width: usize, lines: &mut Vec<Line<'static>>) {
 
 /// A short description of a call's input: the command, path or pattern.
 fn summarize_input(tool: &str, input: &Value) -> String {
-    let field = |name: &str| input.get(name).and_then(Value::as_str).map(str::to_owned);
-    let text = match tool {
-        "bash" => field("command"),
-        "read" | "write" | "edit" => field("filePath"),
-        "grep" | "glob" => field("pattern"),
-        "skill" => field("name"),
-        "webfetch" => field("url"),
-        "task" => field("description"),
-        "todowrite" => Some("todo list".into()),
-        _ => None,
-    };
-    let text = match text {
-        Some(text) => text,
-        None if input.as_object().is_some_and(|o| o.is_empty()) => String::new(),
-        None => input.to_string(),
-    };
-    text.lines().next().unwrap_or("").to_owned()
+    codeloop_tools::call_summary(tool, input)
 }
