@@ -205,6 +205,9 @@ impl<'a> Turn<'a> {
         match result {
             Some(Ok(outcome)) => self.stop_reason(&outcome).await,
             Some(Err(RunError::Input(message))) => Err(RpcError::invalid_params(message)),
+            Some(Err(error @ (RunError::UnknownAgent(_) | RunError::Model(_)))) => {
+                Err(RpcError::invalid_params(error.to_string()))
+            }
             Some(Err(error)) => Err(RpcError::internal(error.to_string())),
             None => Ok(StopReason::Cancelled),
         }

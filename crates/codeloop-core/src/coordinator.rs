@@ -376,5 +376,5 @@ async fn wait(mut rx: watch::Receiver<Option<RunResult>>) -> RunResult {
 }
 
 fn dropped() -> RunError {
-    RunError::Store("the run ended without reporting a result".into())
+    RunError::Lost
 }

@@ -328,7 +328,7 @@ impl Engine {
             .get(crate::agents::COMPACTION_AGENT)
             .and_then(|agent| agent.model.clone())
             .unwrap_or_else(|| last_user.model.clone());
-        self.services.models.resolve(&model).map_err(|e| RunError::Model(e.to_string()))?;
+        self.services.models.resolve(&model).map_err(RunError::Model)?;
         let request = crate::run::new_compaction_request(session, &last_user, false, false);
         self.services.save_message(&request.info);
         for part in &request.parts {

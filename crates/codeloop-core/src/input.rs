@@ -98,11 +98,10 @@ pub fn create_user_message(
     input: &PromptInput,
 ) -> Result<MessageWithParts, RunError> {
     let agent_name = input.agent.clone().unwrap_or_else(|| session.agent.clone());
-    let agent =
-        crate::agents::find(&services.agents, &agent_name).map_err(|e| RunError::Input(e.to_string()))?;
+    let agent = crate::agents::find(&services.agents, &agent_name)?;
     let model = match input.model.clone().or_else(|| agent.model.clone()).or_else(|| session.model.clone()) {
         Some(model) => model,
-        None => services.models.default_model().map_err(|e| RunError::Input(e.to_string()))?,
+        None => services.models.default_model()?,
     };
     let id = MessageId::new();
     let info = UserMessage {

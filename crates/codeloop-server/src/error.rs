@@ -69,9 +69,9 @@ impl From<RunError> for ApiError {
         match error {
             RunError::SessionNotFound(_) => Self::not_found(message),
             RunError::Busy(_) => Self::conflict("busy", message),
-            RunError::Input(_) => Self::invalid(message),
+            RunError::Input(_) | RunError::UnknownAgent(_) => Self::invalid(message),
             RunError::Model(_) => Self::new(StatusCode::BAD_REQUEST, "invalid_model", message),
-            RunError::Store(_) => Self::internal(message),
+            RunError::Store(_) | RunError::Lost => Self::internal(message),
         }
     }
 }

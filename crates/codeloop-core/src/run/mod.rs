@@ -61,10 +61,18 @@ pub enum RunError {
     Busy(String),
     #[error("{0}")]
     Input(String),
-    #[error("{0}")]
-    Model(String),
+    #[error(transparent)]
+    UnknownAgent(#[from] crate::agents::UnknownAgent),
+    /// The model cannot be used (unknown provider, missing key…); the cause says which.
+    #[error(transparent)]
+    Model(#[from] crate::models::ModelError),
+    /// A store failure, as text: a run's outcome is shared by every caller that joined it (cloned), and
+    /// store errors hold I/O and SQLite errors that cannot be cloned.
     #[error("storage error: {0}")]
     Store(String),
+    /// The run's task ended without handing back a result (it panicked or was cancelled).
+    #[error("the run ended without reporting a result")]
+    Lost,
 }
 
 impl From<codeloop_store::StoreError> for RunError {
@@ -351,7 +359,7 @@ impl Run<'_> {
         if let Some(resolved) = self.models.get(model) {
             return Ok(resolved.clone());
         }
-        let resolved = self.services.models.resolve(model).map_err(|e| RunError::Model(e.to_string()))?;
+        let resolved = self.services.models.resolve(model)?;
         if !resolved.known {
             tracing::warn!(
                 "model {model} is not in the catalogue; assuming a {}-token context and {}-token output. Set [provider.{}.models.\"{}\"] context and output in your config.",

@@ -33,7 +33,7 @@ pub(super) struct TurnEnd {
 
 impl Run<'_> {
     pub(super) fn agent(&self, name: &str) -> Result<Agent, RunError> {
-        crate::agents::find(&self.services.agents, name).cloned().map_err(|e| RunError::Input(e.to_string()))
+        Ok(crate::agents::find(&self.services.agents, name)?.clone())
     }
 
     /// Permission rules after the built-in defaults: agent, config, session.
