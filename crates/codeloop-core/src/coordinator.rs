@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use codeloop_store::SessionLock;
+use codeloop_store::RunGuard;
 use codeloop_types::SessionId;
 use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -43,8 +43,8 @@ struct Entry {
     pending_wake: AtomicBool,
     stopping: AtomicBool,
     done: watch::Sender<Option<RunResult>>,
-    /// The session's cross-process lock, released (under the sessions map lock) when the entry ends.
-    lock: Mutex<Option<SessionLock>>,
+    /// The session's run ownership (file lock or lease), released (under the sessions map lock) when the entry ends.
+    lock: Mutex<Option<RunGuard>>,
 }
 
 impl Entry {

@@ -1,12 +1,15 @@
-//! Durable state (DESIGN.md §4 "Store and recovery"): the [`Store`] trait and its SQLite implementation.
+//! Durable state (DESIGN.md §4 "Store and recovery", §5b): the [`Store`] trait and its SQLite and
+//! PostgreSQL implementations.
 //!
 //! Owns: the schema and its migrations, one row per session / message / part updated in place, batched
-//! writes (one transaction per batch), per-session run locks, saved permission approvals, todo lists,
-//! and crash recovery on open.
+//! writes (one transaction per batch), per-session run ownership (file locks or leases), saved permission
+//! approvals, todo lists, and crash recovery on open.
 //! Must not: hold business rules (when to compact, what to retry); it stores what it is given.
 
 mod history;
 mod lock;
+mod open;
+mod pg;
 mod private;
 mod recovery;
 mod rows;
@@ -15,6 +18,8 @@ mod sqlite;
 mod writer;
 
 pub use lock::SessionLock;
+pub use open::{DEFAULT_LEASE, StoreUrl, open, redact};
+pub use pg::PgStore;
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
 pub use writer::{Flush, StoreWriter};
@@ -78,6 +83,17 @@ pub struct RecoveryReport {
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL error: {0}")]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The store URL cannot be used; `url` has its password hidden.
+    #[error("invalid store URL {url}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    /// The database cannot be reached; `url` has its password hidden.
+    #[error(
+        "cannot reach the PostgreSQL store at {url}: {reason}; check that the server is running and that the \
+         store URL (`serve --store`, CODELOOP_DATABASE_URL or `[store] url`) is right"
+    )]
+    Unavailable { url: String, reason: String },
     #[error("corrupt stored JSON in {table} {id}: {source}")]
     Corrupt { table: &'static str, id: String, source: serde_json::Error },
     #[error("cannot open the data directory {path}: {source}")]
@@ -133,7 +149,19 @@ pub trait Store: Send + Sync {
     /// `time.completed` become `Aborted`.
     fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport>;
 
-    /// Takes the run lock of a session for as long as the guard lives; `SessionBusy` if any process
-    /// (this one included) already holds it. Never waits.
-    fn lock_session(&self, id: &SessionId) -> Result<SessionLock>;
+    /// Takes the run ownership of a session for as long as the guard lives; `SessionBusy` if any process
+    /// or worker (this one included) already holds it. Never waits for another holder.
+    fn lock_session(&self, id: &SessionId) -> Result<RunGuard>;
 }
+
+/// Proof that this process owns the run of one session: an OS file lock (SQLite) or a lease row that a
+/// background task renews (PostgreSQL). Dropping it gives the run up.
+pub trait RunOwnership: Send + Sync + std::fmt::Debug {
+    fn session_id(&self) -> &SessionId;
+    /// False once ownership was lost: a lease that could not be renewed before it expired, so another
+    /// worker may have taken the session over. The holder should stop writing and end the run.
+    fn is_held(&self) -> bool;
+}
+
+/// What [`Store::lock_session`] hands out.
+pub type RunGuard = Box<dyn RunOwnership>;

@@ -14,11 +14,10 @@ use std::sync::{Mutex, MutexGuard};
 use codeloop_types::{MessageId, PermissionAction, PermissionRule, Session, SessionId, Todo, now_ms};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 
-use crate::lock::SessionLock;
 use crate::rows::{apply_write, decode_json, encode_json, get_session, session_from_row};
 use crate::{
-    Approval, MessageWithParts, Page, RecoveryReport, Result, SessionFilter, Store, StoreError, Write,
-    history, lock, private, recovery, schema,
+    Approval, MessageWithParts, Page, RecoveryReport, Result, RunGuard, SessionFilter, Store, StoreError,
+    Write, history, lock, private, recovery, schema,
 };
 
 /// The database file inside the data dir.
@@ -376,7 +375,7 @@ impl Store for SqliteStore {
         }
     }
 
-    fn lock_session(&self, id: &SessionId) -> Result<SessionLock> {
-        lock::acquire(&self.lock_dir, id)
+    fn lock_session(&self, id: &SessionId) -> Result<RunGuard> {
+        Ok(Box::new(lock::acquire(&self.lock_dir, id)?))
     }
 }

@@ -413,7 +413,7 @@ mod tests {
         fn revoke_approval(&self, _: i64) -> Result<bool> {
             unimplemented!()
         }
-        fn lock_session(&self, _: &codeloop_types::SessionId) -> Result<crate::SessionLock> {
+        fn lock_session(&self, _: &codeloop_types::SessionId) -> Result<crate::RunGuard> {
             unimplemented!()
         }
         fn recover(&self, _: Option<&codeloop_types::SessionId>) -> Result<crate::RecoveryReport> {
