@@ -83,7 +83,7 @@ pub struct RecoveryReport {
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
-    #[error("PostgreSQL error: {0}")]
+    #[error("PostgreSQL error: {}", pg::describe(.0))]
     Postgres(#[from] tokio_postgres::Error),
     /// The store URL cannot be used; `url` has its password hidden.
     #[error("invalid store URL {url}: {reason}")]

@@ -59,6 +59,29 @@ impl Db {
     }
 }
 
+/// The driver's error with the server's message (its `Display` alone says only "db error").
+pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{}: {} ({detail})", db.severity(), db.message()),
+            None => format!("{}: {}", db.severity(), db.message()),
+        },
+        None => {
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(error);
+            while let Some(cause) = source {
+                let cause_text = cause.to_string();
+                if !text.contains(&cause_text) {
+                    text.push_str(": ");
+                    text.push_str(&cause_text);
+                }
+                source = cause.source();
+            }
+            text
+        }
+    }
+}
+
 fn scrub(text: &str, password: Option<&str>) -> String {
     match password {
         Some(password) => text.replace(password, "***"),
