@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use codeloop_core::RunOutcome;
+use codeloop_core::StoreChoice;
 use codeloop_core::permission::AskPolicy;
 use codeloop_server::ServerOptions;
 use codeloop_server::api::{
@@ -51,6 +52,10 @@ pub struct ServeArgs {
     /// needs --token.
     #[arg(long = "cors", value_name = "ORIGIN")]
     pub cors: Vec<String>,
+    /// The store shared by every worker, e.g. `postgres://user:password@host/db` (wins over
+    /// CODELOOP_DATABASE_URL and `[store] url`; SQLite in the data dir without any of them).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -71,7 +76,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}:{}", args.hostname, args.port))?;
     let addr = listener.local_addr()?;
     let config = env::load_config(Some(&dir))?;
-    let engine = env::open_engine(config, AskPolicy::Wait)?;
+    let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
+    let engine = env::open_engine_on(config, AskPolicy::Wait, store)?;
     let mut options = ServerOptions::new(&dir);
     options.token = token;
     options.cors_origins = args.cors;

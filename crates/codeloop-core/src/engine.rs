@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use codeloop_store::{MessageWithParts, SessionFilter, SqliteStore, Store, StoreError, StoreWriter};
+use codeloop_store::{MessageWithParts, SessionFilter, Store, StoreError, StoreUrl, StoreWriter};
 use codeloop_tools::{BuiltinConfig, ToolRegistry};
 use codeloop_types::{
     EventPayload, Message, MessageId, ModelRef, PartKind, PermissionId, PermissionRequest, Session, SessionId,
@@ -26,9 +26,44 @@ use crate::subagent::{TaskRuntime, TaskTool};
 /// Tool output spill files older than this are deleted when the engine opens.
 pub const TOOL_OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
 
+/// The environment variable naming the store URL; wins over `[store] url`, loses to `serve --store`.
+pub const DATABASE_URL_ENV: &str = "CODELOOP_DATABASE_URL";
+
+/// Which store the engine opens (DESIGN.md §5a: `--store` > `CODELOOP_DATABASE_URL` > `[store] url` >
+/// SQLite in the data dir).
+#[derive(Clone, Default)]
+pub enum StoreChoice {
+    /// `CODELOOP_DATABASE_URL` (read through [`EngineOptions::env`]), else `[store] url`, else SQLite.
+    #[default]
+    FromConfig,
+    /// A URL given on the command line (`serve --store`): wins over the environment and the config.
+    Url(String),
+    /// A store opened by the caller (tests, embedders).
+    Opened(Arc<dyn Store>),
+}
+
+/// Opens the store `choice` names (migrating it and recovering dead runs); SQLite lives in `data_dir`.
+pub fn open_store(
+    choice: &StoreChoice,
+    data_dir: &Path,
+    env: &EnvLookup,
+    config: &Config,
+) -> Result<Arc<dyn Store>, StoreError> {
+    let url = match choice {
+        StoreChoice::Opened(store) => return Ok(store.clone()),
+        StoreChoice::Url(url) => Some(url.clone()),
+        StoreChoice::FromConfig => {
+            env(DATABASE_URL_ENV).filter(|url| !url.trim().is_empty()).or_else(|| config.store.url.clone())
+        }
+    };
+    codeloop_store::open(&StoreUrl::parse(url.as_deref())?, data_dir, config.store.lease())
+}
+
 pub struct EngineOptions {
     pub data_dir: PathBuf,
     pub config: Config,
+    /// The store; SQLite in `data_dir` unless the environment or the config name another.
+    pub store: StoreChoice,
     /// What happens to permission questions nobody can answer.
     pub ask_policy: AskPolicy,
     /// Environment lookup for API keys.
@@ -55,6 +90,7 @@ impl EngineOptions {
         Self {
             data_dir: data_dir.into(),
             config,
+            store: StoreChoice::default(),
             ask_policy: AskPolicy::Deny,
             env: Arc::new(|name| std::env::var(name).ok()),
             global_instructions: None,
@@ -94,7 +130,7 @@ pub struct Engine {
 impl Engine {
     /// Opens the data directory (recovering what a crashed run left open) and builds the services.
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&options.data_dir)?);
+        let store = open_store(&options.store, &options.data_dir, &options.env, &options.config)?;
         let writer = StoreWriter::new(store.clone())?;
         let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
         let tool_output_dir = options.data_dir.join("tool-output");

@@ -51,7 +51,7 @@ pub(crate) struct Db {
 
 impl Db {
     pub(crate) async fn client(&self) -> Result<Client> {
-        self.pool.get().await.map_err(|error| self.unavailable(&error.to_string()))
+        self.pool.get().await.map_err(|error| self.unavailable(&with_causes(&error)))
     }
 
     fn unavailable(&self, reason: &str) -> StoreError {
@@ -66,20 +66,23 @@ pub(crate) fn describe(error: &tokio_postgres::Error) -> String {
             Some(detail) => format!("{}: {} ({detail})", db.severity(), db.message()),
             None => format!("{}: {}", db.severity(), db.message()),
         },
-        None => {
-            let mut text = error.to_string();
-            let mut source = std::error::Error::source(error);
-            while let Some(cause) = source {
-                let cause_text = cause.to_string();
-                if !text.contains(&cause_text) {
-                    text.push_str(": ");
-                    text.push_str(&cause_text);
-                }
-                source = cause.source();
-            }
-            text
-        }
+        None => with_causes(error),
     }
+}
+
+/// An error and its chain of causes on one line ("error connecting to server: Connection refused").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 fn scrub(text: &str, password: Option<&str>) -> String {
