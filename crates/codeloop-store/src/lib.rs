@@ -42,6 +42,19 @@ pub enum Write {
     Part(Part),
     RemovePart(PartId),
     RemoveMessage(MessageId),
+    /// Takes a queued input off its queue (in the batch that records it as a user message).
+    RemoveQueued(i64),
+}
+
+/// Input posted while its session was busy, kept until a run records it (DESIGN.md §5b "durable input").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedInput {
+    /// Increasing in the order the inputs were queued.
+    pub id: i64,
+    pub session_id: SessionId,
+    /// The prompt as the caller encoded it (JSON); the store does not read it.
+    pub input: String,
+    pub created: i64,
 }
 
 /// Which sessions to list.
@@ -148,6 +161,14 @@ pub trait Store: Send + Sync {
     /// session): pending/running tool parts become interrupted errors, assistant messages without
     /// `time.completed` become `Aborted`.
     fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport>;
+
+    /// Queues input behind a session's run; returns its id (increasing). Removed by [`Write::RemoveQueued`].
+    fn enqueue_input(&self, session: &SessionId, input: &str) -> Result<i64>;
+    /// A session's queued input, oldest first.
+    fn queued_inputs(&self, session: &SessionId) -> Result<Vec<QueuedInput>>;
+    /// Sessions that need a run and that no live process or worker owns: queued input waiting, or a run
+    /// left open by a dead one. What a worker picks up to take over (failover).
+    fn orphaned_sessions(&self) -> Result<Vec<SessionId>>;
 
     /// Takes the run ownership of a session for as long as the guard lives; `SessionBusy` if any process
     /// or worker (this one included) already holds it. Never waits for another holder.

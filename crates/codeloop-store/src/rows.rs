@@ -38,6 +38,10 @@ pub(crate) fn apply_write(conn: &Connection, write: &Write) -> Result<()> {
             conn.prepare_cached("DELETE FROM message WHERE id = ?1")?.execute([id.as_str()])?;
             Ok(())
         }
+        Write::RemoveQueued(id) => {
+            conn.prepare_cached("DELETE FROM queued_input WHERE id = ?1")?.execute([id])?;
+            Ok(())
+        }
     }
 }
 

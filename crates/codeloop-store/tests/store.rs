@@ -904,6 +904,40 @@ fn private_files_helper_process() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Durable queued input
+
+fn queued_input_stays_in_order_until_a_batch_records_it(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let s = session("/p");
+    store.apply(&[Write::Session(s.clone())]).unwrap();
+    let first = store.enqueue_input(&s.id, r#"{"parts":[{"type":"text","text":"one"}]}"#).unwrap();
+    let second = store.enqueue_input(&s.id, r#"{"parts":[{"type":"text","text":"two"}]}"#).unwrap();
+    assert!(first < second);
+    let queued = store.queued_inputs(&s.id).unwrap();
+    assert_eq!(queued.iter().map(|q| q.id).collect::<Vec<_>>(), [first, second]);
+    let input: serde_json::Value = serde_json::from_str(&queued[0].input).unwrap();
+    assert_eq!(input["parts"][0]["text"], "one");
+
+    // Nobody runs the session, so it is an orphan for any worker to pick up, until someone owns it.
+    assert_eq!(store.orphaned_sessions().unwrap(), vec![s.id.clone()]);
+    let other = place.open();
+    let lock = other.lock_session(&s.id).unwrap();
+    assert_eq!(store.orphaned_sessions().unwrap(), vec![]);
+
+    // Recording the first input takes it off the queue in the same batch; the rest survives a reopen.
+    other.apply(&[Write::Message(user(&s.id)), Write::RemoveQueued(first)]).unwrap();
+    drop(lock);
+    let left: Vec<i64> = place.open().queued_inputs(&s.id).unwrap().iter().map(|q| q.id).collect();
+    assert_eq!(left, [second]);
+
+    // Deleting the session drops its queue.
+    assert!(store.delete_session(&s.id).unwrap());
+    assert_eq!(store.queued_inputs(&s.id).unwrap(), vec![]);
+    assert_eq!(store.orphaned_sessions().unwrap(), vec![]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Every test above that takes a `Kind` runs on both stores.
 
 macro_rules! on_both_stores {
@@ -938,6 +972,7 @@ on_both_stores!(
     approvals_are_saved_per_project_without_duplicates_and_can_be_revoked,
     todos_are_replaced_as_a_whole_and_cleared,
     a_killed_run_releases_its_lock_and_is_recovered,
+    queued_input_stays_in_order_until_a_batch_records_it,
 );
 
 // ---------------------------------------------------------------------------------------------------------

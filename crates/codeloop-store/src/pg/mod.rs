@@ -26,8 +26,8 @@ use crate::open::{password, redact};
 use crate::recovery::{settle_message, settle_part};
 use crate::rows::{decode_json, encode_json};
 use crate::{
-    Approval, MessageWithParts, Page, RecoveryReport, Result, RunGuard, SessionFilter, Store, StoreError,
-    Write,
+    Approval, MessageWithParts, Page, QueuedInput, RecoveryReport, Result, RunGuard, SessionFilter, Store,
+    StoreError, Write,
 };
 use lease::Lease;
 use rows::{apply_write, message_from_row, part_from_row, session_from_row, upsert_message, upsert_part};
@@ -505,6 +505,67 @@ impl Store for PgStore {
                 self.write(move |tx| Box::pin(async move { settle_session(tx, &id, now_ms()).await }))
             }
         }
+    }
+
+    fn enqueue_input(&self, session: &SessionId, input: &str) -> Result<i64> {
+        let (session, input) = (session.clone(), input.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                let row = tx
+                    .query_one(
+                        "INSERT INTO queued_input (session_id, input, created) VALUES ($1, $2::text::json, $3)
+                         RETURNING id",
+                        &[&session.as_str(), &input, &now_ms()],
+                    )
+                    .await?;
+                Ok(row.try_get(0)?)
+            })
+        })
+    }
+
+    fn queued_inputs(&self, session: &SessionId) -> Result<Vec<QueuedInput>> {
+        let session = session.clone();
+        self.read(move |tx| {
+            Box::pin(async move {
+                let stmt = tx
+                    .prepare_cached(
+                        "SELECT id, session_id, input::text, created FROM queued_input
+                         WHERE session_id = $1 ORDER BY id",
+                    )
+                    .await?;
+                tx.query(&stmt, &[&session.as_str()])
+                    .await?
+                    .iter()
+                    .map(|row| {
+                        Ok(QueuedInput {
+                            id: row.try_get(0)?,
+                            session_id: SessionId::from(row.try_get::<_, &str>(1)?),
+                            input: row.try_get(2)?,
+                            created: row.try_get(3)?,
+                        })
+                    })
+                    .collect()
+            })
+        })
+    }
+
+    fn orphaned_sessions(&self) -> Result<Vec<SessionId>> {
+        self.read(move |tx| {
+            Box::pin(async move {
+                let sql = format!(
+                    "SELECT id FROM ({} UNION SELECT session_id FROM queued_input) AS waiting (id)
+                     WHERE NOT EXISTS (SELECT 1 FROM run_lease l
+                                       WHERE l.session_id = waiting.id AND l.expires_at >= clock_timestamp())
+                     ORDER BY id",
+                    rows::OPEN_SESSIONS
+                );
+                tx.query(&sql, &[])
+                    .await?
+                    .iter()
+                    .map(|row| Ok(SessionId::from(row.try_get::<_, &str>(0)?)))
+                    .collect()
+            })
+        })
     }
 
     fn lock_session(&self, id: &SessionId) -> Result<RunGuard> {

@@ -66,6 +66,11 @@ pub(crate) async fn apply_write(tx: &Transaction<'_>, write: &Write) -> Result<(
             tx.execute(&stmt, &[&id.as_str()]).await?;
             Ok(())
         }
+        Write::RemoveQueued(id) => {
+            let stmt = tx.prepare_cached("DELETE FROM queued_input WHERE id = $1").await?;
+            tx.execute(&stmt, &[id]).await?;
+            Ok(())
+        }
     }
 }
 

@@ -72,6 +72,15 @@ const MIGRATIONS: &[&str] = &[r#"
         expires_at TIMESTAMPTZ NOT NULL
     );
     CREATE INDEX run_lease_expiry ON run_lease (expires_at);
+
+    -- Prompts posted while the session was busy, run in id order by whichever worker holds the lease.
+    CREATE TABLE queued_input (
+        id         BIGSERIAL PRIMARY KEY,
+        session_id TEXT COLLATE "C" NOT NULL REFERENCES session (id) ON DELETE CASCADE,
+        input      JSON NOT NULL,
+        created    BIGINT NOT NULL
+    );
+    CREATE INDEX queued_input_session ON queued_input (session_id, id);
     "#];
 
 /// The newest schema version this build understands.
