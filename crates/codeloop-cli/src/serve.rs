@@ -78,6 +78,8 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config = env::load_config(Some(&dir))?;
     let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
     let engine = env::open_engine_on(config, AskPolicy::Wait, store)?;
+    // Queued input and runs that a dead process or worker left are picked up here.
+    let _failover = engine.spawn_failover();
     let mut options = ServerOptions::new(&dir);
     options.token = token;
     options.cors_origins = args.cors;

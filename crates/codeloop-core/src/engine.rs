@@ -219,6 +219,39 @@ impl Engine {
         self.services.store.clone()
     }
 
+    /// Runs the sessions that dead processes or workers left behind (DESIGN.md §5b failover): stored
+    /// queued input nobody runs, and runs left open under an expired lease or a released lock. Each is
+    /// settled like crash recovery when its run starts, then its queue runs in order. Returns how many
+    /// sessions were picked up (some may go to another worker that asked first).
+    pub async fn resume_orphans(&self) -> Result<usize, EngineError> {
+        let sessions = self.services.blocking(|store| store.orphaned_sessions()).await?;
+        for session in &sessions {
+            self.coordinator.resume(session);
+        }
+        Ok(sessions.len())
+    }
+
+    /// Calls [`Engine::resume_orphans`] now and then every half lease (`[store] lease_secs`), until the
+    /// engine is dropped. `serve` runs it: a worker takes over what another worker left.
+    pub fn spawn_failover(&self) -> tokio::task::JoinHandle<()> {
+        let period = self.services.config.store.lease() / 2;
+        let services = Arc::downgrade(&self.services);
+        let coordinator = self.coordinator.downgrade();
+        tokio::spawn(async move {
+            loop {
+                let (Some(services), Some(coordinator)) = (services.upgrade(), coordinator.upgrade()) else {
+                    return;
+                };
+                let engine = Engine { services, coordinator };
+                if let Err(error) = engine.resume_orphans().await {
+                    tracing::warn!(%error, "could not look for sessions to take over");
+                }
+                drop(engine);
+                tokio::time::sleep(period).await;
+            }
+        })
+    }
+
     /// A new session in `directory` (agent and model default to config).
     pub fn create_session(
         &self,

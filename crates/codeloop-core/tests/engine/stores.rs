@@ -11,7 +11,7 @@ use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
 use codeloop_types::{EventPayload, PartKind};
 
 use crate::common::config_for;
-use crate::harness::wait_for_event;
+use crate::harness::{Harness, wait_for_event};
 
 fn worker(url: &str, fake: &FakeProvider, data: &Path) -> Engine {
     let mut options = EngineOptions::new(data, config_for(&fake.base_url()));
@@ -81,4 +81,123 @@ async fn a_second_worker_asked_to_run_a_running_session_is_refused_until_it_ends
     assert_eq!(second.stop, StopReason::Completed);
     assert_eq!(answer_text(&a, &session.id), "second worker's answer");
     assert_eq!(fake.request_count(), 2);
+}
+
+fn texts_of(engine: &Engine, session: &codeloop_types::SessionId) -> Vec<String> {
+    engine
+        .history(session)
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m.parts
+                .iter()
+                .filter_map(|p| match &p.kind {
+                    PartKind::Text(t) => Some(t.text.clone()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn queued_texts(engine: &Engine, session: &codeloop_types::SessionId) -> Vec<String> {
+    engine
+        .store()
+        .queued_inputs(session)
+        .unwrap()
+        .iter()
+        .map(|q| {
+            let input: PromptInput = serde_json::from_str(&q.input).unwrap();
+            match &input.parts[0] {
+                codeloop_core::input::InputPart::Text { text, .. } => text.clone(),
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect()
+}
+
+/// Waits (yielding to the runtime, no sleeping) until the store holds `n` queued inputs of the session.
+async fn until_queued(engine: &Engine, session: &codeloop_types::SessionId, n: usize) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while queued_texts(engine, session).len() < n {
+        assert!(std::time::Instant::now() < deadline, "input was never queued");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn prompts_queued_while_a_session_runs_are_stored_and_run_in_order() {
+    let slow = Turn::from(Reply::text("one").with_text_chunks(10).with_chunk_delay_ms(30));
+    let h =
+        Harness::new(Script::new([slow, Turn::from(Reply::text("two")), Turn::from(Reply::text("three"))]))
+            .await;
+    let (first, _) = h.start("1", |p| matches!(p, EventPayload::PartDelta { .. })).await;
+    let queue = |text: &'static str| {
+        let (engine, id) = (h.engine.clone(), h.session.id.clone());
+        tokio::spawn(
+            async move { engine.prompt(&id, PromptInput::text(text), Delivery::Queue).await.unwrap() },
+        )
+    };
+    let second = queue("2");
+    until_queued(&h.engine, &h.session.id, 1).await;
+    let third = queue("3");
+    until_queued(&h.engine, &h.session.id, 2).await;
+    assert_eq!(queued_texts(&h.engine, &h.session.id), ["2", "3"]);
+
+    assert_eq!(first.await.unwrap().stop, StopReason::Completed);
+    assert_eq!(second.await.unwrap().stop, StopReason::Completed);
+    assert_eq!(third.await.unwrap().stop, StopReason::Completed);
+    assert_eq!(texts_of(&h.engine, &h.session.id), ["1", "one", "2", "two", "3", "three"]);
+    assert_eq!(queued_texts(&h.engine, &h.session.id), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn input_queued_by_a_dead_worker_is_run_by_another_once_its_lease_expires() {
+    let Some(url) = database() else { return };
+    let fake = FakeProvider::start(Script::new([Reply::text("first answer"), Reply::text("taken over")]))
+        .await
+        .unwrap();
+    let (data_a, data_b, project) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = worker(&url, &fake, data_a.path());
+    let session = a.create_session(project.path(), None, None, None).unwrap();
+    a.prompt(&session.id, PromptInput::text("first"), Delivery::Queue).await.unwrap();
+
+    // A worker that accepted a prompt while running the session, then died: its input is stored and
+    // its lease row stays until it expires.
+    let input = serde_json::to_string(&PromptInput::text("second")).unwrap();
+    a.store().enqueue_input(&session.id, &input).unwrap();
+    let runtime = tokio::runtime::Handle::current();
+    let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+    runtime.spawn(connection);
+    client
+        .execute(
+            "INSERT INTO run_lease (session_id, owner, expires_at)
+             VALUES ($1, 'dead-worker', clock_timestamp() + interval '1 second')",
+            &[&session.id.as_str()],
+        )
+        .await
+        .unwrap();
+
+    let b = worker(&url, &fake, data_b.path());
+    assert_eq!(b.resume_orphans().await.unwrap(), 0, "the lease is still live");
+    let mut events = b.bus().subscribe();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if b.resume_orphans().await.unwrap() == 1 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the dead worker's lease never expired");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // The taken-over run settles what was left, then runs the queue; the entry goes when all is done.
+    let settled = async {
+        while b.coordinator().is_busy(&session.id) {
+            let _ = events.recv().await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), settled).await.expect("the run never ended");
+    b.flush().await.unwrap();
+    assert_eq!(texts_of(&b, &session.id), ["first", "first answer", "second", "taken over"]);
+    assert_eq!(queued_texts(&b, &session.id), Vec::<String>::new());
 }
