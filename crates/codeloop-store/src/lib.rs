@@ -173,7 +173,23 @@ pub trait Store: Send + Sync {
     /// Takes the run ownership of a session for as long as the guard lives; `SessionBusy` if any process
     /// or worker (this one included) already holds it. Never waits for another holder.
     fn lock_session(&self, id: &SessionId) -> Result<RunGuard>;
+
+    /// The store's shared event log, if it has one (PostgreSQL); SQLite events stay in their process.
+    fn event_log(&self) -> Option<&dyn EventLog> {
+        None
+    }
 }
+
+/// Events shared by every worker on one store (DESIGN.md §5b): each worker appends its bus events and
+/// receives everyone's, with store-wide ids that increase in commit order.
+pub trait EventLog: Send + Sync {
+    /// Starts relaying until the store is dropped: JSON events from `outbox` are appended in batches, and
+    /// every event appended from now on, by any worker, is handed to `deliver` (id, JSON) in id order.
+    fn relay(&self, outbox: tokio::sync::mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<()>;
+}
+
+/// Where [`EventLog::relay`] hands the events it reads.
+pub type EventSink = Box<dyn Fn(u64, String) + Send + Sync>;
 
 /// Proof that this process owns the run of one session: an OS file lock (SQLite) or a lease row that a
 /// background task renews (PostgreSQL). Dropping it gives the run up.

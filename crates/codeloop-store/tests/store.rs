@@ -1056,3 +1056,44 @@ fn postgres_a_database_from_a_newer_codeloop_is_refused() {
     let error = PgStore::open(&url, TEST_LEASE).unwrap_err();
     assert!(matches!(error, StoreError::SchemaTooNew { .. }), "{error}");
 }
+
+#[test]
+fn postgres_workers_see_every_workers_events_in_one_increasing_id_order() {
+    let Some(url) = postgres_url() else { return };
+    let workers: Vec<PgStore> = (0..2).map(|_| PgStore::open(&url, TEST_LEASE).unwrap()).collect();
+    let mut outboxes = Vec::new();
+    let mut inboxes = Vec::new();
+    for worker in &workers {
+        let (outbox, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (seen, inbox) = std::sync::mpsc::channel::<(u64, String)>();
+        let seen = std::sync::Mutex::new(seen);
+        let sink: codeloop_store::EventSink =
+            Box::new(move |id, json| drop(seen.lock().unwrap().send((id, json))));
+        worker.event_log().unwrap().relay(rx, sink).unwrap();
+        outboxes.push(outbox);
+        inboxes.push(inbox);
+    }
+    // Both workers publish at once.
+    for n in 0..50 {
+        for (w, outbox) in outboxes.iter().enumerate() {
+            outbox.send(json!({"worker": w, "n": n}).to_string()).unwrap();
+        }
+    }
+    let received: Vec<Vec<(u64, String)>> = inboxes
+        .iter()
+        .map(|inbox| (0..100).map(|_| inbox.recv_timeout(Duration::from_secs(10)).unwrap()).collect())
+        .collect();
+    assert_eq!(received[0], received[1], "every worker sees the same events with the same ids");
+    let ids: Vec<u64> = received[0].iter().map(|(id, _)| *id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    // Each worker's own events keep their order.
+    for w in 0..2 {
+        let mine: Vec<u64> = received[0]
+            .iter()
+            .map(|(_, json)| serde_json::from_str::<serde_json::Value>(json).unwrap())
+            .filter(|e| e["worker"] == w)
+            .map(|e| e["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(mine, (0..50).collect::<Vec<_>>());
+    }
+}

@@ -9,6 +9,7 @@
 //! Owns: the pool and its runtime, transactions, the `Store` methods, recovery of sessions no live lease holds.
 //! Must not: hold business rules, or block the store's own runtime.
 
+mod events;
 mod lease;
 mod rows;
 pub(crate) mod schema;
@@ -95,6 +96,8 @@ fn scrub(text: &str, password: Option<&str>) -> String {
 /// What the store and its leases share. The runtime stops when the last of them is gone.
 pub(crate) struct Shared {
     pub(crate) db: Db,
+    /// For connections outside the pool (the event listener).
+    pub(crate) pg_config: tokio_postgres::Config,
     pub(crate) handle: Handle,
     pub(crate) lease: Duration,
     runtime: Option<tokio::runtime::Runtime>,
@@ -163,6 +166,7 @@ impl PgStore {
             .enable_all()
             .build()
             .map_err(|source| StoreError::Io { path: "PostgreSQL store runtime".into(), source })?;
+        let pg_config = config.clone();
         let manager =
             Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
@@ -174,7 +178,13 @@ impl PgStore {
             .map_err(|e| invalid(e.to_string()))?;
         let lease = if lease.is_zero() { crate::DEFAULT_LEASE } else { lease };
         let db = Db { pool, url: shown.as_str().into(), password: password.as_deref().map(Arc::from) };
-        let shared = Arc::new(Shared { db, handle: runtime.handle().clone(), lease, runtime: Some(runtime) });
+        let shared = Arc::new(Shared {
+            db,
+            pg_config,
+            handle: runtime.handle().clone(),
+            lease,
+            runtime: Some(runtime),
+        });
         let mut store = PgStore { shared, last_recovery: RecoveryReport::default() };
         store.run(|db| async move {
             let mut client = db.client().await?;
@@ -570,5 +580,9 @@ impl Store for PgStore {
 
     fn lock_session(&self, id: &SessionId) -> Result<RunGuard> {
         Ok(Box::new(Lease::take(&self.shared, id)?))
+    }
+
+    fn event_log(&self) -> Option<&dyn crate::EventLog> {
+        Some(self)
     }
 }

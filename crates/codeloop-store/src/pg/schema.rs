@@ -81,6 +81,15 @@ const MIGRATIONS: &[&str] = &[r#"
         created    BIGINT NOT NULL
     );
     CREATE INDEX queued_input_session ON queued_input (session_id, id);
+
+    -- Every worker's bus events, for every worker's SSE clients. Ids are handed out under an advisory
+    -- lock held to commit, so they become visible in id order; rows are pruned by age.
+    CREATE TABLE event (
+        id      BIGSERIAL PRIMARY KEY,
+        created TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
+        payload JSON NOT NULL
+    );
+    CREATE INDEX event_created ON event (created);
     "#];
 
 /// The newest schema version this build understands.
