@@ -8,7 +8,7 @@ use codeloop_core::config::{Config, ConfigSources};
 use codeloop_core::instructions::ProjectInfo;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::trust::TrustStore;
-use codeloop_core::{Engine, EngineOptions, StoreChoice};
+use codeloop_core::{Engine, EngineOptions, EventIds, StoreChoice};
 
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CODELOOP_LOG")
@@ -86,15 +86,22 @@ fn warn_without_landlock(config: &Config) {
 /// Opens the engine on the store of every command: `CODELOOP_DATABASE_URL`, else `[store] url`, else
 /// SQLite in the data directory.
 pub fn open_engine(config: Config, ask_policy: AskPolicy) -> anyhow::Result<Engine> {
-    open_engine_on(config, ask_policy, StoreChoice::FromConfig)
+    open_engine_on(config, ask_policy, StoreChoice::FromConfig, EventIds::Local)
 }
 
-/// Opens the engine on `store` (`serve --store` passes its URL, which wins over the rest).
-pub fn open_engine_on(config: Config, ask_policy: AskPolicy, store: StoreChoice) -> anyhow::Result<Engine> {
+/// Opens the engine on `store` (`serve --store` passes its URL, which wins over the rest), with event
+/// ids from `events` (`serve` takes them from a shared store, so every worker streams every event).
+pub fn open_engine_on(
+    config: Config,
+    ask_policy: AskPolicy,
+    store: StoreChoice,
+    events: EventIds,
+) -> anyhow::Result<Engine> {
     let data_dir = data_dir()?;
     warn_without_landlock(&config);
     let mut options = EngineOptions::new(&data_dir, config);
     options.store = store;
+    options.events = events;
     options.ask_policy = ask_policy;
     options.home = home();
     options.protected_dirs = config_dir().into_iter().collect();

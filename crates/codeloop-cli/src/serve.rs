@@ -16,8 +16,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use codeloop_core::RunOutcome;
-use codeloop_core::StoreChoice;
 use codeloop_core::permission::AskPolicy;
+use codeloop_core::{EventIds, StoreChoice};
 use codeloop_server::ServerOptions;
 use codeloop_server::api::{
     DeliveryMode, ErrorBody, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
@@ -77,7 +77,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let addr = listener.local_addr()?;
     let config = env::load_config(Some(&dir))?;
     let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
-    let engine = env::open_engine_on(config, AskPolicy::Wait, store)?;
+    let engine = env::open_engine_on(config, AskPolicy::Wait, store, EventIds::Store)?;
     // Queued input and runs that a dead process or worker left are picked up here.
     let _failover = engine.spawn_failover();
     let mut options = ServerOptions::new(&dir);

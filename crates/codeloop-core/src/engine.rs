@@ -59,11 +59,50 @@ pub fn open_store(
     codeloop_store::open(&StoreUrl::parse(url.as_deref())?, data_dir, config.store.lease())
 }
 
+/// Where event ids come from (DESIGN.md §5b).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EventIds {
+    /// Counted by this process: a client that reconnects to a restarted process gets `resync`.
+    #[default]
+    Local,
+    /// Handed out by a shared store (PostgreSQL) in commit order: every worker's bus carries every
+    /// worker's events with the same ids, so SSE replay works on any worker. SQLite stays `Local`.
+    Store,
+}
+
+/// A bus whose events go through the store's event log: published payloads are appended there, and
+/// every worker's events come back with their store ids.
+fn relayed_bus(
+    log: &dyn codeloop_store::EventLog,
+    channel_capacity: usize,
+    replay_capacity: usize,
+) -> Result<Bus, StoreError> {
+    let (outbox, pending) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let relay: crate::bus::Relay = Box::new(move |payload| match serde_json::to_string(&payload) {
+        Ok(json) => {
+            let _ = outbox.send(json);
+        }
+        Err(error) => tracing::warn!(%error, "an event could not be encoded; it is not published"),
+    });
+    let bus = Bus::relayed(channel_capacity, replay_capacity, relay);
+    let target = bus.clone();
+    log.relay(
+        pending,
+        Box::new(move |id, json| match serde_json::from_str::<EventPayload>(&json) {
+            Ok(payload) => target.deliver(id, payload),
+            Err(error) => tracing::warn!(id, %error, "an event from the store could not be read; skipped"),
+        }),
+    )?;
+    Ok(bus)
+}
+
 pub struct EngineOptions {
     pub data_dir: PathBuf,
     pub config: Config,
     /// The store; SQLite in `data_dir` unless the environment or the config name another.
     pub store: StoreChoice,
+    /// Event ids: this process's own, or the shared store's (`serve` on PostgreSQL).
+    pub events: EventIds,
     /// What happens to permission questions nobody can answer.
     pub ask_policy: AskPolicy,
     /// Environment lookup for API keys.
@@ -91,6 +130,7 @@ impl EngineOptions {
             data_dir: data_dir.into(),
             config,
             store: StoreChoice::default(),
+            events: EventIds::default(),
             ask_policy: AskPolicy::Deny,
             env: Arc::new(|name| std::env::var(name).ok()),
             global_instructions: None,
@@ -132,7 +172,12 @@ impl Engine {
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
         let store = open_store(&options.store, &options.data_dir, &options.env, &options.config)?;
         let writer = StoreWriter::new(store.clone())?;
-        let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
+        let bus = match (options.events, store.event_log()) {
+            (EventIds::Store, Some(log)) => {
+                relayed_bus(log, options.bus_channel_capacity, options.bus_replay_capacity)?
+            }
+            _ => Bus::new(options.bus_channel_capacity, options.bus_replay_capacity),
+        };
         let tool_output_dir = options.data_dir.join("tool-output");
         // Only codeloop's own dirs are outside the project without asking: the spill files here, and each
         // session's temp dir (which the tools treat as part of the project), not the whole system temp dir.

@@ -33,7 +33,8 @@ pub mod walls;
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
 pub use engine::{
-    DATABASE_URL_ENV, Engine, EngineError, EngineOptions, StoreChoice, TOOL_OUTPUT_RETENTION, open_store,
+    DATABASE_URL_ENV, Engine, EngineError, EngineOptions, EventIds, StoreChoice, TOOL_OUTPUT_RETENTION,
+    open_store,
 };
 pub use input::{Delivery, InputPart, PromptInput};
 pub use run::{Inbox, RunError, RunOutcome, StopReason};

@@ -131,3 +131,73 @@ async fn a_killed_workers_run_is_settled_and_its_queued_prompt_run_by_another_wo
     assert_eq!(text_of(&history[4]), "queued prompt answered");
     assert_eq!(fake.request_count(), 3);
 }
+
+/// Reads SSE frames from `response` until one satisfies `until`; returns every bus event (`data` JSON
+/// with an `id`) read so far.
+async fn read_events(response: &mut reqwest::Response, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+            let event: Value = serde_json::from_str(data).unwrap();
+            if event["id"].is_u64() {
+                let done = until(&event);
+                events.push(event);
+                if done {
+                    return events;
+                }
+            }
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(20), response.chunk())
+            .await
+            .expect("no event within 20 s")
+            .unwrap()
+            .expect("the stream ended");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn sse_on_one_worker_streams_another_workers_run_and_replays_it_by_store_id() {
+    let Some(store) = codeloop_testkit::postgres::database() else { return };
+    let fake = FakeProvider::start(Script::new([Turn::from(
+        Reply::text("streamed across workers").with_text_chunks(5),
+    )]))
+    .await
+    .unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "");
+    let (_a, a_url, _a_data) = worker(&env, &config, &store);
+    let (_b, b_url, _b_data) = worker(&env, &config, &store);
+    let http = reqwest::Client::new();
+    let session: Value =
+        http.post(format!("{a_url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let id = session["id"].as_str().unwrap().to_owned();
+
+    let mut on_b = http.get(format!("{b_url}/event")).send().await.unwrap();
+    let idle = |e: &Value| e["type"] == "session.idle" && e["properties"]["session_id"] == id.as_str();
+    let run = http
+        .post(format!("{a_url}/session/{id}/prompt"))
+        .json(&json!({"parts": [{"type": "text", "text": "hi"}]}));
+    let (answer, events) = tokio::join!(async { run.send().await.unwrap() }, read_events(&mut on_b, idle));
+    assert_eq!(answer.status(), 200);
+    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let streamed: String = events
+        .iter()
+        .filter(|e| e["type"] == "message.part.delta")
+        .map(|e| e["properties"]["delta"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(streamed, "streamed across workers");
+
+    // A client of worker A reconnects to worker B with the last id it saw: B replays what followed.
+    let middle = ids[ids.len() / 2];
+    let mut replay =
+        http.get(format!("{b_url}/event")).header("Last-Event-ID", middle.to_string()).send().await.unwrap();
+    let last = *ids.last().unwrap();
+    let replayed = read_events(&mut replay, |e| e["id"].as_u64() == Some(last)).await;
+    let replayed: Vec<u64> = replayed.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert_eq!(replayed, ids.into_iter().filter(|i| *i > middle).collect::<Vec<_>>());
+}

@@ -4,7 +4,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use codeloop_core::{Delivery, Engine, EngineOptions, PromptInput, RunError, StopReason, StoreChoice};
+use codeloop_core::{
+    Delivery, Engine, EngineOptions, EventIds, PromptInput, RunError, StopReason, StoreChoice,
+};
 use codeloop_store::SessionFilter;
 use codeloop_testkit::postgres::database;
 use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
@@ -14,8 +16,13 @@ use crate::common::config_for;
 use crate::harness::{Harness, wait_for_event};
 
 fn worker(url: &str, fake: &FakeProvider, data: &Path) -> Engine {
+    worker_with(url, fake, data, EventIds::Local)
+}
+
+fn worker_with(url: &str, fake: &FakeProvider, data: &Path, events: EventIds) -> Engine {
     let mut options = EngineOptions::new(data, config_for(&fake.base_url()));
     options.store = StoreChoice::Url(url.to_owned());
+    options.events = events;
     options.env = Arc::new(|_| None);
     options.skill_dirs = Some(Vec::new());
     Engine::open(options).unwrap()
@@ -200,4 +207,51 @@ async fn input_queued_by_a_dead_worker_is_run_by_another_once_its_lease_expires(
     b.flush().await.unwrap();
     assert_eq!(texts_of(&b, &session.id), ["first", "first answer", "second", "taken over"]);
     assert_eq!(queued_texts(&b, &session.id), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn every_worker_sees_every_workers_events_with_the_same_store_ids() {
+    let Some(url) = database() else { return };
+    let fake =
+        FakeProvider::start(Script::new([Reply::text("seen everywhere").with_text_chunks(5)])).await.unwrap();
+    let (data_a, data_b, project) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = worker_with(&url, &fake, data_a.path(), EventIds::Store);
+    let b = worker_with(&url, &fake, data_b.path(), EventIds::Store);
+    let (mut on_a, mut on_b) = (a.bus().subscribe(), b.bus().subscribe());
+    let session = a.create_session(project.path(), None, None, None).unwrap();
+    a.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
+
+    // Worker B, which did not run anything, sees worker A's run: every event, same ids, same order.
+    let idle = |p: &EventPayload| {
+        matches!(p, EventPayload::SessionStatus { status: codeloop_types::SessionStatus::Idle, .. })
+    };
+    let mut seen = [Vec::new(), Vec::new()];
+    for (rx, seen) in [&mut on_a, &mut on_b].into_iter().zip(seen.iter_mut()) {
+        loop {
+            let event =
+                tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv()).await.unwrap().unwrap();
+            let done = idle(&event.payload);
+            seen.push(event);
+            if done {
+                break;
+            }
+        }
+    }
+    let ids = |events: &[Arc<codeloop_types::Event>]| events.iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(ids(&seen[0]), ids(&seen[1]));
+    assert!(ids(&seen[1]).windows(2).all(|w| w[0] < w[1]));
+    assert!(seen[1].iter().any(|e| matches!(&e.payload, EventPayload::PartDelta { .. })));
+    assert_eq!(
+        seen[0].iter().map(|e| &e.payload).collect::<Vec<_>>(),
+        seen[1].iter().map(|e| &e.payload).collect::<Vec<_>>()
+    );
+
+    // Last-Event-ID on the other worker: replay from any id A's client saw.
+    let middle = seen[0][seen[0].len() / 2].id;
+    let (replay, _rx) = b.bus().subscribe_after(middle);
+    let codeloop_core::Replay::Events(replayed) = replay else { panic!("B should replay") };
+    // Exactly what followed that id (and possibly events published since), in order.
+    let expected: Vec<u64> = ids(&seen[0]).into_iter().filter(|id| *id > middle).collect();
+    assert!(ids(&replayed).starts_with(&expected), "{:?} vs {expected:?}", ids(&replayed));
 }
