@@ -19,7 +19,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::input::{Delivery, PromptInput, create_user_message};
-use crate::run::{Inbox, RunError, RunOutcome, run_session};
+use crate::run::{Inbox, RunError, RunOutcome, StopReason, run_session};
 use crate::services::Services;
 
 pub type RunResult = Result<RunOutcome, RunError>;
@@ -54,6 +54,9 @@ impl Entry {
     }
 }
 
+/// How often a prompt queued behind another worker's run checks on it.
+const REMOTE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// How often a running session checks that it still owns its run (a lease can be lost to another worker).
 const OWNERSHIP_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -70,6 +73,8 @@ enum Next {
     AwaitOwn(oneshot::Receiver<RunResult>),
     WaitThenRetry(watch::Receiver<Option<RunResult>>),
     Failed(RunError),
+    /// Another worker runs the session: queue through the store.
+    QueueRemote,
 }
 
 /// A coordinator handle that does not keep the engine alive (held by the `task` tool, which the engine
@@ -123,6 +128,8 @@ impl Coordinator {
                     busy_retries += 1;
                     tokio::time::sleep(LOCK_RETRY_DELAY).await;
                 }
+                // Only a prompt queues through the store; a bare run has no input to queue.
+                Next::QueueRemote => return Err(RunError::Busy(format!("session {session} runs elsewhere"))),
             }
         }
     }
@@ -161,6 +168,13 @@ impl Coordinator {
                         match self.inner.start(&mut sessions, session, input.clone(), Some(reply)) {
                             Ok(_) => Next::AwaitOwn(rx),
                             Err(RunError::Busy(_)) if busy_retries < LOCK_RETRIES => Next::RetryLock,
+                            // Another worker runs it: queue behind that run through the shared store.
+                            Err(RunError::Busy(_))
+                                if delivery == Delivery::Queue
+                                    && self.inner.services.store.event_log().is_some() =>
+                            {
+                                Next::QueueRemote
+                            }
                             Err(e) => Next::Failed(e),
                         }
                     }
@@ -177,8 +191,76 @@ impl Coordinator {
                     busy_retries += 1;
                     tokio::time::sleep(LOCK_RETRY_DELAY).await;
                 }
+                Next::QueueRemote => {
+                    return self.queue_remote(session, input.take().unwrap_or_default()).await;
+                }
             }
         }
+    }
+
+    /// Queues `input` in the store behind a run another worker owns (DESIGN.md §5b): that worker runs it
+    /// after its current turn, or, if its run ends without seeing it, this worker (or any worker's
+    /// failover sweep) does. Never runs alongside the other worker. The outcome of a turn another worker
+    /// ran is read back from the store once that worker lets the session go: its last answer, and a
+    /// stop reason derived from it (`Completed`, `Interrupted` or `Error`).
+    async fn queue_remote(&self, session: &SessionId, input: PromptInput) -> RunResult {
+        let id = self.inner.enqueue(session, &input)?;
+        loop {
+            tokio::time::sleep(REMOTE_POLL).await;
+            let queued = {
+                let session = session.clone();
+                self.inner.services.blocking(move |store| store.queued_inputs(&session)).await?
+            };
+            if !queued.iter().any(|q| q.id == id) {
+                break;
+            }
+            // Still queued: if no one runs the session any more, run it here (the queue is drained in order).
+            let next = {
+                let mut sessions = self.inner.lock();
+                let entry = match sessions.get(session) {
+                    Some(entry) => Some(entry.clone()),
+                    None => match self.inner.start(&mut sessions, session, None, None) {
+                        Ok(_) => sessions.get(session).cloned(),
+                        Err(RunError::Busy(_)) => None,
+                        Err(e) => return Err(e),
+                    },
+                };
+                entry.filter(|e| !e.stopping.load(Ordering::SeqCst)).map(|entry| {
+                    let (reply, rx) = oneshot::channel();
+                    entry.replies.lock().unwrap_or_else(|e| e.into_inner()).insert(id, reply);
+                    rx
+                })
+            };
+            if let Some(rx) = next {
+                return rx.await.unwrap_or_else(|_| Err(dropped()));
+            }
+        }
+        // Another worker recorded it: wait until it lets the session go, then report its last answer.
+        loop {
+            let session_id = session.clone();
+            let free = self
+                .inner
+                .services
+                .blocking(move |store| match store.lock_session(&session_id) {
+                    Ok(_guard) => Ok(true),
+                    Err(codeloop_store::StoreError::SessionBusy(_)) => Ok(false),
+                    Err(e) => Err(e),
+                })
+                .await?;
+            if free {
+                break;
+            }
+            tokio::time::sleep(REMOTE_POLL).await;
+        }
+        let session_id = session.clone();
+        let history = self.inner.services.blocking(move |store| store.load_history(&session_id)).await?;
+        let message = history.iter().rev().find_map(|m| m.info.as_assistant()).cloned();
+        let stop = match message.as_ref().and_then(|m| m.error.clone()) {
+            Some(error) if error.is_aborted() => StopReason::Interrupted,
+            Some(error) => StopReason::Error(error),
+            None => StopReason::Completed,
+        };
+        Ok(RunOutcome { session_id: session.clone(), message, stop })
     }
 
     /// New work was recorded elsewhere: start a run, or ask the active one for exactly one follow-up.

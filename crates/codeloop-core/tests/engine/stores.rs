@@ -61,12 +61,11 @@ async fn a_turn_runs_on_postgres_and_another_worker_reads_it() {
 }
 
 #[tokio::test]
-async fn a_second_worker_asked_to_run_a_running_session_is_refused_until_it_ends() {
+async fn a_second_workers_prompt_queues_behind_the_running_one_and_never_overlaps() {
     let Some(url) = database() else { return };
-    let slow = Turn::from(Reply::text("first worker's answer").with_text_chunks(10).with_chunk_delay_ms(30));
-    let fake = FakeProvider::start(Script::new([slow, Turn::from(Reply::text("second worker's answer"))]))
-        .await
-        .unwrap();
+    let slow = Turn::from(Reply::text("first answer").with_text_chunks(10).with_chunk_delay_ms(30));
+    let fake =
+        FakeProvider::start(Script::new([slow, Turn::from(Reply::text("second answer"))])).await.unwrap();
     let (data_a, data_b, project) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = worker(&url, &fake, data_a.path());
@@ -79,14 +78,16 @@ async fn a_second_worker_asked_to_run_a_running_session_is_refused_until_it_ends
         tokio::spawn(async move { a.prompt(&id, PromptInput::text("one"), Delivery::Queue).await })
     };
     wait_for_event(&mut events, |p| matches!(p, EventPayload::PartDelta { .. })).await;
-    let refused = b.prompt(&session.id, PromptInput::text("two"), Delivery::Queue).await;
+    // Steering into another worker's run is refused; queueing goes through the store.
+    let refused = b.prompt(&session.id, PromptInput::text("steer"), Delivery::Steer).await;
     assert!(matches!(refused, Err(RunError::Busy(_))), "{refused:?}");
+    let second = b.prompt(&session.id, PromptInput::text("two"), Delivery::Queue).await.unwrap();
 
     assert_eq!(running.await.unwrap().unwrap().stop, StopReason::Completed);
-    // The lease went with the run: now the other worker runs the session.
-    let second = b.prompt(&session.id, PromptInput::text("two"), Delivery::Queue).await.unwrap();
     assert_eq!(second.stop, StopReason::Completed);
-    assert_eq!(answer_text(&a, &session.id), "second worker's answer");
+    assert_eq!(texts_of(&b, &session.id), ["one", "first answer", "two", "second answer"]);
+    let answer = b.history(&session.id).unwrap().pop().unwrap();
+    assert_eq!(second.message.as_ref().map(|m| &m.id), Some(answer.info.id()));
     assert_eq!(fake.request_count(), 2);
 }
 
