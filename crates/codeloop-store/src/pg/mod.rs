@@ -366,29 +366,29 @@ impl Store for PgStore {
     }
 
     fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>> {
+        type Arg = Box<dyn tokio_postgres::types::ToSql + Send + Sync>;
         let mut sql = format!("SELECT {} FROM session WHERE TRUE", rows::SESSION_COLUMNS);
-        let mut args: Vec<String> = Vec::new();
+        let mut args: Vec<Arg> = Vec::new();
         match (&filter.parent, filter.include_children) {
             (Some(parent), _) => {
-                args.push(parent.as_str().to_owned());
+                args.push(Box::new(parent.as_str().to_owned()));
                 sql.push_str(&format!(" AND parent_id = ${}", args.len()));
             }
             (None, false) => sql.push_str(" AND parent_id IS NULL"),
             (None, true) => {}
         }
         if let Some(directory) = &filter.directory {
-            args.push(directory.clone());
+            args.push(Box::new(directory.clone()));
             sql.push_str(&format!(" AND directory = ${}", args.len()));
         }
-        sql.push_str(" ORDER BY time_updated DESC, id");
-        if let Some(limit) = filter.limit {
-            sql.push_str(&format!(" LIMIT {limit}"));
-        }
+        // LIMIT NULL is no limit; a parameter keeps one cached statement per filter shape.
+        args.push(Box::new(filter.limit.map(|l| i64::try_from(l).unwrap_or(i64::MAX))));
+        sql.push_str(&format!(" ORDER BY time_updated DESC, id LIMIT ${}", args.len()));
         self.read(move |tx| {
             Box::pin(async move {
                 let stmt = tx.prepare_cached(&sql).await?;
                 let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-                    args.iter().map(|a| a as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
+                    args.iter().map(|a| a.as_ref() as &(dyn tokio_postgres::types::ToSql + Sync)).collect();
                 tx.query(&stmt, &params).await?.iter().map(session_from_row).collect()
             })
         })
