@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use codeloop_store::{MessageWithParts, SessionFilter, Store, StoreError, StoreUrl, StoreWriter};
+use codeloop_store::{MessageWithParts, SessionFilter, Store, StoreError, StoreWriter};
 use codeloop_tools::{BuiltinConfig, ToolRegistry};
 use codeloop_types::{
     EventPayload, Message, MessageId, ModelRef, PartKind, PermissionId, PermissionRequest, Session, SessionId,
@@ -21,80 +21,11 @@ use crate::models::{EnvLookup, Models};
 use crate::permission::{AskPolicy, PermissionEngine, Reply, ReplyError, default_rules};
 use crate::run::RunError;
 use crate::services::Services;
+use crate::stores::{EventIds, StoreChoice, open_store, relayed_bus};
 use crate::subagent::{TaskRuntime, TaskTool};
 
 /// Tool output spill files older than this are deleted when the engine opens.
 pub const TOOL_OUTPUT_RETENTION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
-
-/// The environment variable naming the store URL; wins over `[store] url`, loses to `serve --store`.
-pub const DATABASE_URL_ENV: &str = "CODELOOP_DATABASE_URL";
-
-/// Which store the engine opens (DESIGN.md §5a: `--store` > `CODELOOP_DATABASE_URL` > `[store] url` >
-/// SQLite in the data dir).
-#[derive(Clone, Default)]
-pub enum StoreChoice {
-    /// `CODELOOP_DATABASE_URL` (read through [`EngineOptions::env`]), else `[store] url`, else SQLite.
-    #[default]
-    FromConfig,
-    /// A URL given on the command line (`serve --store`): wins over the environment and the config.
-    Url(String),
-    /// A store opened by the caller (tests, embedders).
-    Opened(Arc<dyn Store>),
-}
-
-/// Opens the store `choice` names (migrating it and recovering dead runs); SQLite lives in `data_dir`.
-pub fn open_store(
-    choice: &StoreChoice,
-    data_dir: &Path,
-    env: &EnvLookup,
-    config: &Config,
-) -> Result<Arc<dyn Store>, StoreError> {
-    let url = match choice {
-        StoreChoice::Opened(store) => return Ok(store.clone()),
-        StoreChoice::Url(url) => Some(url.clone()),
-        StoreChoice::FromConfig => {
-            env(DATABASE_URL_ENV).filter(|url| !url.trim().is_empty()).or_else(|| config.store.url.clone())
-        }
-    };
-    codeloop_store::open(&StoreUrl::parse(url.as_deref())?, data_dir, config.store.lease())
-}
-
-/// Where event ids come from (DESIGN.md §5b).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum EventIds {
-    /// Counted by this process: a client that reconnects to a restarted process gets `resync`.
-    #[default]
-    Local,
-    /// Handed out by a shared store (PostgreSQL) in commit order: every worker's bus carries every
-    /// worker's events with the same ids, so SSE replay works on any worker. SQLite stays `Local`.
-    Store,
-}
-
-/// A bus whose events go through the store's event log: published payloads are appended there, and
-/// every worker's events come back with their store ids.
-fn relayed_bus(
-    log: &dyn codeloop_store::EventLog,
-    channel_capacity: usize,
-    replay_capacity: usize,
-) -> Result<Bus, StoreError> {
-    let (outbox, pending) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let relay: crate::bus::Relay = Box::new(move |payload| match serde_json::to_string(&payload) {
-        Ok(json) => {
-            let _ = outbox.send(json);
-        }
-        Err(error) => tracing::warn!(%error, "an event could not be encoded; it is not published"),
-    });
-    let bus = Bus::relayed(channel_capacity, replay_capacity, relay);
-    let target = bus.clone();
-    log.relay(
-        pending,
-        Box::new(move |id, json| match serde_json::from_str::<EventPayload>(&json) {
-            Ok(payload) => target.deliver(id, payload),
-            Err(error) => tracing::warn!(id, %error, "an event from the store could not be read; skipped"),
-        }),
-    )?;
-    Ok(bus)
-}
 
 pub struct EngineOptions {
     pub data_dir: PathBuf,

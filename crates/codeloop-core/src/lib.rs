@@ -25,6 +25,7 @@ pub mod retry;
 mod run;
 mod services;
 pub mod snapshot;
+mod stores;
 mod subagent;
 mod tool_host;
 pub mod trust;
@@ -32,10 +33,8 @@ pub mod walls;
 
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
-pub use engine::{
-    DATABASE_URL_ENV, Engine, EngineError, EngineOptions, EventIds, StoreChoice, TOOL_OUTPUT_RETENTION,
-    open_store,
-};
+pub use engine::{Engine, EngineError, EngineOptions, TOOL_OUTPUT_RETENTION};
 pub use input::{Delivery, InputPart, PromptInput};
 pub use run::{Inbox, RunError, RunOutcome, StopReason};
 pub use services::Services;
+pub use stores::{DATABASE_URL_ENV, EventIds, StoreChoice, open_store};
