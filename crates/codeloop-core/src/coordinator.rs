@@ -327,17 +327,26 @@ impl Inner {
         sessions: &mut HashMap<SessionId, Arc<Entry>>,
         session: &SessionId,
         input: Option<PromptInput>,
-        reply: Option<oneshot::Sender<RunResult>>,
+        mut reply: Option<oneshot::Sender<RunResult>>,
     ) -> Result<watch::Receiver<Option<RunResult>>, RunError> {
         let lock = self.services.store.lock_session(session)?;
+        let mut replies = Replies::new();
         if let Some(input) = input {
-            self.record_input(session, &input)?;
+            if self.has_queued(session) {
+                // Input a process that is gone had queued comes first: this one waits its turn.
+                let id = self.enqueue(session, &input)?;
+                if let Some(reply) = reply.take() {
+                    replies.insert(id, reply);
+                }
+            } else {
+                self.record_input(session, &input)?;
+            }
         }
         let (done, rx) = watch::channel(None);
         let entry = Arc::new(Entry {
             cancel: CancellationToken::new(),
             inbox: Inbox::default(),
-            replies: Mutex::new(Replies::new()),
+            replies: Mutex::new(replies),
             pending_wake: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             done,

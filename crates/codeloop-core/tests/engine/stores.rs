@@ -256,3 +256,22 @@ async fn every_worker_sees_every_workers_events_with_the_same_store_ids() {
     let expected: Vec<u64> = ids(&seen[0]).into_iter().filter(|id| *id > middle).collect();
     assert!(ids(&replayed).starts_with(&expected), "{:?} vs {expected:?}", ids(&replayed));
 }
+
+#[tokio::test]
+async fn a_new_prompt_waits_behind_input_a_dead_process_left_queued() {
+    let h = Harness::new(Script::new([
+        Turn::from(Reply::text("old answer")),
+        Turn::from(Reply::text("new answer")),
+    ]))
+    .await;
+    // A process queued this, then died before running it.
+    let input = serde_json::to_string(&PromptInput::text("old")).unwrap();
+    h.engine.store().enqueue_input(&h.session.id, &input).unwrap();
+
+    let outcome = h.prompt("new").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(texts_of(&h.engine, &h.session.id), ["old", "old answer", "new", "new answer"]);
+    let last = h.engine.history(&h.session.id).unwrap().pop().unwrap();
+    assert_eq!(outcome.message.as_ref().map(|m| &m.id), Some(last.info.id()), "the caller gets its own turn");
+    assert_eq!(queued_texts(&h.engine, &h.session.id), Vec::<String>::new());
+}
