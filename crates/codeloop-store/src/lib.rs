@@ -115,6 +115,12 @@ pub enum StoreError {
         "session {0} is already running in another codeloop process; wait for it to finish or stop it first"
     )]
     SessionBusy(SessionId),
+    /// This worker's lease on the session expired and another worker took it over: its writes to the
+    /// session are refused (the other worker settles and continues the run).
+    #[error(
+        "session {0} was taken over by another worker after this worker's lease expired; its writes are refused"
+    )]
+    LeaseLost(SessionId),
     #[error(
         "the database schema version {found} is newer than this codeloop understands ({supported}); upgrade codeloop"
     )]

@@ -1097,3 +1097,24 @@ fn postgres_workers_see_every_workers_events_in_one_increasing_id_order() {
         assert_eq!(mine, (0..50).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn postgres_a_worker_that_lost_its_lease_can_no_longer_write_the_session() {
+    let Some(url) = postgres_url() else { return };
+    let (a, b) = (PgStore::open(&url, TEST_LEASE).unwrap(), PgStore::open(&url, TEST_LEASE).unwrap());
+    let s = session("/p");
+    a.apply(&[Write::Session(s.clone())]).unwrap();
+    let lease = a.lock_session(&s.id).unwrap();
+    let question = user(&s.id);
+    a.apply(&[Write::Message(question.clone())]).unwrap();
+
+    // Another worker takes the session over once the lease has expired (a paused or cut-off worker).
+    sql(&url, "UPDATE run_lease SET expires_at = clock_timestamp() - interval '1 second'");
+    let _taken = b.lock_session(&s.id).unwrap();
+    let late = a.apply(&[Write::Part(part(&question, text_kind("written after losing the session")))]);
+    assert!(matches!(&late, Err(StoreError::LeaseLost(id)) if id == &s.id), "{late:?}");
+    assert_eq!(b.load_history(&s.id).unwrap()[0].parts, vec![]);
+    // Its other sessions are not affected.
+    a.apply(&[Write::Session(session("/q"))]).unwrap();
+    drop(lease);
+}

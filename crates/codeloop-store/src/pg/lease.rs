@@ -43,6 +43,38 @@ pub(crate) fn seconds(lease: Duration) -> f64 {
     lease.as_secs_f64()
 }
 
+/// Fails with `LeaseLost` unless every `(session, owner)` lease row is still ours. The rows are locked
+/// (FOR SHARE) until the caller's transaction ends, so a takeover waits for that commit: the new owner
+/// then sees these writes, and no write of the old owner lands after it took over.
+pub(crate) async fn check_fence(
+    tx: &deadpool_postgres::Transaction<'_>,
+    fenced: &[(SessionId, String)],
+) -> Result<()> {
+    if fenced.is_empty() {
+        return Ok(());
+    }
+    let sessions: Vec<&str> = fenced.iter().map(|(s, _)| s.as_str()).collect();
+    let owners: Vec<&str> = fenced.iter().map(|(_, o)| o.as_str()).collect();
+    let stmt = tx
+        .prepare_cached(
+            "SELECT l.session_id FROM run_lease l
+             JOIN unnest($1::text[], $2::text[]) AS mine (session_id, owner)
+               ON l.session_id = mine.session_id AND l.owner = mine.owner
+             FOR SHARE OF l",
+        )
+        .await?;
+    let still: Vec<String> = tx
+        .query(&stmt, &[&sessions, &owners])
+        .await?
+        .iter()
+        .map(|r| r.try_get(0))
+        .collect::<Result<_, _>>()?;
+    match fenced.iter().find(|(session, _)| !still.iter().any(|s| s == session.as_str())) {
+        Some((session, _)) => Err(StoreError::LeaseLost(session.clone())),
+        None => Ok(()),
+    }
+}
+
 /// A held lease. Dropping it stops the renewal and deletes the row.
 pub(crate) struct Lease {
     session: SessionId,
@@ -86,6 +118,7 @@ impl Lease {
         if !taken {
             return Err(StoreError::SessionBusy(session.clone()));
         }
+        shared.held().insert(session.clone(), owner.clone());
         let held = Arc::new(AtomicBool::new(true));
         let (stop, stopped) = oneshot::channel();
         shared.handle.spawn(renew(shared.clone(), session.clone(), owner.clone(), held.clone(), stopped));
@@ -97,6 +130,12 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
+        }
+        {
+            let mut held = self.shared.held();
+            if held.get(&self.session) == Some(&self.owner) {
+                held.remove(&self.session);
+            }
         }
         let (session, owner, shared) = (self.session.clone(), self.owner.clone(), self.shared.clone());
         let release = async move {

@@ -95,6 +95,7 @@ impl PgStore {
             db,
             pg_config,
             handle: runtime.handle().clone(),
+            held: Default::default(),
             lease,
             runtime: Some(runtime),
         });
@@ -167,6 +168,28 @@ impl PgStore {
             tx.commit().await?;
             Ok(value)
         })
+    }
+
+    /// The leases this store holds over sessions `batch` writes to: the batch commits only while they are
+    /// still this store's (fencing a worker that lost a session to another one).
+    fn fenced(&self, batch: &[Write]) -> Vec<(SessionId, String)> {
+        let held = self.shared.held();
+        if held.is_empty() {
+            return Vec::new();
+        }
+        let mut fenced: Vec<(SessionId, String)> = batch
+            .iter()
+            .filter_map(|write| match write {
+                Write::Session(session) => Some(&session.id),
+                Write::Message(message) => Some(message.session_id()),
+                Write::Part(part) => Some(&part.session_id),
+                Write::RemovePart(_) | Write::RemoveMessage(_) | Write::RemoveQueued(_) => None,
+            })
+            .filter_map(|session| held.get(session).map(|owner| (session.clone(), owner.clone())))
+            .collect();
+        fenced.sort();
+        fenced.dedup();
+        fenced
     }
 
     /// Settles every session with open rows whose lease is free or expired: each in one transaction that
@@ -258,8 +281,10 @@ impl Store for PgStore {
             return Ok(());
         }
         let batch = batch.to_vec();
+        let fenced = self.fenced(&batch);
         self.write(move |tx| {
             Box::pin(async move {
+                lease::check_fence(tx, &fenced).await?;
                 for write in &batch {
                     apply_write(tx, write).await?;
                 }

@@ -72,6 +72,16 @@ pub(crate) struct Shared {
     pub(crate) handle: Handle,
     pub(crate) lease: Duration,
     pub(crate) runtime: Option<tokio::runtime::Runtime>,
+    /// The leases this store holds: session → owner token. Writes to these sessions are fenced.
+    pub(crate) held: std::sync::Mutex<std::collections::HashMap<codeloop_types::SessionId, String>>,
+}
+
+impl Shared {
+    pub(crate) fn held(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<codeloop_types::SessionId, String>> {
+        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl Shared {
