@@ -8,7 +8,7 @@ use codeloop_core::config::{Config, ConfigSources};
 use codeloop_core::instructions::ProjectInfo;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::trust::TrustStore;
-use codeloop_core::{Engine, EngineOptions};
+use codeloop_core::{Engine, EngineOptions, EventIds, StoreChoice};
 
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CODELOOP_LOG")
@@ -92,16 +92,26 @@ pub enum Watchers {
     Remote,
 }
 
-/// Opens the engine on the data directory.
+/// Opens the engine on the store of every command: `CODELOOP_DATABASE_URL`, else `[store] url`, else
+/// SQLite in the data directory; its events are watched in this process.
 pub fn open_engine(config: Config, ask_policy: AskPolicy) -> anyhow::Result<Engine> {
-    open_engine_for(config, ask_policy, Watchers::InProcess)
+    open_engine_on(config, ask_policy, StoreChoice::FromConfig, EventIds::Local, Watchers::InProcess)
 }
 
-/// Opens the engine on the data directory for the given watchers.
-pub fn open_engine_for(config: Config, ask_policy: AskPolicy, watchers: Watchers) -> anyhow::Result<Engine> {
+/// Opens the engine on `store` (`serve --store` passes its URL, which wins over the rest), with event
+/// ids from `events` (`serve` takes them from a shared store, so every worker streams every event).
+pub fn open_engine_on(
+    config: Config,
+    ask_policy: AskPolicy,
+    store: StoreChoice,
+    events: EventIds,
+    watchers: Watchers,
+) -> anyhow::Result<Engine> {
     let data_dir = data_dir()?;
     warn_without_landlock(&config);
     let mut options = EngineOptions::new(&data_dir, config);
+    options.store = store;
+    options.events = events;
     options.ask_policy = ask_policy;
     if watchers == Watchers::InProcess {
         // A 20 000-delta answer kept 10 000 events alive for replays no one would ask for.
@@ -111,5 +121,16 @@ pub fn open_engine_for(config: Config, ask_policy: AskPolicy, watchers: Watchers
     options.protected_dirs = config_dir().into_iter().collect();
     options.sandbox_helper = std::env::current_exe().ok();
     options.global_instructions = config_dir().map(|d| d.join("AGENTS.md"));
-    Engine::open(options).with_context(|| format!("cannot open the data directory {}", data_dir.display()))
+    Engine::open(options)
+        .with_context(|| format!("cannot open codeloop's store (data directory {})", data_dir.display()))
+}
+
+/// The store every command uses, opened without an engine (to look a session up before its project's
+/// config is known): `CODELOOP_DATABASE_URL`, else the user's `[store] url`, else SQLite in the data dir.
+pub fn open_store() -> anyhow::Result<std::sync::Arc<dyn codeloop_store::Store>> {
+    let data_dir = data_dir()?;
+    let config = config_sources(None).load()?.config;
+    let env: codeloop_core::models::EnvLookup = std::sync::Arc::new(|name| std::env::var(name).ok());
+    codeloop_core::open_store(&StoreChoice::FromConfig, &data_dir, &env, &config)
+        .with_context(|| format!("cannot open codeloop's store (data directory {})", data_dir.display()))
 }

@@ -17,6 +17,7 @@ use anyhow::Context;
 use clap::Args;
 use codeloop_core::RunOutcome;
 use codeloop_core::permission::AskPolicy;
+use codeloop_core::{EventIds, StoreChoice};
 use codeloop_server::ServerOptions;
 use codeloop_server::api::{
     DeliveryMode, ErrorBody, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
@@ -51,6 +52,10 @@ pub struct ServeArgs {
     /// needs --token.
     #[arg(long = "cors", value_name = "ORIGIN")]
     pub cors: Vec<String>,
+    /// The store shared by every worker, e.g. `postgres://user:password@host/db` (wins over
+    /// CODELOOP_DATABASE_URL and `[store] url`; SQLite in the data dir without any of them).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -71,7 +76,10 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}:{}", args.hostname, args.port))?;
     let addr = listener.local_addr()?;
     let config = env::load_config(Some(&dir))?;
-    let engine = env::open_engine_for(config, AskPolicy::Wait, env::Watchers::Remote)?;
+    let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
+    let engine = env::open_engine_on(config, AskPolicy::Wait, store, EventIds::Store, env::Watchers::Remote)?;
+    // Queued input and runs that a dead process or worker left are picked up here.
+    let _failover = engine.spawn_failover();
     let mut options = ServerOptions::new(&dir);
     options.token = token;
     options.cors_origins = args.cors;

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Subcommand;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
@@ -211,10 +210,8 @@ fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>
         | SessionCommand::Revert { id, .. }
         | SessionCommand::Unrevert { id } => SessionId::from(id.as_str()),
     };
-    let data_dir = env::data_dir()?;
-    let store = codeloop_store::SqliteStore::open(&data_dir)
-        .with_context(|| format!("cannot open the data directory {}", data_dir.display()))?;
-    let session = codeloop_store::Store::get_session(&store, &id)?;
+    let store = env::open_store()?;
+    let session = store.get_session(&id)?;
     Ok(session.map(|s| PathBuf::from(s.directory)).filter(|dir| dir.is_dir()))
 }
 

@@ -1,7 +1,9 @@
 //! The event bus: every state change a watcher may care about, with a strictly increasing id.
 //!
 //! Owns: id assignment, fan-out to live subscribers, and a bounded replay buffer so a client that
-//! reconnects with `Last-Event-ID` gets exactly what it missed.
+//! reconnects with `Last-Event-ID` gets exactly what it missed. A relayed bus (many workers on one
+//! PostgreSQL store, DESIGN.md §5b) hands what is published to the store and fans out what the store
+//! delivers: every worker's events, with the store's ids.
 //! Must not: block a publisher. A slow subscriber lags (tokio broadcast drops its oldest events and tells
 //! it so); memory stays bounded by the channel and replay capacities.
 
@@ -25,7 +27,12 @@ struct Inner {
     sender: broadcast::Sender<Arc<Event>>,
     state: Mutex<ReplayState>,
     replay_capacity: usize,
+    /// Set on a relayed bus: where published payloads go to get their ids.
+    relay: Option<Relay>,
 }
+
+/// Takes a payload published on a relayed bus (to the store's event log).
+pub type Relay = Box<dyn Fn(EventPayload) + Send + Sync>;
 
 struct ReplayState {
     next_id: u64,
@@ -49,22 +56,54 @@ impl Default for Bus {
 
 impl Bus {
     pub fn new(channel_capacity: usize, replay_capacity: usize) -> Self {
+        Self::build(channel_capacity, replay_capacity, None)
+    }
+
+    /// A bus whose ids come from elsewhere: [`Bus::publish`] hands each payload to `relay`, and events
+    /// reach subscribers only through [`Bus::deliver`], with the ids given there.
+    pub fn relayed(channel_capacity: usize, replay_capacity: usize, relay: Relay) -> Self {
+        Self::build(channel_capacity, replay_capacity, Some(relay))
+    }
+
+    fn build(channel_capacity: usize, replay_capacity: usize, relay: Option<Relay>) -> Self {
         let (sender, _) = broadcast::channel(channel_capacity.max(1));
         Self {
             inner: Arc::new(Inner {
                 sender,
                 state: Mutex::new(ReplayState { next_id: 1, buffer: VecDeque::new() }),
                 replay_capacity,
+                relay,
             }),
         }
     }
 
-    /// Assigns the next id and delivers the event. Never waits for subscribers.
+    /// Assigns the next id and delivers the event. Never waits for subscribers. On a relayed bus it hands
+    /// the payload on and returns 0: the store assigns the id, and [`Bus::deliver`] fans it out.
     pub fn publish(&self, payload: EventPayload) -> u64 {
+        if let Some(relay) = &self.inner.relay {
+            relay(payload);
+            return 0;
+        }
         let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
         let id = state.next_id;
         state.next_id += 1;
-        let event = Arc::new(Event { id, payload });
+        self.fan_out(&mut state, Event { id, payload });
+        id
+    }
+
+    /// Fans out an event whose id was assigned elsewhere (a relayed bus). Ids must increase: one that
+    /// does not (delivered twice) is dropped. Gaps are fine.
+    pub fn deliver(&self, id: u64, payload: EventPayload) {
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        if id < state.next_id {
+            return;
+        }
+        state.next_id = id + 1;
+        self.fan_out(&mut state, Event { id, payload });
+    }
+
+    fn fan_out(&self, state: &mut ReplayState, event: Event) {
+        let event = Arc::new(event);
         if self.inner.replay_capacity > 0 {
             if state.buffer.len() == self.inner.replay_capacity {
                 state.buffer.pop_front();
@@ -73,7 +112,6 @@ impl Bus {
         }
         // Sending under the lock keeps channel order equal to id order. No receivers is fine.
         let _ = self.inner.sender.send(event);
-        id
     }
 
     /// A live subscription starting with the next published event.
@@ -104,7 +142,8 @@ fn replay_from(state: &ReplayState, last_id: u64) -> Replay {
     if last_id + 1 < oldest {
         return Replay::TooFarBehind;
     }
-    let skip = (last_id + 1 - oldest) as usize;
+    // Ids may have gaps on a relayed bus: find the position rather than compute it.
+    let skip = state.buffer.partition_point(|e| e.id <= last_id);
     Replay::Events(state.buffer.iter().skip(skip).cloned().collect())
 }
 
@@ -146,6 +185,29 @@ mod tests {
         }
         assert!(matches!(bus.subscribe_after(3).0, Replay::TooFarBehind));
         assert!(matches!(bus.subscribe_after(15).0, Replay::Events(ref e) if e.len() == 5));
+    }
+
+    #[test]
+    fn a_relayed_bus_fans_out_what_is_delivered_with_its_ids_and_replays_across_gaps() {
+        let published = Arc::new(Mutex::new(Vec::new()));
+        let sink = published.clone();
+        let bus = Bus::relayed(16, 100, Box::new(move |p| sink.lock().unwrap().push(p)));
+        let mut rx = bus.subscribe();
+        assert_eq!(bus.publish(compacted(1)), 0);
+        assert!(rx.try_recv().is_err(), "nothing is fanned out before the store hands it back");
+        assert_eq!(published.lock().unwrap().as_slice(), [compacted(1)]);
+        bus.deliver(40, compacted(1));
+        bus.deliver(42, compacted(2));
+        bus.deliver(42, compacted(2));
+        bus.deliver(45, compacted(3));
+        assert_eq!(rx.try_recv().unwrap().id, 40);
+        assert_eq!(rx.try_recv().unwrap().id, 42);
+        assert_eq!(rx.try_recv().unwrap().id, 45);
+        assert!(rx.try_recv().is_err(), "a repeated id is delivered once");
+        assert_eq!(bus.next_id(), 46);
+        let (replay, _rx) = bus.subscribe_after(41);
+        let Replay::Events(events) = replay else { panic!("expected events") };
+        assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [42, 45]);
     }
 
     #[tokio::test]

@@ -46,6 +46,8 @@ pub struct Config {
     pub mcp: BTreeMap<String, crate::mcp::McpSettings>,
     /// OS walls for tools' child processes (DESIGN.md §5a).
     pub sandbox: SandboxConfig,
+    /// Where sessions live (DESIGN.md §5b): SQLite in the data dir unless a URL names PostgreSQL.
+    pub store: StoreConfig,
     /// An untrusted project's own `[permission]` rules. They can only narrow: each call gets the stricter
     /// of these and every other layer (deny > ask > allow). Never read from a file directly.
     #[serde(skip)]
@@ -261,6 +263,25 @@ pub struct ToolOutputConfig {
 impl Default for ToolOutputConfig {
     fn default() -> Self {
         Self { max_lines: 2000, max_bytes: 50 * 1024 }
+    }
+}
+
+/// `[store]`: `url = "postgres://…"` shares sessions between workers (`serve --store` and
+/// `CODELOOP_DATABASE_URL` take precedence); `lease_secs` is how long a run's lease lasts unrenewed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StoreConfig {
+    pub url: Option<String>,
+    /// Default 15 (`codeloop_store::DEFAULT_LEASE`).
+    pub lease_secs: Option<u64>,
+}
+
+impl StoreConfig {
+    pub fn lease(&self) -> std::time::Duration {
+        match self.lease_secs {
+            Some(secs) if secs > 0 => std::time::Duration::from_secs(secs),
+            _ => codeloop_store::DEFAULT_LEASE,
+        }
     }
 }
 

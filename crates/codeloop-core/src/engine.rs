@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use codeloop_store::{MessageWithParts, SessionFilter, SqliteStore, Store, StoreError, StoreWriter};
+use codeloop_store::{MessageWithParts, SessionFilter, Store, StoreError, StoreWriter};
 use codeloop_tools::{BuiltinConfig, ToolRegistry};
 use codeloop_types::{
     EventPayload, Message, MessageId, ModelRef, PartKind, PermissionId, PermissionRequest, Session, SessionId,
@@ -21,6 +21,7 @@ use crate::models::{EnvLookup, Models};
 use crate::permission::{AskPolicy, PermissionEngine, Reply, ReplyError, default_rules};
 use crate::run::RunError;
 use crate::services::Services;
+use crate::stores::{EventIds, StoreChoice, open_store, relayed_bus};
 use crate::subagent::{TaskRuntime, TaskTool};
 
 pub use codeloop_tools::TOOL_OUTPUT_RETENTION;
@@ -28,6 +29,10 @@ pub use codeloop_tools::TOOL_OUTPUT_RETENTION;
 pub struct EngineOptions {
     pub data_dir: PathBuf,
     pub config: Config,
+    /// The store; SQLite in `data_dir` unless the environment or the config name another.
+    pub store: StoreChoice,
+    /// Event ids: this process's own, or the shared store's (`serve` on PostgreSQL).
+    pub events: EventIds,
     /// What happens to permission questions nobody can answer.
     pub ask_policy: AskPolicy,
     /// Environment lookup for API keys.
@@ -54,6 +59,8 @@ impl EngineOptions {
         Self {
             data_dir: data_dir.into(),
             config,
+            store: StoreChoice::default(),
+            events: EventIds::default(),
             ask_policy: AskPolicy::Deny,
             env: Arc::new(|name| std::env::var(name).ok()),
             global_instructions: None,
@@ -93,9 +100,14 @@ pub struct Engine {
 impl Engine {
     /// Opens the data directory (recovering what a crashed run left open) and builds the services.
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&options.data_dir)?);
+        let store = open_store(&options.store, &options.data_dir, &options.env, &options.config)?;
         let writer = StoreWriter::new(store.clone())?;
-        let bus = Bus::new(options.bus_channel_capacity, options.bus_replay_capacity);
+        let bus = match (options.events, store.event_log()) {
+            (EventIds::Store, Some(log)) => {
+                relayed_bus(log, options.bus_channel_capacity, options.bus_replay_capacity)?
+            }
+            _ => Bus::new(options.bus_channel_capacity, options.bus_replay_capacity),
+        };
         let tool_output_dir = options.data_dir.join("tool-output");
         // Only codeloop's own dirs are outside the project without asking: the spill files here, and each
         // session's temp dir (which the tools treat as part of the project), not the whole system temp dir.
@@ -186,6 +198,39 @@ impl Engine {
 
     pub fn store(&self) -> Arc<dyn Store> {
         self.services.store.clone()
+    }
+
+    /// Runs the sessions that dead processes or workers left behind (DESIGN.md §5b failover): stored
+    /// queued input nobody runs, and runs left open under an expired lease or a released lock. Each is
+    /// settled like crash recovery when its run starts, then its queue runs in order. Returns how many
+    /// sessions were picked up (some may go to another worker that asked first).
+    pub async fn resume_orphans(&self) -> Result<usize, EngineError> {
+        let sessions = self.services.blocking(|store| store.orphaned_sessions()).await?;
+        for session in &sessions {
+            self.coordinator.resume(session);
+        }
+        Ok(sessions.len())
+    }
+
+    /// Calls [`Engine::resume_orphans`] now and then every half lease (`[store] lease_secs`), until the
+    /// engine is dropped. `serve` runs it: a worker takes over what another worker left.
+    pub fn spawn_failover(&self) -> tokio::task::JoinHandle<()> {
+        let period = self.services.config.store.lease() / 2;
+        let services = Arc::downgrade(&self.services);
+        let coordinator = self.coordinator.downgrade();
+        tokio::spawn(async move {
+            loop {
+                let (Some(services), Some(coordinator)) = (services.upgrade(), coordinator.upgrade()) else {
+                    return;
+                };
+                let engine = Engine { services, coordinator };
+                if let Err(error) = engine.resume_orphans().await {
+                    tracing::warn!(%error, "could not look for sessions to take over");
+                }
+                drop(engine);
+                tokio::time::sleep(period).await;
+            }
+        })
     }
 
     /// A new session in `directory` (agent and model default to config).

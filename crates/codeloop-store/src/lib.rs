@@ -1,12 +1,15 @@
-//! Durable state (DESIGN.md §4 "Store and recovery"): the [`Store`] trait and its SQLite implementation.
+//! Durable state (DESIGN.md §4 "Store and recovery", §5b): the [`Store`] trait and its SQLite and
+//! PostgreSQL implementations.
 //!
 //! Owns: the schema and its migrations, one row per session / message / part updated in place, batched
-//! writes (one transaction per batch), per-session run locks, saved permission approvals, todo lists,
-//! and crash recovery on open.
+//! writes (one transaction per batch), per-session run ownership (file locks or leases), saved permission
+//! approvals, todo lists, and crash recovery on open.
 //! Must not: hold business rules (when to compact, what to retry); it stores what it is given.
 
 mod history;
 mod lock;
+mod open;
+mod pg;
 mod private;
 mod recovery;
 mod rows;
@@ -15,6 +18,8 @@ mod sqlite;
 mod writer;
 
 pub use lock::SessionLock;
+pub use open::{DEFAULT_LEASE, StoreUrl, open, redact};
+pub use pg::PgStore;
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
 pub use writer::{Flush, StoreWriter};
@@ -37,6 +42,19 @@ pub enum Write {
     Part(Part),
     RemovePart(PartId),
     RemoveMessage(MessageId),
+    /// Takes a queued input off its queue (in the batch that records it as a user message).
+    RemoveQueued(i64),
+}
+
+/// Input posted while its session was busy, kept until a run records it (DESIGN.md §5b "durable input").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedInput {
+    /// Increasing in the order the inputs were queued.
+    pub id: i64,
+    pub session_id: SessionId,
+    /// The prompt as the caller encoded it (JSON); the store does not read it.
+    pub input: String,
+    pub created: i64,
 }
 
 /// Which sessions to list.
@@ -78,6 +96,17 @@ pub struct RecoveryReport {
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    #[error("PostgreSQL error: {}", pg::describe(.0))]
+    Postgres(#[from] tokio_postgres::Error),
+    /// The store URL cannot be used; `url` has its password hidden.
+    #[error("invalid store URL {url}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    /// The database cannot be reached; `url` has its password hidden.
+    #[error(
+        "cannot reach the PostgreSQL store at {url}: {reason}; check that the server is running and that the \
+         store URL (`serve --store`, CODELOOP_DATABASE_URL or `[store] url`) is right"
+    )]
+    Unavailable { url: String, reason: String },
     #[error("corrupt stored JSON in {table} {id}: {source}")]
     Corrupt { table: &'static str, id: String, source: serde_json::Error },
     #[error("cannot open the data directory {path}: {source}")]
@@ -86,6 +115,12 @@ pub enum StoreError {
         "session {0} is already running in another codeloop process; wait for it to finish or stop it first"
     )]
     SessionBusy(SessionId),
+    /// This worker's lease on the session expired and another worker took it over: its writes to the
+    /// session are refused (the other worker settles and continues the run).
+    #[error(
+        "session {0} was taken over by another worker after this worker's lease expired; its writes are refused"
+    )]
+    LeaseLost(SessionId),
     #[error(
         "the database schema version {found} is newer than this codeloop understands ({supported}); upgrade codeloop"
     )]
@@ -133,7 +168,43 @@ pub trait Store: Send + Sync {
     /// `time.completed` become `Aborted`.
     fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport>;
 
-    /// Takes the run lock of a session for as long as the guard lives; `SessionBusy` if any process
-    /// (this one included) already holds it. Never waits.
-    fn lock_session(&self, id: &SessionId) -> Result<SessionLock>;
+    /// Queues input behind a session's run; returns its id (increasing). Removed by [`Write::RemoveQueued`].
+    fn enqueue_input(&self, session: &SessionId, input: &str) -> Result<i64>;
+    /// A session's queued input, oldest first.
+    fn queued_inputs(&self, session: &SessionId) -> Result<Vec<QueuedInput>>;
+    /// Sessions that need a run and that no live process or worker owns: queued input waiting, or a run
+    /// left open by a dead one. What a worker picks up to take over (failover).
+    fn orphaned_sessions(&self) -> Result<Vec<SessionId>>;
+
+    /// Takes the run ownership of a session for as long as the guard lives; `SessionBusy` if any process
+    /// or worker (this one included) already holds it. Never waits for another holder.
+    fn lock_session(&self, id: &SessionId) -> Result<RunGuard>;
+
+    /// The store's shared event log, if it has one (PostgreSQL); SQLite events stay in their process.
+    fn event_log(&self) -> Option<&dyn EventLog> {
+        None
+    }
 }
+
+/// Events shared by every worker on one store (DESIGN.md §5b): each worker appends its bus events and
+/// receives everyone's, with store-wide ids that increase in commit order.
+pub trait EventLog: Send + Sync {
+    /// Starts relaying until the store is dropped: JSON events from `outbox` are appended in batches, and
+    /// every event appended from now on, by any worker, is handed to `deliver` (id, JSON) in id order.
+    fn relay(&self, outbox: tokio::sync::mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<()>;
+}
+
+/// Where [`EventLog::relay`] hands the events it reads.
+pub type EventSink = Box<dyn Fn(u64, String) + Send + Sync>;
+
+/// Proof that this process owns the run of one session: an OS file lock (SQLite) or a lease row that a
+/// background task renews (PostgreSQL). Dropping it gives the run up.
+pub trait RunOwnership: Send + Sync + std::fmt::Debug {
+    fn session_id(&self) -> &SessionId;
+    /// False once ownership was lost: a lease that could not be renewed before it expired, so another
+    /// worker may have taken the session over. The holder should stop writing and end the run.
+    fn is_held(&self) -> bool;
+}
+
+/// What [`Store::lock_session`] hands out.
+pub type RunGuard = Box<dyn RunOwnership>;

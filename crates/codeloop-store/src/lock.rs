@@ -31,6 +31,17 @@ impl SessionLock {
     }
 }
 
+impl crate::RunOwnership for SessionLock {
+    fn session_id(&self) -> &SessionId {
+        &self.session
+    }
+
+    /// The OS holds a file lock until it is closed: it cannot be lost while the process lives.
+    fn is_held(&self) -> bool {
+        true
+    }
+}
+
 /// How often to retry when the lock file was removed between opening and locking it.
 const STALE_FILE_RETRIES: usize = 3;
 

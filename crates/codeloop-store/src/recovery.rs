@@ -7,7 +7,7 @@
 //! Owns: finding those rows (through the partial indexes) and rewriting them in one transaction per session.
 //! Must not: touch settled parts or messages, or anything a live run holds.
 
-use codeloop_types::{AssistantError, Message, Millis, SessionId};
+use codeloop_types::{AssistantError, Message, Millis, Part, SessionId};
 use rusqlite::Connection;
 
 use crate::rows::{message_from_row, part_from_row, upsert_message, upsert_part};
@@ -68,23 +68,29 @@ pub(crate) fn recover_unlocked(store: &SqliteStore, now: Millis) -> Result<Recov
 pub(crate) fn recover_session(conn: &Connection, session: &SessionId, now: Millis) -> Result<RecoveryReport> {
     let mut report = RecoveryReport::default();
     for mut part in select(conn, OPEN_TOOL_PARTS, session, part_from_row)? {
-        if let Some(tool) = part.as_tool_mut()
-            && tool.state.interrupt(now).is_ok()
-        {
-            report.interrupted_parts += 1;
-        }
+        report.interrupted_parts += usize::from(settle_part(&mut part, now));
         // Rewritten even when already terminal: the status column is then brought back in line.
         upsert_part(conn, &part)?;
     }
     for mut message in select(conn, UNFINISHED_MESSAGES, session, message_from_row)? {
-        if let Message::Assistant(assistant) = &mut message {
-            assistant.error.get_or_insert_with(AssistantError::aborted);
-            assistant.time.completed = Some(now);
-            report.aborted_messages += 1;
-        }
+        report.aborted_messages += usize::from(settle_message(&mut message, now));
         upsert_message(conn, &message)?;
     }
     Ok(report)
+}
+
+/// Turns a pending/running tool part into its interrupted error; true if it changed. Shared by every store.
+pub(crate) fn settle_part(part: &mut Part, now: Millis) -> bool {
+    part.as_tool_mut().is_some_and(|tool| tool.state.interrupt(now).is_ok())
+}
+
+/// Marks an unfinished assistant message `Aborted` (unless it carries an error) and completed; true if it
+/// was an assistant message. Shared by every store.
+pub(crate) fn settle_message(message: &mut Message, now: Millis) -> bool {
+    let Message::Assistant(assistant) = message else { return false };
+    assistant.error.get_or_insert_with(AssistantError::aborted);
+    assistant.time.completed = Some(now);
+    true
 }
 
 fn select<T>(

@@ -38,6 +38,10 @@ pub(crate) fn apply_write(conn: &Connection, write: &Write) -> Result<()> {
             conn.prepare_cached("DELETE FROM message WHERE id = ?1")?.execute([id.as_str()])?;
             Ok(())
         }
+        Write::RemoveQueued(id) => {
+            conn.prepare_cached("DELETE FROM queued_input WHERE id = ?1")?.execute([id])?;
+            Ok(())
+        }
     }
 }
 
@@ -87,7 +91,7 @@ pub(crate) fn upsert_part(conn: &Connection, part: &Part) -> Result<()> {
 /// The part's fields as JSON, without the `type` tag: the tag lives in the `kind` column, so reading a
 /// part decodes straight into its struct instead of buffering the JSON to find the tag first (~30% of
 /// the decode time of a tool part). Only the kind's fields are stored; the ids are columns already.
-fn encode_kind(id: &str, kind: &PartKind) -> Result<String> {
+pub(crate) fn encode_kind(id: &str, kind: &PartKind) -> Result<String> {
     match kind {
         PartKind::Text(p) => encode_json("part", id, p),
         PartKind::Reasoning(p) => encode_json("part", id, p),
@@ -104,7 +108,7 @@ fn encode_kind(id: &str, kind: &PartKind) -> Result<String> {
 }
 
 /// The inverse of [`encode_kind`]; `kind` is [`Part::kind_name`].
-fn decode_kind(id: &str, kind: &str, data: &str) -> Result<PartKind> {
+pub(crate) fn decode_kind(id: &str, kind: &str, data: &str) -> Result<PartKind> {
     Ok(match kind {
         "text" => PartKind::Text(decode_json("part", id, data)?),
         "reasoning" => PartKind::Reasoning(decode_json("part", id, data)?),

@@ -80,6 +80,16 @@ const MIGRATIONS: &[&str] = &[
         UNIQUE (project, permission, pattern)
     );
     "#,
+    // 2: durable queued input (prompts posted while the session was busy).
+    r#"
+    CREATE TABLE queued_input (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id TEXT NOT NULL REFERENCES session (id) ON DELETE CASCADE,
+        input      TEXT NOT NULL,
+        created    INTEGER NOT NULL
+    );
+    CREATE INDEX queued_input_session ON queued_input (session_id, id);
+    "#,
 ];
 
 /// The newest schema version this build understands.

@@ -14,11 +14,10 @@ use std::sync::{Mutex, MutexGuard};
 use codeloop_types::{MessageId, PermissionAction, PermissionRule, Session, SessionId, Todo, now_ms};
 use rusqlite::{Connection, OpenFlags, TransactionBehavior, params};
 
-use crate::lock::SessionLock;
 use crate::rows::{apply_write, decode_json, encode_json, get_session, session_from_row};
 use crate::{
-    Approval, MessageWithParts, Page, RecoveryReport, Result, SessionFilter, Store, StoreError, Write,
-    history, lock, private, recovery, schema,
+    Approval, MessageWithParts, Page, QueuedInput, RecoveryReport, Result, RunGuard, SessionFilter, Store,
+    StoreError, Write, history, lock, private, recovery, schema,
 };
 
 /// The database file inside the data dir.
@@ -376,7 +375,50 @@ impl Store for SqliteStore {
         }
     }
 
-    fn lock_session(&self, id: &SessionId) -> Result<SessionLock> {
-        lock::acquire(&self.lock_dir, id)
+    fn enqueue_input(&self, session: &SessionId, input: &str) -> Result<i64> {
+        self.write(|conn| {
+            conn.prepare_cached("INSERT INTO queued_input (session_id, input, created) VALUES (?1, ?2, ?3)")?
+                .execute(params![session.as_str(), input, now_ms()])?;
+            Ok(conn.last_insert_rowid())
+        })
+    }
+
+    fn queued_inputs(&self, session: &SessionId) -> Result<Vec<QueuedInput>> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, session_id, input, created FROM queued_input WHERE session_id = ?1 ORDER BY id",
+            )?;
+            let rows = stmt.query_map([session.as_str()], |row| {
+                Ok(QueuedInput {
+                    id: row.get(0)?,
+                    session_id: SessionId::from(row.get::<_, String>(1)?),
+                    input: row.get(2)?,
+                    created: row.get(3)?,
+                })
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })
+    }
+
+    fn orphaned_sessions(&self) -> Result<Vec<SessionId>> {
+        let mut sessions = self.read(|conn| {
+            let mut sessions = recovery::open_sessions(conn)?;
+            let mut stmt = conn.prepare_cached("SELECT DISTINCT session_id FROM queued_input")?;
+            let queued = stmt.query_map([], |row| row.get::<_, String>(0))?;
+            for id in queued {
+                sessions.push(SessionId::from(id?));
+            }
+            Ok(sessions)
+        })?;
+        sessions.sort();
+        sessions.dedup();
+        // Owned by a live run (here or in another process) when its lock is taken; a free lock is let go
+        // again at once, the caller takes it to run.
+        sessions.retain(|session| lock::acquire(&self.lock_dir, session).is_ok());
+        Ok(sessions)
+    }
+
+    fn lock_session(&self, id: &SessionId) -> Result<RunGuard> {
+        Ok(Box::new(lock::acquire(&self.lock_dir, id)?))
     }
 }

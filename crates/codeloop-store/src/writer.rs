@@ -292,6 +292,7 @@ fn describe(write: &Write) -> String {
         Write::Part(p) => format!("part {}", p.id),
         Write::RemovePart(id) => format!("remove part {id}"),
         Write::RemoveMessage(id) => format!("remove message {id}"),
+        Write::RemoveQueued(id) => format!("remove queued input {id}"),
     }
 }
 
@@ -413,7 +414,16 @@ mod tests {
         fn revoke_approval(&self, _: i64) -> Result<bool> {
             unimplemented!()
         }
-        fn lock_session(&self, _: &codeloop_types::SessionId) -> Result<crate::SessionLock> {
+        fn lock_session(&self, _: &codeloop_types::SessionId) -> Result<crate::RunGuard> {
+            unimplemented!()
+        }
+        fn enqueue_input(&self, _: &codeloop_types::SessionId, _: &str) -> Result<i64> {
+            unimplemented!()
+        }
+        fn queued_inputs(&self, _: &codeloop_types::SessionId) -> Result<Vec<crate::QueuedInput>> {
+            unimplemented!()
+        }
+        fn orphaned_sessions(&self) -> Result<Vec<codeloop_types::SessionId>> {
             unimplemented!()
         }
         fn recover(&self, _: Option<&codeloop_types::SessionId>) -> Result<crate::RecoveryReport> {

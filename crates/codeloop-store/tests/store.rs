@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use codeloop_store::{
-    DiskUsage, MessageWithParts, Page, RecoveryReport, SessionFilter, SqliteStore, Store, StoreError,
-    StoreWriter, Write,
+    DiskUsage, MessageWithParts, Page, PgStore, RecoveryReport, SessionFilter, SqliteStore, Store,
+    StoreError, StoreWriter, Write,
 };
 use codeloop_types::{
     AssistantError, INTERRUPTED_ERROR, Message, PermissionAction, PermissionRule, SessionId, Todo,
@@ -35,10 +35,9 @@ fn ids(history: &[MessageWithParts]) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------------------
 // Round trips
 
-#[test]
-fn every_part_kind_and_both_message_kinds_round_trip() {
-    let dir = temp();
-    let store = open(dir.path());
+fn every_part_kind_and_both_message_kinds_round_trip(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let session = session("/work/project");
     let question = user(&session.id);
     let answer = finished_assistant(&session.id, question.id());
@@ -63,15 +62,14 @@ fn every_part_kind_and_both_message_kinds_round_trip() {
     // And the same after reopening the file. The run lock keeps recovery from settling the open tool calls.
     let _run = store.lock_session(&session.id).unwrap();
     drop(store);
-    let store = open(dir.path());
+    let store = place.open();
     assert_eq!(store.last_recovery(), &RecoveryReport::default());
     assert_eq!(store.load_history(&session.id).unwrap(), expected);
 }
 
-#[test]
-fn tool_state_data_round_trips_unchanged_through_every_transition() {
-    let dir = temp();
-    let store = open(dir.path());
+fn tool_state_data_round_trips_unchanged_through_every_transition(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let session = session("/p");
     let question = user(&session.id);
     let answer = finished_assistant(&session.id, question.id());
@@ -217,10 +215,9 @@ fn deleting_a_session_removes_its_tree_and_gives_the_space_back() {
 // ---------------------------------------------------------------------------------------------------------
 // Reads
 
-#[test]
-fn messages_page_newest_first_with_an_exclusive_cursor() {
-    let dir = temp();
-    let store = open(dir.path());
+fn messages_page_newest_first_with_an_exclusive_cursor(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let other = session("/p");
     let session = session("/p");
     let messages = seed(&*store, &session, 5, 3); // 10 messages
@@ -251,10 +248,9 @@ fn messages_page_newest_first_with_an_exclusive_cursor() {
     assert_eq!(store.list_messages(&"ses_none".into(), &Page { before: None, limit: 5 }).unwrap(), vec![]);
 }
 
-#[test]
-fn sessions_list_roots_children_and_directories_most_recently_updated_first() {
-    let dir = temp();
-    let store = open(dir.path());
+fn sessions_list_roots_children_and_directories_most_recently_updated_first(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let mut a = session("/one");
     let mut b = session("/two");
     let mut c = child_session(&a);
@@ -285,10 +281,9 @@ fn sessions_list_roots_children_and_directories_most_recently_updated_first() {
     assert_eq!(store.get_session(&a.id).unwrap().unwrap().title, "renamed");
 }
 
-#[test]
-fn removing_parts_and_messages_takes_them_out_of_history() {
-    let dir = temp();
-    let store = open(dir.path());
+fn removing_parts_and_messages_takes_them_out_of_history(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let session = session("/p");
     let messages = seed(&*store, &session, 2, 2);
     let history = store.load_history(&session.id).unwrap();
@@ -300,16 +295,15 @@ fn removing_parts_and_messages_takes_them_out_of_history() {
     assert_eq!(store.get_message(messages[2].id()).unwrap(), None);
 }
 
-#[test]
-fn a_failing_write_rolls_back_its_whole_batch() {
-    let dir = temp();
-    let store = open(dir.path());
+fn a_failing_write_rolls_back_its_whole_batch(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let session = session("/p");
     let question = user(&session.id);
     let orphan = part(&user(&session.id), text_kind("no such message"));
     let result =
         store.apply(&[Write::Session(session.clone()), Write::Message(question), Write::Part(orphan)]);
-    assert!(matches!(result, Err(StoreError::Sqlite(_))), "{result:?}");
+    assert!(matches!(result, Err(StoreError::Sqlite(_) | StoreError::Postgres(_))), "{result:?}");
     assert_eq!(store.get_session(&session.id).unwrap(), None);
 }
 
@@ -380,10 +374,9 @@ fn assert_recovered(store: &dyn Store, crashed: &Crashed) {
     assert_eq!(answer.parts[3..], crashed.parts[3..]);
 }
 
-#[test]
-fn recovery_interrupts_open_tool_calls_and_aborts_unfinished_answers() {
-    let dir = temp();
-    let store = open(dir.path());
+fn recovery_interrupts_open_tool_calls_and_aborts_unfinished_answers(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let crashed = crashed_run(&*store);
     let report = store.recover(None).unwrap();
     assert_eq!(report, RecoveryReport { interrupted_parts: 2, aborted_messages: 2 });
@@ -391,27 +384,25 @@ fn recovery_interrupts_open_tool_calls_and_aborts_unfinished_answers() {
     assert_eq!(store.recover(None).unwrap(), RecoveryReport::default());
 }
 
-#[test]
-fn recovery_runs_on_open_and_reports_what_it_changed() {
-    let dir = temp();
-    let crashed = crashed_run(&*open(dir.path()));
-    let store = open(dir.path());
+fn recovery_runs_on_open_and_reports_what_it_changed(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let crashed = crashed_run(&*place.open());
+    let store = place.open();
     assert_eq!(store.last_recovery(), &RecoveryReport { interrupted_parts: 2, aborted_messages: 2 });
     assert_recovered(&*store, &crashed);
-    assert_eq!(open(dir.path()).last_recovery(), &RecoveryReport::default());
+    assert_eq!(place.open().last_recovery(), &RecoveryReport::default());
 }
 
-#[test]
-fn recovery_leaves_a_locked_session_alone_until_its_lock_is_released() {
-    let dir = temp();
-    let store = open(dir.path());
+fn recovery_leaves_a_locked_session_alone_until_its_lock_is_released(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let running = crashed_run(&*store);
     let dead = crashed_run(&*store);
     let lock = store.lock_session(&running.session.id).unwrap();
     let before = store.load_history(&running.session.id).unwrap();
 
     // Another store (as another process would) on the same dir, opened while the run is live.
-    let other = open(dir.path());
+    let other = place.open();
     assert_eq!(other.last_recovery(), &RecoveryReport { interrupted_parts: 2, aborted_messages: 2 });
     assert_recovered(&*other, &dead);
     assert_eq!(store.load_history(&running.session.id).unwrap(), before);
@@ -422,10 +413,9 @@ fn recovery_leaves_a_locked_session_alone_until_its_lock_is_released() {
     assert_recovered(&*store, &running);
 }
 
-#[test]
-fn recover_one_session_settles_only_that_session() {
-    let dir = temp();
-    let store = open(dir.path());
+fn recover_one_session_settles_only_that_session(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let a = crashed_run(&*store);
     let b = crashed_run(&*store);
     let _lock = store.lock_session(&a.session.id).unwrap();
@@ -439,11 +429,10 @@ fn recover_one_session_settles_only_that_session() {
 // ---------------------------------------------------------------------------------------------------------
 // The batched writer
 
-#[test]
-fn text_flushed_through_the_writer_survives_a_crash() {
-    let dir = temp();
-    let store = open(dir.path());
-    let writer = StoreWriter::new(store.clone()).unwrap();
+fn text_flushed_through_the_writer_survives_a_crash(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let writer = StoreWriter::new(store.arc()).unwrap();
     let session = session("/p");
     let question = user(&session.id);
     let answer = Message::Assistant(assistant(&session.id, question.id()));
@@ -465,7 +454,7 @@ fn text_flushed_through_the_writer_survives_a_crash() {
     std::mem::forget(writer);
     std::mem::forget(store);
 
-    let reopened = open(dir.path());
+    let reopened = place.open();
     let history = reopened.load_history(&session.id).unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(history[0].info, question);
@@ -475,13 +464,12 @@ fn text_flushed_through_the_writer_survives_a_crash() {
     assert_eq!(reopened.last_recovery().aborted_messages, 1);
 }
 
-#[test]
-fn dropping_the_writer_commits_everything_queued() {
-    let dir = temp();
-    let store = open(dir.path());
+fn dropping_the_writer_commits_everything_queued(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let session = session("/p");
     {
-        let writer = StoreWriter::new(store.clone()).unwrap();
+        let writer = StoreWriter::new(store.arc()).unwrap();
         writer.send(Write::Session(session.clone()));
     }
     assert_eq!(store.get_session(&session.id).unwrap(), Some(session));
@@ -499,11 +487,10 @@ async fn flush_is_awaitable_from_async_code() {
     writer.flush().await.unwrap();
 }
 
-#[test]
-fn a_failed_write_is_reported_by_the_next_flush_and_spares_its_batch() {
-    let dir = temp();
-    let store = open(dir.path());
-    let writer = StoreWriter::new(store.clone()).unwrap();
+fn a_failed_write_is_reported_by_the_next_flush_and_spares_its_batch(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let writer = StoreWriter::new(store.arc()).unwrap();
     let session = session("/p");
     let question = user(&session.id);
     let orphan = part(&user(&session.id), text_kind("its message was never written"));
@@ -514,7 +501,7 @@ fn a_failed_write_is_reported_by_the_next_flush_and_spares_its_batch() {
     writer.send(Write::Part(good.clone()));
     let error = writer.flush().wait().unwrap_err();
     assert!(
-        matches!(&error, StoreError::WriteFailed { count: 1, first } if first.contains("FOREIGN KEY")),
+        matches!(&error, StoreError::WriteFailed { count: 1, first } if first.to_lowercase().contains("foreign key")),
         "{error}"
     );
     // The other writes of the batch are committed, and the error is reported once.
@@ -525,11 +512,10 @@ fn a_failed_write_is_reported_by_the_next_flush_and_spares_its_batch() {
     writer.close().unwrap();
 }
 
-#[test]
-fn writer_coalesces_repeated_part_updates_into_the_last_version() {
-    let dir = temp();
-    let store = open(dir.path());
-    let writer = StoreWriter::new(store.clone()).unwrap();
+fn writer_coalesces_repeated_part_updates_into_the_last_version(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let writer = StoreWriter::new(store.arc()).unwrap();
     let session = session("/p");
     let question = user(&session.id);
     writer.send(Write::Session(session.clone()));
@@ -566,10 +552,9 @@ fn readers_do_not_wait_for_an_open_write_transaction() {
     blocker.execute_batch("ROLLBACK").unwrap();
 }
 
-#[test]
-fn a_reader_sees_whole_batches_while_a_writer_writes() {
-    let dir = temp();
-    let store = open(dir.path());
+fn a_reader_sees_whole_batches_while_a_writer_writes(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let session = session("/p");
     store.apply(&[Write::Session(session.clone())]).unwrap();
     let done = AtomicBool::new(false);
@@ -597,13 +582,12 @@ fn a_reader_sees_whole_batches_while_a_writer_writes() {
     assert_eq!(store.load_history(&session.id).unwrap().len(), 200);
 }
 
-#[test]
-fn two_stores_on_one_data_dir_write_concurrently_without_lock_errors() {
-    let dir = temp();
-    let stores = [open(dir.path()), open(dir.path())];
+fn two_stores_on_one_data_dir_write_concurrently_without_lock_errors(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let stores = [place.open(), place.open()];
     let sessions: Vec<SessionId> = std::thread::scope(|scope| {
         let writers: Vec<_> =
-            stores.iter().map(|store| scope.spawn(|| write_turns(store, TURNS_PER_PROCESS))).collect();
+            stores.iter().map(|store| scope.spawn(|| write_turns(&**store, TURNS_PER_PROCESS))).collect();
         writers.into_iter().map(|w| w.join().unwrap()).collect()
     });
     for (store, session) in stores.iter().rev().zip(&sessions) {
@@ -616,7 +600,7 @@ const WRITER_DIR_ENV: &str = "CODELOOP_STORE_WRITER_DIR";
 const TURNS_PER_PROCESS: usize = 300;
 
 /// Writes `turns` turns into a new session of `store`, one transaction each, plus a todo update per turn.
-fn write_turns(store: &SqliteStore, turns: usize) -> SessionId {
+fn write_turns(store: &dyn Store, turns: usize) -> SessionId {
     let session = session("/p");
     store.apply(&[Write::Session(session.clone())]).unwrap();
     for turn in 0..turns {
@@ -637,7 +621,7 @@ fn writer_helper_process() {
     println!("ready");
     let mut go = String::new();
     std::io::stdin().read_line(&mut go).unwrap();
-    let session = write_turns(&store, TURNS_PER_PROCESS);
+    let session = write_turns(&*store, TURNS_PER_PROCESS);
     println!("done {session}");
 }
 
@@ -663,7 +647,7 @@ fn two_processes_write_one_data_dir_without_lock_errors() {
     wait_for("ready");
     let store = open(dir.path());
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
-    let mine = write_turns(&store, TURNS_PER_PROCESS);
+    let mine = write_turns(&*store, TURNS_PER_PROCESS);
     let theirs = SessionId::from(wait_for("done"));
     assert!(child.wait().unwrap().success());
     for session in [mine, theirs] {
@@ -674,11 +658,10 @@ fn two_processes_write_one_data_dir_without_lock_errors() {
 // ---------------------------------------------------------------------------------------------------------
 // Session locks
 
-#[test]
-fn a_session_lock_refuses_a_second_holder_and_is_released_on_drop() {
-    let dir = temp();
-    let store = open(dir.path());
-    let other = open(dir.path());
+fn a_session_lock_refuses_a_second_holder_and_is_released_on_drop(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let other = place.open();
     let id = SessionId::new();
     let lock = store.lock_session(&id).unwrap();
     assert_eq!(lock.session_id(), &id);
@@ -692,14 +675,21 @@ fn a_session_lock_refuses_a_second_holder_and_is_released_on_drop() {
 
 /// Environment variable that turns `crash_helper_process` into the crashing run of the test below.
 const CRASH_DIR_ENV: &str = "CODELOOP_STORE_CRASH_DIR";
+/// The same, with the URL of a PostgreSQL database.
+const CRASH_URL_ENV: &str = "CODELOOP_STORE_CRASH_URL";
 
 /// Not a test of its own: the child process of `a_killed_run_releases_its_lock_and_is_recovered`. It
 /// writes a run through the writer, flushes, holds the session lock, says `ready` and waits to be killed.
 #[test]
 #[ignore = "helper process, started by a_killed_run_releases_its_lock_and_is_recovered"]
 fn crash_helper_process() {
-    let Some(dir) = std::env::var_os(CRASH_DIR_ENV) else { return };
-    let store = open(std::path::Path::new(&dir));
+    let store: Arc<dyn Store> = if let Some(url) = std::env::var_os(CRASH_URL_ENV) {
+        Arc::new(PgStore::open(url.to_str().unwrap(), TEST_LEASE).unwrap())
+    } else if let Some(dir) = std::env::var_os(CRASH_DIR_ENV) {
+        open(std::path::Path::new(&dir))
+    } else {
+        return;
+    };
     let writer = StoreWriter::new(store.clone()).unwrap();
     let session = session("/p");
     let question = user(&session.id);
@@ -718,12 +708,15 @@ fn crash_helper_process() {
     drop(lock);
 }
 
-#[test]
-fn a_killed_run_releases_its_lock_and_is_recovered() {
-    let dir = temp();
+fn a_killed_run_releases_its_lock_and_is_recovered(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let (env, value): (&str, std::ffi::OsString) = match &place {
+        Place::Sqlite(dir) => (CRASH_DIR_ENV, dir.path().into()),
+        Place::Postgres(url) => (CRASH_URL_ENV, url.into()),
+    };
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_helper_process", "--ignored", "--nocapture", "--test-threads=1"])
-        .env(CRASH_DIR_ENV, dir.path())
+        .env(env, value)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -740,7 +733,7 @@ fn a_killed_run_releases_its_lock_and_is_recovered() {
     };
 
     // While the other process runs the session, it is busy and recovery leaves it alone.
-    let store = open(dir.path());
+    let store = place.open();
     assert_eq!(store.last_recovery(), &RecoveryReport::default());
     assert!(matches!(store.lock_session(&session), Err(StoreError::SessionBusy(_))));
     let live = store.load_history(&session).unwrap();
@@ -748,9 +741,28 @@ fn a_killed_run_releases_its_lock_and_is_recovered() {
 
     child.kill().unwrap(); // SIGKILL: no destructor runs in the child
     child.wait().unwrap();
-    drop(store);
+    let killed = Instant::now();
 
-    let store = open(dir.path());
+    let store = match kind {
+        // The OS released the file lock with the process.
+        Kind::Sqlite => {
+            drop(store);
+            place.open()
+        }
+        // The dead worker's lease still holds the session until it expires (it renewed it at most a third
+        // of a lease ago); then another worker's open settles the run.
+        Kind::Postgres => {
+            assert!(matches!(store.lock_session(&session), Err(StoreError::SessionBusy(_))));
+            loop {
+                let reopened = place.open();
+                if reopened.last_recovery() != &RecoveryReport::default() {
+                    break reopened;
+                }
+                assert!(killed.elapsed() < TEST_LEASE * 5, "the dead worker's lease never expired");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
     assert_eq!(store.last_recovery(), &RecoveryReport { interrupted_parts: 1, aborted_messages: 1 });
     let history = store.load_history(&session).unwrap();
     assert_eq!(history[1].parts[0].as_text().unwrap().text, "streamed so far");
@@ -762,10 +774,9 @@ fn a_killed_run_releases_its_lock_and_is_recovered() {
 // ---------------------------------------------------------------------------------------------------------
 // Approvals and todos
 
-#[test]
-fn approvals_are_saved_per_project_without_duplicates_and_can_be_revoked() {
-    let dir = temp();
-    let store = open(dir.path());
+fn approvals_are_saved_per_project_without_duplicates_and_can_be_revoked(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let bash = PermissionRule::new("bash", "git *", PermissionAction::Allow);
     let edit = PermissionRule::new("edit", "src/*", PermissionAction::Allow);
     let first = store.add_approval("/one", &bash).unwrap();
@@ -787,17 +798,16 @@ fn approvals_are_saved_per_project_without_duplicates_and_can_be_revoked() {
     assert_eq!(rules(Some("/one")), vec![(first.id, denied)]);
     assert_eq!(rules(Some("/two")), vec![(elsewhere.id, bash)]);
     drop(store);
-    assert_eq!(open(dir.path()).list_approvals(None).unwrap().len(), 2);
+    assert_eq!(place.open().list_approvals(None).unwrap().len(), 2);
 }
 
 fn todo(content: &str, status: TodoStatus) -> Todo {
     Todo { content: content.into(), status, priority: TodoPriority::High }
 }
 
-#[test]
-fn todos_are_replaced_as_a_whole_and_cleared() {
-    let dir = temp();
-    let store = open(dir.path());
+fn todos_are_replaced_as_a_whole_and_cleared(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
     let id = SessionId::new();
     assert_eq!(store.get_todos(&id).unwrap(), vec![]);
     let list = vec![todo("write tests", TodoStatus::Completed), todo("bench", TodoStatus::InProgress)];
@@ -891,4 +901,220 @@ fn private_files_helper_process() {
         let want = if file.starts_with("codeloop.db") { 0o600 } else { 0o700 };
         assert_eq!(mode, want, "{file}: {mode:o}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Durable queued input
+
+fn queued_input_stays_in_order_until_a_batch_records_it(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let s = session("/p");
+    store.apply(&[Write::Session(s.clone())]).unwrap();
+    let first = store.enqueue_input(&s.id, r#"{"parts":[{"type":"text","text":"one"}]}"#).unwrap();
+    let second = store.enqueue_input(&s.id, r#"{"parts":[{"type":"text","text":"two"}]}"#).unwrap();
+    assert!(first < second);
+    let queued = store.queued_inputs(&s.id).unwrap();
+    assert_eq!(queued.iter().map(|q| q.id).collect::<Vec<_>>(), [first, second]);
+    let input: serde_json::Value = serde_json::from_str(&queued[0].input).unwrap();
+    assert_eq!(input["parts"][0]["text"], "one");
+
+    // Nobody runs the session, so it is an orphan for any worker to pick up, until someone owns it.
+    assert_eq!(store.orphaned_sessions().unwrap(), vec![s.id.clone()]);
+    let other = place.open();
+    let lock = other.lock_session(&s.id).unwrap();
+    assert_eq!(store.orphaned_sessions().unwrap(), vec![]);
+
+    // Recording the first input takes it off the queue in the same batch; the rest survives a reopen.
+    other.apply(&[Write::Message(user(&s.id)), Write::RemoveQueued(first)]).unwrap();
+    drop(lock);
+    let left: Vec<i64> = place.open().queued_inputs(&s.id).unwrap().iter().map(|q| q.id).collect();
+    assert_eq!(left, [second]);
+
+    // Deleting the session drops its queue.
+    assert!(store.delete_session(&s.id).unwrap());
+    assert_eq!(store.queued_inputs(&s.id).unwrap(), vec![]);
+    assert_eq!(store.orphaned_sessions().unwrap(), vec![]);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Every test above that takes a `Kind` runs on both stores.
+
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $( #[test] fn $name() { super::$name(super::Kind::Sqlite) } )*
+        }
+        mod postgres {
+            $( #[test] fn $name() { super::$name(super::Kind::Postgres) } )*
+        }
+    };
+}
+
+on_both_stores!(
+    every_part_kind_and_both_message_kinds_round_trip,
+    tool_state_data_round_trips_unchanged_through_every_transition,
+    messages_page_newest_first_with_an_exclusive_cursor,
+    sessions_list_roots_children_and_directories_most_recently_updated_first,
+    removing_parts_and_messages_takes_them_out_of_history,
+    a_failing_write_rolls_back_its_whole_batch,
+    recovery_interrupts_open_tool_calls_and_aborts_unfinished_answers,
+    recovery_runs_on_open_and_reports_what_it_changed,
+    recovery_leaves_a_locked_session_alone_until_its_lock_is_released,
+    recover_one_session_settles_only_that_session,
+    text_flushed_through_the_writer_survives_a_crash,
+    dropping_the_writer_commits_everything_queued,
+    a_failed_write_is_reported_by_the_next_flush_and_spares_its_batch,
+    writer_coalesces_repeated_part_updates_into_the_last_version,
+    a_reader_sees_whole_batches_while_a_writer_writes,
+    two_stores_on_one_data_dir_write_concurrently_without_lock_errors,
+    a_session_lock_refuses_a_second_holder_and_is_released_on_drop,
+    approvals_are_saved_per_project_without_duplicates_and_can_be_revoked,
+    todos_are_replaced_as_a_whole_and_cleared,
+    a_killed_run_releases_its_lock_and_is_recovered,
+    queued_input_stays_in_order_until_a_batch_records_it,
+);
+
+// ---------------------------------------------------------------------------------------------------------
+// PostgreSQL only: URLs, leases across workers, schema versions
+
+/// Runs one statement on `url` outside any store, as an operator (or another program) would.
+fn sql(url: &str, statement: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(connection);
+        client.batch_execute(statement).await.unwrap();
+    });
+}
+
+fn postgres_url() -> Option<String> {
+    match Place::new(Kind::Postgres)? {
+        Place::Postgres(url) => Some(url),
+        Place::Sqlite(_) => None,
+    }
+}
+
+#[test]
+fn postgres_a_bad_or_unreachable_url_is_a_clear_error_that_hides_the_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let error =
+        PgStore::open(&format!("postgres://codeloop:hunter2@127.0.0.1:{port}/db"), TEST_LEASE).unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Unavailable { .. }), "{text}");
+    assert!(text.contains(&format!("postgres://codeloop:***@127.0.0.1:{port}/db")), "{text}");
+    assert!(text.contains("CODELOOP_DATABASE_URL"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+
+    let error = PgStore::open("postgres://codeloop:hunter2@127.0.0.1:notaport/db", TEST_LEASE).unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::InvalidUrl { .. }), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[test]
+fn postgres_an_expired_lease_is_taken_over_and_its_holder_learns_it_lost_it() {
+    let Some(url) = postgres_url() else { return };
+    let (a, b) = (PgStore::open(&url, TEST_LEASE).unwrap(), PgStore::open(&url, TEST_LEASE).unwrap());
+    let id = SessionId::new();
+    let lease = a.lock_session(&id).unwrap();
+    assert!(lease.is_held());
+    assert!(matches!(b.lock_session(&id), Err(StoreError::SessionBusy(busy)) if busy == id));
+
+    // A worker that stopped renewing (paused, cut off) leaves an expired row: another worker takes it.
+    sql(&url, "UPDATE run_lease SET expires_at = clock_timestamp() - interval '1 second'");
+    let taken = b.lock_session(&id).unwrap();
+    let started = Instant::now();
+    while lease.is_held() {
+        assert!(started.elapsed() < TEST_LEASE * 2, "the old holder never noticed it lost its lease");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Dropping the lost lease leaves the new holder's row alone.
+    drop(lease);
+    assert!(matches!(a.lock_session(&id), Err(StoreError::SessionBusy(_))));
+    assert!(taken.is_held());
+    drop(taken);
+    let _again = a.lock_session(&id).unwrap();
+}
+
+#[test]
+fn postgres_a_held_lease_is_renewed_past_its_length() {
+    let Some(url) = postgres_url() else { return };
+    let (a, b) = (PgStore::open(&url, TEST_LEASE).unwrap(), PgStore::open(&url, TEST_LEASE).unwrap());
+    let id = SessionId::new();
+    let lease = a.lock_session(&id).unwrap();
+    std::thread::sleep(TEST_LEASE + TEST_LEASE / 2);
+    assert!(lease.is_held());
+    assert!(matches!(b.lock_session(&id), Err(StoreError::SessionBusy(_))));
+}
+
+#[test]
+fn postgres_a_database_from_a_newer_codeloop_is_refused() {
+    let Some(url) = postgres_url() else { return };
+    drop(PgStore::open(&url, TEST_LEASE).unwrap());
+    sql(&url, "UPDATE codeloop_schema SET version = version + 1");
+    let error = PgStore::open(&url, TEST_LEASE).unwrap_err();
+    assert!(matches!(error, StoreError::SchemaTooNew { .. }), "{error}");
+}
+
+#[test]
+fn postgres_workers_see_every_workers_events_in_one_increasing_id_order() {
+    let Some(url) = postgres_url() else { return };
+    let workers: Vec<PgStore> = (0..2).map(|_| PgStore::open(&url, TEST_LEASE).unwrap()).collect();
+    let mut outboxes = Vec::new();
+    let mut inboxes = Vec::new();
+    for worker in &workers {
+        let (outbox, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (seen, inbox) = std::sync::mpsc::channel::<(u64, String)>();
+        let seen = std::sync::Mutex::new(seen);
+        let sink: codeloop_store::EventSink =
+            Box::new(move |id, json| drop(seen.lock().unwrap().send((id, json))));
+        worker.event_log().unwrap().relay(rx, sink).unwrap();
+        outboxes.push(outbox);
+        inboxes.push(inbox);
+    }
+    // Both workers publish at once.
+    for n in 0..50 {
+        for (w, outbox) in outboxes.iter().enumerate() {
+            outbox.send(json!({"worker": w, "n": n}).to_string()).unwrap();
+        }
+    }
+    let received: Vec<Vec<(u64, String)>> = inboxes
+        .iter()
+        .map(|inbox| (0..100).map(|_| inbox.recv_timeout(Duration::from_secs(10)).unwrap()).collect())
+        .collect();
+    assert_eq!(received[0], received[1], "every worker sees the same events with the same ids");
+    let ids: Vec<u64> = received[0].iter().map(|(id, _)| *id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    // Each worker's own events keep their order.
+    for w in 0..2 {
+        let mine: Vec<u64> = received[0]
+            .iter()
+            .map(|(_, json)| serde_json::from_str::<serde_json::Value>(json).unwrap())
+            .filter(|e| e["worker"] == w)
+            .map(|e| e["n"].as_u64().unwrap())
+            .collect();
+        assert_eq!(mine, (0..50).collect::<Vec<_>>());
+    }
+}
+
+#[test]
+fn postgres_a_worker_that_lost_its_lease_can_no_longer_write_the_session() {
+    let Some(url) = postgres_url() else { return };
+    let (a, b) = (PgStore::open(&url, TEST_LEASE).unwrap(), PgStore::open(&url, TEST_LEASE).unwrap());
+    let s = session("/p");
+    a.apply(&[Write::Session(s.clone())]).unwrap();
+    let lease = a.lock_session(&s.id).unwrap();
+    let question = user(&s.id);
+    a.apply(&[Write::Message(question.clone())]).unwrap();
+
+    // Another worker takes the session over once the lease has expired (a paused or cut-off worker).
+    sql(&url, "UPDATE run_lease SET expires_at = clock_timestamp() - interval '1 second'");
+    let _taken = b.lock_session(&s.id).unwrap();
+    let late = a.apply(&[Write::Part(part(&question, text_kind("written after losing the session")))]);
+    assert!(matches!(&late, Err(StoreError::LeaseLost(id)) if id == &s.id), "{late:?}");
+    assert_eq!(b.load_history(&s.id).unwrap()[0].parts, vec![]);
+    // Its other sessions are not affected.
+    a.apply(&[Write::Session(session("/q"))]).unwrap();
+    drop(lease);
 }

@@ -32,6 +32,7 @@ mod anthropic;
 mod chat;
 mod feed;
 mod plan;
+pub mod postgres;
 mod responses;
 mod script;
 mod server;

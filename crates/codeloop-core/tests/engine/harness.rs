@@ -22,8 +22,28 @@ pub struct Harness {
 
 pub use crate::common::config_for;
 
+/// `CODELOOP_TEST_STORE=postgres` runs every engine test on a fresh PostgreSQL database instead of
+/// SQLite in the data dir.
+pub const TEST_STORE_ENV: &str = "CODELOOP_TEST_STORE";
+
 pub fn open_engine(data: &Path, config: Config, policy: AskPolicy) -> Engine {
     let mut options = EngineOptions::new(data, config);
+    if std::env::var(TEST_STORE_ENV).is_ok_and(|s| s == "postgres") {
+        // One database per data dir, so a test that reopens "the same data dir" reopens the same store.
+        static DATABASES: std::sync::Mutex<Vec<(std::path::PathBuf, String)>> =
+            std::sync::Mutex::new(Vec::new());
+        let mut databases = DATABASES.lock().unwrap();
+        let url = match databases.iter().find(|(dir, _)| dir == data) {
+            Some((_, url)) => url.clone(),
+            None => {
+                let url = codeloop_testkit::postgres::database()
+                    .expect("CODELOOP_TEST_STORE=postgres needs PostgreSQL");
+                databases.push((data.to_owned(), url.clone()));
+                url
+            }
+        };
+        options.store = codeloop_core::StoreChoice::Url(url);
+    }
     options.ask_policy = policy;
     options.env = Arc::new(|_| None);
     options.skill_dirs = Some(Vec::new());

@@ -11,4 +11,5 @@ mod loop_rules;
 mod permissions;
 mod providers;
 mod snapshots;
+mod stores;
 mod turns;

@@ -4,8 +4,9 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use codeloop_store::{SqliteStore, Store, Write};
+use codeloop_store::{PgStore, RecoveryReport, SqliteStore, Store, Write};
 use codeloop_types::{
     AgentPart, AssistantError, AssistantMessage, CompactionPart, FilePart, Finish, Message, MessageId,
     MessagePath, MessageTime, ModelRef, Part, PartId, PartKind, PartTime, PatchPart, ReasoningPart,
@@ -16,6 +17,73 @@ use serde_json::json;
 
 pub fn open(dir: &Path) -> Arc<SqliteStore> {
     Arc::new(SqliteStore::open(dir).expect("open store"))
+}
+
+/// Which store a test that runs on both is running on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// Where a test's store lives: a data dir, or a fresh database on the test cluster. Opening it again is
+/// what another process (or worker) would see.
+pub enum Place {
+    Sqlite(tempfile::TempDir),
+    Postgres(String),
+}
+
+/// Lease length of the PostgreSQL stores the tests open: short, so expiry tests stay quick.
+pub const TEST_LEASE: Duration = Duration::from_secs(2);
+
+impl Place {
+    /// `None` when the PostgreSQL binaries are missing (the skip was announced).
+    pub fn new(kind: Kind) -> Option<Place> {
+        match kind {
+            Kind::Sqlite => Some(Place::Sqlite(tempfile::tempdir().expect("temp dir"))),
+            Kind::Postgres => codeloop_testkit::postgres::database().map(Place::Postgres),
+        }
+    }
+
+    pub fn open(&self) -> Opened {
+        match self {
+            Place::Sqlite(dir) => {
+                let store = SqliteStore::open(dir.path()).expect("open SQLite store");
+                let last = store.last_recovery().clone();
+                Opened { store: Arc::new(store), last }
+            }
+            Place::Postgres(url) => {
+                let store = PgStore::open(url, TEST_LEASE).expect("open PostgreSQL store");
+                let last = store.last_recovery().clone();
+                Opened { store: Arc::new(store), last }
+            }
+        }
+    }
+}
+
+/// An opened store of either kind, with what its opening recovered.
+#[derive(Clone)]
+pub struct Opened {
+    store: Arc<dyn Store>,
+    last: RecoveryReport,
+}
+
+impl Opened {
+    pub fn last_recovery(&self) -> &RecoveryReport {
+        &self.last
+    }
+
+    pub fn arc(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+}
+
+impl std::ops::Deref for Opened {
+    type Target = dyn Store;
+
+    fn deref(&self) -> &(dyn Store + 'static) {
+        &*self.store
+    }
 }
 
 pub fn model() -> ModelRef {

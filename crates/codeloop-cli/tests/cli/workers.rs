@@ -1,0 +1,203 @@
+//! Many `codeloop serve` workers on one PostgreSQL store (DESIGN.md §5b), as real processes over HTTP:
+//! sessions are shared, and when the worker running a session is killed, another one settles its run
+//! and runs the prompt it had queued. Skipped, loudly, without PostgreSQL.
+
+use std::io::BufRead;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+use serde_json::{Value, json};
+
+use super::{Env, Killed};
+
+/// Starts `codeloop serve --store URL` with its own data dir (another machine) and returns it with its
+/// base URL.
+fn worker(env: &Env, config: &std::path::Path, store: &str) -> (Killed, String, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+    serve
+        .args(["serve", "--port", "0", "--store", store])
+        .current_dir(env.project.path())
+        .env("CODELOOP_DATA_DIR", data.path())
+        .env("HOME", env.home.path())
+        .env("CODELOOP_CONFIG", config)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODELOOP_DATABASE_URL")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut server = Killed(serve.spawn().unwrap());
+    let stderr = server.0.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let url = loop {
+        let line = lines.next().expect("the worker exited before listening").unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..].split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    // Keep reading, so the worker never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (server, url, data)
+}
+
+async fn messages(http: &reqwest::Client, base: &str, session: &str) -> Vec<Value> {
+    let page: Vec<Value> =
+        http.get(format!("{base}/session/{session}/message")).send().await.unwrap().json().await.unwrap();
+    page.into_iter().rev().collect()
+}
+
+fn text_of(message: &Value) -> String {
+    message["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["type"] == "text")
+        .map(|p| p["text"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_killed_workers_run_is_settled_and_its_queued_prompt_run_by_another_worker() {
+    let Some(store) = codeloop_testkit::postgres::database() else { return };
+    // The first answer streams slowly enough to kill its worker in the middle of it.
+    let slow =
+        Turn::from(Reply::text("never finished ".repeat(40)).with_text_chunks(40).with_chunk_delay_ms(100));
+    let fake = FakeProvider::start(Script::new([
+        slow,
+        Turn::from(Reply::text("continued by the other worker")),
+        Turn::from(Reply::text("queued prompt answered")),
+    ]))
+    .await
+    .unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "[store]\nlease_secs = 2\n");
+    let (mut a, a_url, _a_data) = worker(&env, &config, &store);
+    let (_b, b_url, _b_data) = worker(&env, &config, &store);
+    let http = reqwest::Client::new();
+
+    // A session created on one worker is served by the other.
+    let session: Value =
+        http.post(format!("{a_url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let id = session["id"].as_str().unwrap().to_owned();
+    let listed: Vec<Value> = http.get(format!("{b_url}/session")).send().await.unwrap().json().await.unwrap();
+    assert!(listed.iter().any(|s| s["id"] == id.as_str()), "{listed:?}");
+
+    let prompt = |text: &str| json!({"parts": [{"type": "text", "text": text}], "delivery": "queue"});
+    let accepted =
+        http.post(format!("{a_url}/session/{id}/prompt_async")).json(&prompt("one")).send().await.unwrap();
+    assert_eq!(accepted.status(), 202);
+    // Worker A is streaming the answer once its first text reaches the store (seen through worker B).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while messages(&http, &b_url, &id).await.get(1).is_none_or(|m| text_of(m).is_empty()) {
+        assert!(Instant::now() < deadline, "worker A never started answering");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let queued =
+        http.post(format!("{a_url}/session/{id}/prompt_async")).json(&prompt("two")).send().await.unwrap();
+    assert_eq!(queued.status(), 202);
+    // prompt_async answers before the prompt is handled: wait until worker A has stored it.
+    let (db, connection) = tokio_postgres::connect(&store, tokio_postgres::NoTls).await.unwrap();
+    tokio::spawn(connection);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let row = db.query_one("SELECT count(*) FROM queued_input", &[]).await.unwrap();
+        if row.get::<_, i64>(0) == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "worker A never stored the queued prompt");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    a.0.kill().unwrap(); // SIGKILL: no cleanup, the lease stays until it expires
+    a.0.wait().unwrap();
+
+    // Worker B takes over within a lease or two: the dead run is settled and continued, then the queued
+    // prompt runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let history = loop {
+        let history = messages(&http, &b_url, &id).await;
+        if history.len() == 5 && !history[4]["info"]["time"]["completed"].is_null() {
+            break history;
+        }
+        assert!(Instant::now() < deadline, "worker B never took over: {history:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(text_of(&history[0]), "one");
+    // The dead worker's answer was settled like crash recovery (aborted, completed), then continued.
+    assert!(!history[1]["info"]["error"].is_null(), "{:#?}", history[1]);
+    assert!(!history[1]["info"]["time"]["completed"].is_null(), "{:#?}", history[1]);
+    assert_eq!(text_of(&history[2]), "continued by the other worker");
+    assert_eq!(text_of(&history[3]), "two");
+    assert_eq!(text_of(&history[4]), "queued prompt answered");
+    assert_eq!(fake.request_count(), 3);
+}
+
+/// Reads SSE frames from `response` until one satisfies `until`; returns every bus event (`data` JSON
+/// with an `id`) read so far.
+async fn read_events(response: &mut reqwest::Response, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+            let event: Value = serde_json::from_str(data).unwrap();
+            if event["id"].is_u64() {
+                let done = until(&event);
+                events.push(event);
+                if done {
+                    return events;
+                }
+            }
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(20), response.chunk())
+            .await
+            .expect("no event within 20 s")
+            .unwrap()
+            .expect("the stream ended");
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn sse_on_one_worker_streams_another_workers_run_and_replays_it_by_store_id() {
+    let Some(store) = codeloop_testkit::postgres::database() else { return };
+    let fake = FakeProvider::start(Script::new([Turn::from(
+        Reply::text("streamed across workers").with_text_chunks(5),
+    )]))
+    .await
+    .unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "");
+    let (_a, a_url, _a_data) = worker(&env, &config, &store);
+    let (_b, b_url, _b_data) = worker(&env, &config, &store);
+    let http = reqwest::Client::new();
+    let session: Value =
+        http.post(format!("{a_url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let id = session["id"].as_str().unwrap().to_owned();
+
+    let mut on_b = http.get(format!("{b_url}/event")).send().await.unwrap();
+    let idle = |e: &Value| e["type"] == "session.idle" && e["properties"]["session_id"] == id.as_str();
+    let run = http
+        .post(format!("{a_url}/session/{id}/prompt"))
+        .json(&json!({"parts": [{"type": "text", "text": "hi"}]}));
+    let (answer, events) = tokio::join!(async { run.send().await.unwrap() }, read_events(&mut on_b, idle));
+    assert_eq!(answer.status(), 200);
+    let ids: Vec<u64> = events.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let streamed: String = events
+        .iter()
+        .filter(|e| e["type"] == "message.part.delta")
+        .map(|e| e["properties"]["delta"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(streamed, "streamed across workers");
+
+    // A client of worker A reconnects to worker B with the last id it saw: B replays what followed.
+    let middle = ids[ids.len() / 2];
+    let mut replay =
+        http.get(format!("{b_url}/event")).header("Last-Event-ID", middle.to_string()).send().await.unwrap();
+    let last = *ids.last().unwrap();
+    let replayed = read_events(&mut replay, |e| e["id"].as_u64() == Some(last)).await;
+    let replayed: Vec<u64> = replayed.iter().map(|e| e["id"].as_u64().unwrap()).collect();
+    assert_eq!(replayed, ids.into_iter().filter(|i| *i > middle).collect::<Vec<_>>());
+}

@@ -1,0 +1,159 @@
+//! The shared event log (DESIGN.md §5b "events across workers"): an `event` table plus LISTEN/NOTIFY.
+//!
+//! Appending: a task drains the worker's outbox and writes each batch in one transaction that holds an
+//! advisory lock until commit, so ids (a sequence) become visible strictly in id order, and notifies.
+//! Reading: a dedicated connection LISTENs; on each notification (and every second, in case one was
+//! missed while reconnecting) the reader fetches the rows after the last id it delivered. Pruning: rows
+//! older than [`RETENTION`] go, so a reconnecting client may replay that far back.
+//! Owns: those three tasks on the store's runtime. Must not: parse the events (the caller's JSON).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{Notify, mpsc};
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use super::{Db, PgStore};
+use crate::{EventLog, EventSink, Result};
+
+/// How long events stay in the table.
+pub(crate) const RETENTION: Duration = Duration::from_secs(3600);
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Events written per transaction at most.
+const BATCH: usize = 512;
+/// The reader looks for new rows at least this often, notification or not.
+const POLL_EVERY: Duration = Duration::from_secs(1);
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+/// Serialises appends across workers ("cl" "ev").
+const APPEND_LOCK: i64 = 0x636c_6576;
+const CHANNEL: &str = "codeloop_events";
+
+impl EventLog for PgStore {
+    fn relay(&self, outbox: mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<()> {
+        let newest = self.run(|db| async move {
+            let client = db.client().await?;
+            Ok(client.query_one("SELECT coalesce(max(id), 0) FROM event", &[]).await?.try_get::<_, i64>(0)?)
+        })?;
+        let handle = &self.shared.handle;
+        handle.spawn(append(self.shared.db.clone(), outbox));
+        handle.spawn(read(self.shared.db.clone(), self.shared.pg_config.clone(), newest, deliver));
+        handle.spawn(prune(self.shared.db.clone()));
+        Ok(())
+    }
+}
+
+async fn append(db: Db, mut outbox: mpsc::UnboundedReceiver<String>) {
+    let mut batch = Vec::new();
+    loop {
+        if batch.is_empty() {
+            match outbox.recv().await {
+                Some(event) => batch.push(event),
+                None => return,
+            }
+        }
+        while batch.len() < BATCH {
+            match outbox.try_recv() {
+                Ok(event) => batch.push(event),
+                Err(_) => break,
+            }
+        }
+        match append_batch(&db, &batch).await {
+            Ok(()) => batch.clear(),
+            Err(error) => {
+                // Kept and retried: a database that is away for a while delays events, it does not drop them.
+                tracing::warn!(%error, events = batch.len(), "could not append events; retrying");
+                tokio::time::sleep(RETRY_AFTER).await;
+            }
+        }
+    }
+}
+
+async fn append_batch(db: &Db, batch: &[String]) -> Result<()> {
+    let mut client = db.client().await?;
+    let tx = client.transaction().await?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&APPEND_LOCK]).await?;
+    tx.execute(
+        "INSERT INTO event (payload)
+         SELECT p::json FROM unnest($1::text[]) WITH ORDINALITY AS t (p, n) ORDER BY n",
+        &[&batch],
+    )
+    .await?;
+    tx.execute(&format!("NOTIFY {CHANNEL}"), &[]).await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn read(db: Db, config: tokio_postgres::Config, mut last: i64, deliver: EventSink) {
+    loop {
+        let (client, mut connection) = match config.connect(NoTls).await {
+            Ok(pair) => pair,
+            Err(error) => {
+                tracing::warn!(error = %super::describe(&error), "cannot open the event listener; retrying");
+                tokio::time::sleep(RETRY_AFTER).await;
+                continue;
+            }
+        };
+        let notified = Arc::new(Notify::new());
+        let wake = notified.clone();
+        let listener = tokio::spawn(async move {
+            while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                match message {
+                    Ok(AsyncMessage::Notification(_)) => wake.notify_one(),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        if let Err(error) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+            tracing::warn!(error = %super::describe(&error), "cannot listen for events; retrying");
+            listener.abort();
+            tokio::time::sleep(RETRY_AFTER).await;
+            continue;
+        }
+        while !listener.is_finished() {
+            match fetch(&db, last).await {
+                Ok(rows) => {
+                    for (id, payload) in rows {
+                        last = id;
+                        deliver(u64::try_from(id).unwrap_or(0), payload);
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot read new events"),
+            }
+            tokio::select! {
+                () = notified.notified() => {}
+                () = tokio::time::sleep(POLL_EVERY) => {}
+            }
+        }
+        tracing::warn!("the event listener connection closed; reconnecting");
+    }
+}
+
+async fn fetch(db: &Db, after: i64) -> Result<Vec<(i64, String)>> {
+    let client = db.client().await?;
+    let stmt = client
+        .prepare_cached("SELECT id, payload::text FROM event WHERE id > $1 ORDER BY id LIMIT 1000")
+        .await?;
+    let rows = client.query(&stmt, &[&after]).await?;
+    rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
+}
+
+async fn prune(db: Db) {
+    loop {
+        let pruned = async {
+            let client = db.client().await?;
+            Ok::<_, crate::StoreError>(
+                client
+                    .execute(
+                        "DELETE FROM event WHERE created < clock_timestamp() - make_interval(secs => $1)",
+                        &[&RETENTION.as_secs_f64()],
+                    )
+                    .await?,
+            )
+        };
+        if let Err(error) = pruned.await {
+            tracing::debug!(%error, "could not prune old events");
+        }
+        tokio::time::sleep(PRUNE_EVERY).await;
+    }
+}
