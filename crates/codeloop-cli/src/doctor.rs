@@ -70,6 +70,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     config_checks(&mut checks, &sources, &loaded);
     let ready = model_checks(&mut checks, &loaded).await;
     data_dir_check(&mut checks);
+    store_check(&mut checks, &loaded).await;
     sandbox_check(&mut checks, &loaded);
     git_check(&mut checks);
     mcp_checks(&mut checks, &loaded);
@@ -260,6 +261,42 @@ fn data_dir_check(checks: &mut Vec<Check>) {
         ));
     } else {
         checks.push(Check::ok("data dir", detail));
+    }
+}
+
+/// Which store every command uses, and for PostgreSQL whether its host answers (no login, no changes).
+async fn store_check(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
+    let env_url = std::env::var(codeloop_core::DATABASE_URL_ENV).ok().filter(|u| !u.trim().is_empty());
+    let (url, from) = match (env_url, &loaded.config.store.url) {
+        (Some(url), _) => (url, format!("${}", codeloop_core::DATABASE_URL_ENV)),
+        (None, Some(url)) => (url.clone(), "[store] url".to_string()),
+        (None, None) => {
+            checks.push(Check::ok("store", "SQLite in the data dir"));
+            return;
+        }
+    };
+    let Ok(parsed) = reqwest::Url::parse(&url) else {
+        checks.push(Check::bad(
+            "store",
+            format!("{from} is not a URL"),
+            "use postgres://user:password@host:5432/db",
+        ));
+        return;
+    };
+    let mut shown = parsed.clone();
+    if shown.password().is_some() {
+        let _ = shown.set_password(Some("***"));
+    }
+    let host = parsed.host_str().unwrap_or("localhost").to_owned();
+    let port = parsed.port().unwrap_or(5432);
+    let connect = tokio::net::TcpStream::connect((host.as_str(), port));
+    match tokio::time::timeout(REACH_TIMEOUT, connect).await {
+        Ok(Ok(_)) => checks.push(Check::ok("store", format!("PostgreSQL at {shown} (from {from}) answers"))),
+        _ => checks.push(Check::bad(
+            "store",
+            format!("PostgreSQL at {shown} (from {from}) does not answer on {host}:{port}"),
+            "start the database or fix the URL",
+        )),
     }
 }
 

@@ -71,6 +71,13 @@ async fn doctor_names_a_missing_key_an_unreachable_url_and_an_untrusted_project(
     assert!(stdout.contains("is unreachable"), "{stdout}");
     assert!(!stdout.contains("SECRETVALUE"), "the key is never printed: {stdout}");
 
+    // A store URL that nothing answers: named without its password, and no reason to stop a run.
+    let url = "postgres://me:PGSECRET@127.0.0.1:1/db";
+    let output = fresh(&env, &["doctor"], &[("MINE_KEY", "k"), ("CODELOOP_DATABASE_URL", url)]).await;
+    let (stdout, _) = text(&output);
+    assert!(stdout.contains("✗ store: PostgreSQL at postgres://me:***@127.0.0.1:1/db"), "{stdout}");
+    assert!(!stdout.contains("PGSECRET"), "{stdout}");
+
     // A reachable provider and an untrusted project config: exit 0, the project named with the fix.
     let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("x"))])).await.unwrap();
     std::fs::write(
