@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prints codeloop's performance figures (DESIGN.md §7): start-up, a headless two-turn tool round trip
 # (wall time, peak RSS, time to first request, first request size), streamed deltas through the processor
-# and store, SSE decoding, per-turn overhead as history grows, and session load at 10 000 parts.
+# and store, SSE decoding, per-turn overhead as history grows, session load at 10 000 parts, and (with PostgreSQL
+# installed) several `serve` workers on one store: runs/s, failover after a kill, cost per step vs SQLite.
 # Usage: scripts/bench.sh [--quick]   (needs python3; builds release binaries first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,14 @@ cargo build --release -q -p codeloop-cli -p codeloop-testkit
 
 echo "== process figures (codeloop CLI against the fake provider on 127.0.0.1)"
 python3 scripts/bench_cli.py target/release/codeloop target/release/codeloop-fake-provider
+
+if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null; then
+  echo "== several serve workers on one PostgreSQL store (throughput, failover, cost per step vs SQLite)"
+  if [ "$quick" = "--quick" ]; then python3 scripts/bench_workers.py --leases 5 --failover-trials 1 --step-runs 3
+  else python3 scripts/bench_workers.py; fi
+else
+  echo "== several serve workers: skipped (no PostgreSQL binaries; apt-get install -y postgresql)"
+fi
 
 echo "== criterion benches"
 cargo bench -q -p codeloop-core --bench processor -- $measure 2>/dev/null | grep -E 'time:|thrpt:|^processor' || true
