@@ -1,5 +1,6 @@
 //! The codeloop engine (DESIGN.md §1, §4): run loop → processor → tools → compaction, with the
-//! coordinator, bus, permissions, retry policy and config around them.
+//! coordinator, bus, permissions, retry policy and config around them, and the walls of DESIGN.md §5a:
+//! project trust ([`trust`], [`config`]) and the sandbox policy of a run ([`walls`]).
 //!
 //! Owns: the rules — when to call the model again, stop or compact; how stream events become parts;
 //! which calls are allowed; how history becomes the next request.
