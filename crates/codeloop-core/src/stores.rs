@@ -21,7 +21,7 @@ pub const DATABASE_URL_ENV: &str = "CODELOOP_DATABASE_URL";
 /// SQLite in the data dir).
 #[derive(Clone, Default)]
 pub enum StoreChoice {
-    /// `CODELOOP_DATABASE_URL` (read through [`EngineOptions::env`]), else `[store] url`, else SQLite.
+    /// `CODELOOP_DATABASE_URL` (read through [`crate::EngineOptions::env`]), else `[store] url`, else SQLite.
     #[default]
     FromConfig,
     /// A URL given on the command line (`serve --store`): wins over the environment and the config.
