@@ -86,23 +86,34 @@ pub(crate) fn list_messages(
     Ok(messages)
 }
 
-/// Stitches parts (ordered by message id, then part id) onto messages (ordered by id) in one pass.
+/// Stitches SQLite part rows (ordered by message id, then part id) onto messages (ordered by id).
 fn attach_parts(messages: &mut [MessageWithParts], mut rows: rusqlite::Rows<'_>) -> Result<()> {
-    let mut index = 0;
+    let mut stitch = Stitch::default();
     while let Some(row) = rows.next()? {
-        let part = part_from_row(row)?;
-        while index < messages.len() && messages[index].info.id() != &part.message_id {
-            index += 1;
+        stitch.push(messages, part_from_row(row)?);
+    }
+    Ok(())
+}
+
+/// Puts parts onto their messages in one pass, for both stores: parts come ordered by message id, then
+/// part id, and messages by id, so a cursor only moves forward.
+#[derive(Default)]
+pub(crate) struct Stitch {
+    index: usize,
+}
+
+impl Stitch {
+    pub(crate) fn push(&mut self, messages: &mut [MessageWithParts], part: codeloop_types::Part) {
+        while self.index < messages.len() && messages[self.index].info.id() != &part.message_id {
+            self.index += 1;
         }
-        match messages.get_mut(index) {
+        match messages.get_mut(self.index) {
             Some(message) => message.parts.push(part),
-            // Unreachable with the joins above (every part's message is in the list, same order); a part
-            // written between the two reads of a snapshot cannot happen either, as both run in one read
-            // transaction.
+            // Unreachable with the joins of both stores (every part's message is in the list, same order,
+            // read in one snapshot).
             None => tracing::warn!(part = %part.id, "part without a message in the same read; skipped"),
         }
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -188,18 +188,11 @@ pub(crate) async fn list_messages(
     Ok(messages)
 }
 
-/// Stitches parts (ordered by message id, then part id) onto messages (ordered by id) in one pass.
+/// Stitches PostgreSQL part rows onto messages (see [`crate::history::Stitch`]).
 fn attach_parts(messages: &mut [MessageWithParts], rows: &[Row]) -> Result<()> {
-    let mut index = 0;
+    let mut stitch = crate::history::Stitch::default();
     for row in rows {
-        let part = part_from_row(row)?;
-        while index < messages.len() && messages[index].info.id() != &part.message_id {
-            index += 1;
-        }
-        match messages.get_mut(index) {
-            Some(message) => message.parts.push(part),
-            None => tracing::warn!(part = %part.id, "part without a message in the same read; skipped"),
-        }
+        stitch.push(messages, part_from_row(row)?);
     }
     Ok(())
 }
