@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,10 +19,11 @@ use codeloop_core::permission::AskPolicy;
 use codeloop_core::{EventIds, StoreChoice};
 use codeloop_server::ServerOptions;
 use codeloop_server::api::{
-    DeliveryMode, ErrorBody, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
+    DeliveryMode, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
 };
+use codeloop_tui::{ServerHttp, SseStream};
 use codeloop_types::{Event, EventPayload, MessageId, PermissionRequest, Session, SessionStatus};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
@@ -128,62 +128,26 @@ async fn shutdown_signal() {
 /// A running server's HTTP API.
 #[derive(Clone)]
 struct Remote {
-    base: String,
-    http: reqwest::Client,
+    http: ServerHttp,
 }
 
 impl Remote {
     fn new(url: &str) -> anyhow::Result<Remote> {
-        let base = url.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") && !base.starts_with("https://") {
-            anyhow::bail!("--attach needs a server URL such as http://127.0.0.1:4096, got `{url}`");
-        }
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
-            let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .with_context(|| format!("{TOKEN_ENV} is not a valid header value"))?;
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        let http = reqwest::Client::builder().default_headers(headers).build()?;
-        Ok(Remote { base, http })
-    }
-
-    async fn send<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> anyhow::Result<T> {
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
-        let status = response.status();
-        if !status.is_success() {
-            let text = response.text().await.unwrap_or_default();
-            let message = serde_json::from_str::<ErrorBody>(&text).map(|e| e.error.message).unwrap_or(text);
-            anyhow::bail!("the server answered {status}: {message}");
-        }
-        response.json().await.context("the server sent an unexpected answer")
+        let token = std::env::var(TOKEN_ENV).ok();
+        Ok(Remote { http: ServerHttp::new(url, token.as_deref(), TOKEN_ENV)? })
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        self.send(self.http.get(format!("{}{path}", self.base))).await
+        self.http.get(path, &[]).await
     }
 
     async fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> anyhow::Result<T> {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+        self.http.post(path, body).await
     }
 
     /// `/event?session=…`, once `server.connected` arrived (nothing published afterwards is missed).
     async fn events(&self, session: &str) -> anyhow::Result<Events> {
-        let response = self
-            .http
-            .get(format!("{}/event", self.base))
-            .query(&[("session", session)])
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
-        if !response.status().is_success() {
-            anyhow::bail!("the server refused the event stream: {}", response.status());
-        }
-        let mut events =
-            Events { stream: Box::pin(eventsource_stream::EventStream::new(response.bytes_stream())) };
+        let mut events = Events { stream: self.http.events(&[("session", session)], None).await? };
         loop {
             match events.next().await {
                 Incoming::Control(kind) if kind == "server.connected" => return Ok(events),
@@ -193,17 +157,6 @@ impl Remote {
         }
     }
 }
-
-type SseStream = Pin<
-    Box<
-        dyn Stream<
-                Item = Result<
-                    eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<reqwest::Error>,
-                >,
-            > + Send,
-    >,
->;
 
 struct Events {
     stream: SseStream,
@@ -354,11 +307,8 @@ async fn pick_session(remote: &Remote, args: &RunArgs, dir: &std::path::Path) ->
     }
     let directory = dir.display().to_string();
     if args.continue_last {
-        let url = reqwest::Url::parse_with_params(
-            &format!("{}/session", remote.base),
-            [("directory", directory.as_str()), ("roots", "true"), ("limit", "1")],
-        )?;
-        let sessions: Vec<Session> = remote.send(remote.http.get(url)).await?;
+        let query = [("directory", directory.as_str()), ("roots", "true"), ("limit", "1")];
+        let sessions: Vec<Session> = remote.http.get("/session", &query).await?;
         return sessions.into_iter().next().with_context(|| {
             format!("no session to continue in {}: run without --continue first", dir.display())
         });
@@ -443,6 +393,7 @@ mod tests {
     #[test]
     fn attach_needs_an_http_url() {
         assert!(Remote::new("127.0.0.1:4096").is_err());
-        assert_eq!(Remote::new("http://127.0.0.1:4096/").unwrap().base, "http://127.0.0.1:4096");
+        let remote = Remote::new("http://127.0.0.1:4096/").unwrap();
+        assert_eq!(remote.http.url("/session", &[]).unwrap().as_str(), "http://127.0.0.1:4096/session");
     }
 }

@@ -3,23 +3,22 @@
 //! nothing is missed; when the server cannot replay, the feed says `Resync` and the UI reloads.
 
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use async_trait::async_trait;
 use codeloop_store::MessageWithParts;
 use codeloop_types::{
     Event, MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId,
     QuestionRequest, Session, SessionId,
 };
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::client::{Client, Incoming, PermissionAnswer, Prompt};
+use crate::http::{ServerHttp, SseStream};
 
 /// Environment variable holding the server token (as `codeloop run --attach`).
 pub const TOKEN_ENV: &str = "CODELOOP_SERVER_TOKEN";
@@ -31,67 +30,26 @@ const RECONNECTS: u32 = 60;
 
 #[derive(Clone)]
 pub struct RemoteClient {
-    base: String,
-    http: reqwest::Client,
+    http: ServerHttp,
 }
 
 impl RemoteClient {
     /// `url` is the server's base URL; `token` its bearer token, if it needs one.
     pub fn new(url: &str, token: Option<&str>) -> anyhow::Result<RemoteClient> {
-        let base = url.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") && !base.starts_with("https://") {
-            anyhow::bail!("--attach needs a server URL such as http://127.0.0.1:4096, got `{url}`");
-        }
-        let mut headers = reqwest::header::HeaderMap::new();
-        if let Some(token) = token.filter(|t| !t.is_empty()) {
-            let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
-                .with_context(|| format!("{TOKEN_ENV} is not a valid header value"))?;
-            headers.insert(reqwest::header::AUTHORIZATION, value);
-        }
-        let http = reqwest::Client::builder().default_headers(headers).build()?;
-        Ok(RemoteClient { base, http })
-    }
-
-    async fn send<T: DeserializeOwned>(&self, request: reqwest::RequestBuilder) -> anyhow::Result<T> {
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        if !status.is_success() {
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| v["error"]["message"].as_str().map(str::to_owned))
-                .unwrap_or(text);
-            anyhow::bail!("the server answered {status}: {message}");
-        }
-        let text = if text.is_empty() { "null".to_owned() } else { text };
-        serde_json::from_str(&text).context("the server sent an unexpected answer")
+        Ok(RemoteClient { http: ServerHttp::new(url, token, TOKEN_ENV)? })
     }
 
     async fn get<T: DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
-        self.send(self.http.get(format!("{}{path}", self.base))).await
+        self.http.get(path, &[]).await
     }
 
     async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value) -> anyhow::Result<T> {
-        self.send(self.http.post(format!("{}{path}", self.base)).json(body)).await
+        self.http.post(path, body).await
     }
 
     /// Opens `/event` (resuming after `last`), returning once `server.connected` arrived.
     async fn connect(&self, last: Option<u64>) -> anyhow::Result<SseStream> {
-        let mut request = self.http.get(format!("{}/event", self.base));
-        if let Some(last) = last {
-            request = request.header("Last-Event-ID", last.to_string());
-        }
-        let response = request
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the codeloop server at {}", self.base))?;
-        if !response.status().is_success() {
-            anyhow::bail!("the server refused the event stream: {}", response.status());
-        }
-        let mut stream: SseStream = Box::pin(eventsource_stream::EventStream::new(response.bytes_stream()));
+        let mut stream = self.http.events(&[], last).await?;
         loop {
             match stream.next().await {
                 Some(Ok(message))
@@ -105,17 +63,6 @@ impl RemoteClient {
         }
     }
 }
-
-type SseStream = Pin<
-    Box<
-        dyn Stream<
-                Item = Result<
-                    eventsource_stream::Event,
-                    eventsource_stream::EventStreamError<reqwest::Error>,
-                >,
-            > + Send,
-    >,
->;
 
 fn is_type(data: &str, kind: &str) -> bool {
     serde_json::from_str::<Value>(data).is_ok_and(|v| v["type"] == kind)
@@ -178,11 +125,8 @@ impl Client for RemoteClient {
     }
 
     async fn sessions(&self, directory: &Path) -> anyhow::Result<Vec<Session>> {
-        let url = reqwest::Url::parse_with_params(
-            &format!("{}/session", self.base),
-            [("directory", directory.display().to_string().as_str()), ("roots", "true")],
-        )?;
-        self.send(self.http.get(url)).await
+        let directory = directory.display().to_string();
+        self.http.get("/session", &[("directory", directory.as_str()), ("roots", "true")]).await
     }
 
     async fn create_session(
@@ -200,7 +144,7 @@ impl Client for RemoteClient {
     }
 
     async fn delete_session(&self, id: &SessionId) -> anyhow::Result<()> {
-        self.send::<Value>(self.http.delete(format!("{}/session/{id}", self.base))).await?;
+        self.http.delete::<Value>(&format!("/session/{id}")).await?;
         Ok(())
     }
 
@@ -208,13 +152,13 @@ impl Client for RemoteClient {
         let mut all: Vec<MessageWithParts> = Vec::new();
         let mut before: Option<MessageId> = None;
         loop {
-            let mut params = vec![("limit", PAGE.to_string())];
+            let limit = PAGE.to_string();
+            let mut params = vec![("limit", limit.as_str())];
             if let Some(before) = &before {
-                params.push(("before", before.to_string()));
+                params.push(("before", before.as_str()));
             }
-            let url =
-                reqwest::Url::parse_with_params(&format!("{}/session/{id}/message", self.base), &params)?;
-            let page: Vec<MessageWithParts> = self.send(self.http.get(url)).await?;
+            let page: Vec<MessageWithParts> =
+                self.http.get(&format!("/session/{id}/message"), &params).await?;
             let full = page.len() == PAGE;
             before = page.last().map(|m| m.info.id().clone());
             all.extend(page);
