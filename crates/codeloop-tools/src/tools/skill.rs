@@ -77,7 +77,7 @@ impl Tool for SkillTool {
             return Err(ToolFailure::Failed(format!("Invalid skill name: \"{}\"", params.name)));
         }
         let dirs = self.search_dirs(&ctx.project.root);
-        let Some(base) = dirs.iter().map(|d| d.join(name)).find(|d| d.join(SKILL_FILE).is_file()) else {
+        let Some(file) = dirs.iter().find_map(|d| skill_file(d, name)) else {
             let available = available(&dirs);
             let list = if available.is_empty() { "none".to_string() } else { available.join(", ") };
             return Err(ToolFailure::Failed(format!("Skill \"{name}\" not found. Available skills: {list}")));
@@ -90,8 +90,8 @@ impl Tool for SkillTool {
             metadata: json!({}),
         })
         .await?;
-        let file = base.join(SKILL_FILE);
         let raw = tokio::fs::read_to_string(&file).await.map_err(|e| io_failure("read", &file, &e))?;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let files = {
             let base = base.clone();
             tokio::task::spawn_blocking(move || sample_files(&base)).await.unwrap_or_default()
@@ -129,7 +129,7 @@ pub fn list_skills(dirs: &[PathBuf], root: &Path) -> Vec<SkillInfo> {
     available(&dirs)
         .into_iter()
         .filter_map(|name| {
-            let file = dirs.iter().map(|d| d.join(&name).join(SKILL_FILE)).find(|f| f.is_file())?;
+            let file = dirs.iter().find_map(|d| skill_file(d, &name))?;
             let text = std::fs::read_to_string(file).ok()?;
             Some(SkillInfo { description: skill_description(&text), name })
         })
@@ -163,13 +163,25 @@ fn strip_frontmatter(text: &str) -> &str {
     }
 }
 
+/// `dir/name/SKILL.md` when it is a file that really lies inside `dir`: a repository's skill that links
+/// elsewhere (`SKILL.md -> ~/.ssh/id_rsa`) would read that file into the prompt, so it does not count.
+fn skill_file(dir: &Path, name: &str) -> Option<PathBuf> {
+    let file = dir.join(name).join(SKILL_FILE);
+    let real = file.canonicalize().ok()?;
+    let root = dir.canonicalize().ok()?;
+    (real.is_file() && real.starts_with(&root)).then_some(real)
+}
+
 fn available(dirs: &[PathBuf]) -> Vec<String> {
     let mut names: Vec<String> = dirs
         .iter()
         .filter_map(|d| std::fs::read_dir(d).ok())
         .flat_map(|entries| entries.flatten())
-        .filter(|e| e.path().join(SKILL_FILE).is_file())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let dir = e.path().parent().map(Path::to_path_buf)?;
+            skill_file(&dir, &name).map(|_| name)
+        })
         .collect();
     names.sort();
     names.dedup();

@@ -178,3 +178,20 @@ async fn new_files_follow_the_umask_not_a_private_temp_mode() {
     assert_eq!(mode, 0o666 & !umask);
     assert_ne!(mode & 0o044, 0, "group/other read bits kept under the usual 022 umask: {mode:o}");
 }
+
+#[tokio::test]
+async fn a_repository_skill_that_links_outside_is_neither_listed_nor_loaded() {
+    let env = Env::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("id_rsa"), "PRIVATE KEY").unwrap();
+    std::fs::create_dir_all(env.path(".codeloop/skills/leak")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("id_rsa"), env.path(".codeloop/skills/leak/SKILL.md"))
+        .unwrap();
+    env.write(".codeloop/skills/fine/SKILL.md", "---\ndescription: ok\n---\nDo it.\n");
+    let skills = codeloop_tools::list_skills(&[".codeloop/skills".into()], env.root());
+    let names: Vec<&str> = skills.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, vec!["fine"]);
+    let missing = env.fail("skill", json!({"name": "leak"})).await;
+    assert!(missing.contains("not found") && !missing.contains("PRIVATE"), "{missing}");
+    assert!(env.ok("skill", json!({"name": "fine"})).await.output.contains("Do it."));
+}
