@@ -194,6 +194,8 @@ pub(crate) struct Run<'a> {
     doom: DoomLoopGuard,
     step: u32,
     systems: HashMap<String, Vec<String>>,
+    /// Each agent's OS walls, worked out once per run (they stat the protected paths).
+    walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,
     breaker: Breaker,
     snapshots: Option<Arc<Snapshots>>,
@@ -238,6 +240,7 @@ pub(crate) async fn run_session(
         doom: DoomLoopGuard::default(),
         step: 0,
         systems: HashMap::new(),
+        walls: HashMap::new(),
         models: HashMap::new(),
         breaker: Breaker::default(),
         snapshots,

@@ -36,6 +36,15 @@ impl Run<'_> {
         Ok(crate::agents::find(&self.services.agents, name)?.clone())
     }
 
+    /// The OS walls of an agent's commands in this run.
+    fn walls_of(&mut self, agent: &Agent) -> Option<Arc<codeloop_tools::Walls>> {
+        let (setup, config, paths) = (&self.services.walls, &self.services.config.sandbox, &self.paths);
+        self.walls
+            .entry(agent.name.clone())
+            .or_insert_with(|| crate::walls::walls_for(setup, config, paths, &agent.name).map(Arc::new))
+            .clone()
+    }
+
     /// Permission rules after the built-in defaults: agent, config, session.
     pub(super) fn layers(&self, agent: &Agent) -> Arc<Vec<PermissionRule>> {
         let mut rules = agent.permission.clone();
@@ -45,7 +54,7 @@ impl Run<'_> {
     }
 
     pub(super) fn turn_context(
-        &self,
+        &mut self,
         agent: &Agent,
         model: &ResolvedModel,
         tools_enabled: bool,
@@ -65,13 +74,7 @@ impl Run<'_> {
             estimated_input_tokens,
             tools: self.tools.registry.clone(),
             continue_on_reject: self.services.config.continue_on_reject,
-            walls: crate::walls::walls_for(
-                &self.services.walls,
-                &self.services.config.sandbox,
-                &self.paths,
-                &agent.name,
-            )
-            .map(Arc::new),
+            walls: self.walls_of(agent),
         })
     }
 
