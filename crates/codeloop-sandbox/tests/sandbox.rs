@@ -64,10 +64,19 @@ impl Fixture {
     }
 }
 
+/// Where `.ci/run` saw the walls work, a test that would skip fails instead.
+fn skip(test: &str, why: &str) -> bool {
+    assert!(
+        std::env::var("CODELOOP_REQUIRE_SANDBOX").as_deref() != Ok("1"),
+        "{test}: {why}, but CODELOOP_REQUIRE_SANDBOX=1 says this machine has the sandbox"
+    );
+    eprintln!("!!! SKIPPED {test}: {why}");
+    false
+}
+
 fn landlock_here(test: &str) -> bool {
     if probe().landlock_abi.is_none() {
-        eprintln!("!!! SKIPPED {test}: this kernel has no Landlock");
-        return false;
+        return skip(test, "this kernel has no Landlock");
     }
     true
 }
@@ -77,8 +86,7 @@ fn namespaces_here(test: &str) -> bool {
         return false;
     }
     if !probe().user_namespaces {
-        eprintln!("!!! SKIPPED {test}: this kernel refuses user namespaces");
-        return false;
+        return skip(test, "this kernel refuses user namespaces");
     }
     true
 }

@@ -38,6 +38,10 @@ fn tool_result(fake: &FakeProvider, n: usize) -> String {
 fn landlock() -> bool {
     let support = codeloop_sandbox::probe();
     if !support.landlock() || !support.user_namespaces {
+        assert!(
+            std::env::var("CODELOOP_REQUIRE_SANDBOX").as_deref() != Ok("1"),
+            "no Landlock or user namespaces, but CODELOOP_REQUIRE_SANDBOX=1 says this machine has the sandbox"
+        );
         eprintln!("SKIPPED: this kernel has no Landlock or user namespaces; the sandbox tests need both");
         return false;
     }
