@@ -201,24 +201,43 @@ async fn acp_text_turn_streams_chunks_and_ends_the_turn() {
     client.finish().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acp_permission_allowed_once_runs_the_command_and_reports_its_output() {
-    let env = Env::new();
+/// A session whose first prompt waits on the permission to run bash with `call` (the fake model then
+/// answers `then`); `args` go to `codeloop acp`.
+struct Asking {
+    fake: FakeProvider,
+    client: Client,
+    session: String,
+    prompt: u64,
+    before: Vec<Value>,
+    ask: Value,
+}
+
+async fn asking(env: &Env, call: Value, then: &str, args: &[&str]) -> Asking {
     let fake = FakeProvider::start(Script::new([
-        Turn::from(Reply::tool_call(
-            "bash",
-            json!({"command": "echo hi > out.txt && echo made", "description": "make out.txt"}),
-        )),
-        Turn::from(Reply::text("Made it.")),
+        Turn::from(Reply::tool_call("bash", call)),
+        Turn::from(Reply::text(then)),
     ]))
     .await
     .unwrap();
     let config = env.config(&fake.base_url(), ASK_BASH);
-    let mut client = Client::spawn(&env, &config, &[]);
+    let mut client = Client::spawn(env, &config, args);
     client.initialize().await;
     let (session, _) = client.new_session(env.project.path()).await;
-    let id = client.request("session/prompt", Client::prompt_params(&session, "make a file")).await;
+    let prompt = client.request("session/prompt", Client::prompt_params(&session, "go")).await;
     let (before, ask) = client.until(|m| m["method"] == "session/request_permission").await;
+    Asking { fake, client, session, prompt, before, ask }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_permission_allowed_once_runs_the_command_and_reports_its_output() {
+    let env = Env::new();
+    let Asking { fake: _fake, mut client, session: _, prompt: id, before, ask } = asking(
+        &env,
+        json!({"command": "echo hi > out.txt && echo made", "description": "make out.txt"}),
+        "Made it.",
+        &[],
+    )
+    .await;
     let call = ask["params"]["toolCall"]["toolCallId"].as_str().unwrap().to_owned();
     assert_eq!(
         tool_updates(&before, &call)[0]["sessionUpdate"],
@@ -246,18 +265,8 @@ async fn acp_permission_allowed_once_runs_the_command_and_reports_its_output() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_permission_rejected_fails_the_call_and_ends_the_turn() {
     let env = Env::new();
-    let fake = FakeProvider::start(Script::new([
-        Turn::from(Reply::tool_call("bash", json!({"command": "echo no > out.txt"}))),
-        Turn::from(Reply::text("Should not be asked for.")),
-    ]))
-    .await
-    .unwrap();
-    let config = env.config(&fake.base_url(), ASK_BASH);
-    let mut client = Client::spawn(&env, &config, &[]);
-    client.initialize().await;
-    let (session, _) = client.new_session(env.project.path()).await;
-    let id = client.request("session/prompt", Client::prompt_params(&session, "try it")).await;
-    let (_, ask) = client.until(|m| m["method"] == "session/request_permission").await;
+    let Asking { fake, mut client, session: _, prompt: id, before: _, ask } =
+        asking(&env, json!({"command": "echo no > out.txt"}), "Should not be asked for.", &[]).await;
     let call = ask["params"]["toolCall"]["toolCallId"].as_str().unwrap().to_owned();
     client.answer(&ask, "reject_once").await;
     let (after, response) = client.until_response(id).await;
@@ -364,18 +373,8 @@ async fn acp_cancel_stops_a_running_sleep_and_answers_cancelled_promptly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_cancel_withdraws_a_pending_permission_request() {
     let env = Env::new();
-    let fake = FakeProvider::start(Script::new([
-        Turn::from(Reply::tool_call("bash", json!({"command": "echo never > out.txt"}))),
-        Turn::from(Reply::text("Next turn.")),
-    ]))
-    .await
-    .unwrap();
-    let config = env.config(&fake.base_url(), ASK_BASH);
-    let mut client = Client::spawn(&env, &config, &[]);
-    client.initialize().await;
-    let (session, _) = client.new_session(env.project.path()).await;
-    let id = client.request("session/prompt", Client::prompt_params(&session, "ask")).await;
-    let (_, ask) = client.until(|m| m["method"] == "session/request_permission").await;
+    let Asking { fake: _fake, mut client, session, prompt: id, before: _, ask } =
+        asking(&env, json!({"command": "echo never > out.txt"}), "Next turn.", &[]).await;
     client
         .send(json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}))
         .await;
@@ -397,18 +396,9 @@ async fn acp_cancel_withdraws_a_pending_permission_request() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acp_unanswered_permission_times_out_as_a_rejection_with_a_notice() {
     let env = Env::new();
-    let fake = FakeProvider::start(Script::new([
-        Turn::from(Reply::tool_call("bash", json!({"command": "echo late > out.txt"}))),
-        Turn::from(Reply::text("unused")),
-    ]))
-    .await
-    .unwrap();
-    let config = env.config(&fake.base_url(), ASK_BASH);
-    let mut client = Client::spawn(&env, &config, &["--permission-timeout", "1"]);
-    client.initialize().await;
-    let (session, _) = client.new_session(env.project.path()).await;
-    let id = client.request("session/prompt", Client::prompt_params(&session, "ask and wait")).await;
-    let (_, ask) = client.until(|m| m["method"] == "session/request_permission").await;
+    let Asking { fake: _fake, mut client, session: _, prompt: id, before: _, ask } =
+        asking(&env, json!({"command": "echo late > out.txt"}), "unused", &["--permission-timeout", "1"])
+            .await;
     let (after, response) = client.until_response(id).await;
     assert_eq!(response["result"]["stopReason"], "end_turn");
     assert!(after.iter().any(|m| m["method"] == "$/cancel_request" && m["params"]["requestId"] == ask["id"]));
