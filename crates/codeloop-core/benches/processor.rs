@@ -53,6 +53,7 @@ fn bench(c: &mut Criterion) {
     let session = engine.create_session(project.path(), None, None, None).unwrap();
     let ctx = Arc::new(TurnContext {
         services: engine.services().clone(),
+        coordinator: engine.coordinator().clone(),
         project: ProjectPaths::new(project.path(), project.path()),
         project_key: project.path().display().to_string(),
         layers: Arc::new(Vec::new()),

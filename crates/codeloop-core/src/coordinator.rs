@@ -4,25 +4,34 @@
 //! exactly one follow-up; `interrupt` returns only after the run's cleanup finished; input sent while busy
 //! is steered into the next step boundary or queued as its own turn (FIFO). Different sessions run in
 //! parallel. The session's run ownership (file lock or lease, DESIGN.md §5b) is held for as long as its
-//! entry lives; a lease lost to another worker stops the run. Queued turns are stored
+//! run lives; a lease lost to another worker stops the run. Queued turns are stored
 //! ([`codeloop_store::Store::enqueue_input`]), so they survive the process and whoever owns the session
 //! next runs them; only the callers' reply channels live in memory.
+//!
+//! Store work (taking ownership, recording and queueing input) runs on the blocking pool and never under
+//! the map of sessions' lock: that lock only swaps a session's [`Slot`], so one slow store call stalls
+//! its own session, never the others.
 //! Must not: know what a run does; it only starts, joins, interrupts and sequences them.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use codeloop_store::{RunGuard, Write};
 use codeloop_types::SessionId;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::input::{Delivery, PromptInput, create_user_message};
+use crate::input::{Delivery, PromptInput};
 use crate::run::{Inbox, RunError, RunOutcome, StopReason, run_session};
 use crate::services::Services;
 
 pub type RunResult = Result<RunOutcome, RunError>;
+
+/// Resolves with a run's outcome, shared by everyone who joined it.
+type Done = watch::Receiver<Option<RunResult>>;
 
 #[derive(Clone)]
 pub struct Coordinator {
@@ -31,27 +40,82 @@ pub struct Coordinator {
 
 struct Inner {
     services: Arc<Services>,
-    sessions: Mutex<HashMap<SessionId, Arc<Entry>>>,
+    sessions: Mutex<HashMap<SessionId, Slot>>,
+}
+
+/// Where a session is, as far as this process knows (idle sessions are absent).
+enum Slot {
+    /// Someone is taking the session's ownership and recording its first turn; the others wait until
+    /// the slot changes (its sender is dropped then).
+    Claiming(watch::Receiver<()>),
+    Running(Arc<Entry>),
 }
 
 /// Callers waiting for their queued turn, by queued input id.
 type Replies = HashMap<i64, oneshot::Sender<RunResult>>;
 
+/// A run's queued turns as this process sees them. Its lock is held across the store calls that queue
+/// or dequeue a turn, so a turn is never queued to a run that has just decided to end.
+#[derive(Default)]
+struct Queue {
+    replies: Replies,
+    /// The run takes no more turns: queue behind whoever runs the session next.
+    closed: bool,
+}
+
 struct Entry {
     cancel: CancellationToken,
     inbox: Inbox,
-    replies: Mutex<Replies>,
+    queue: Arc<tokio::sync::Mutex<Queue>>,
     pending_wake: AtomicBool,
+    /// Interrupted, lost its ownership, or ending: newcomers wait for `done`, then start afresh.
     stopping: AtomicBool,
     done: watch::Sender<Option<RunResult>>,
-    /// The session's run ownership (file lock or lease), released (under the sessions map lock) when the entry ends.
-    lock: Mutex<Option<RunGuard>>,
+    /// The session's run ownership (file lock or lease), released when the run ends.
+    ownership: Mutex<Option<RunGuard>>,
 }
 
 impl Entry {
-    fn release(&self) {
-        self.lock.lock().unwrap_or_else(|e| e.into_inner()).take();
+    fn new(ownership: RunGuard, replies: Replies) -> Arc<Entry> {
+        Arc::new(Entry {
+            cancel: CancellationToken::new(),
+            inbox: Inbox::default(),
+            queue: Arc::new(tokio::sync::Mutex::new(Queue { replies, closed: false })),
+            pending_wake: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            done: watch::channel(None).0,
+            ownership: Mutex::new(Some(ownership)),
+        })
     }
+
+    /// Lets the session go: off the async threads, as releasing a lease is a database call.
+    async fn release(&self) {
+        let guard = self.ownership.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(guard) = guard {
+            let _ = tokio::task::spawn_blocking(move || drop(guard)).await;
+        }
+    }
+}
+
+/// What a new run records before it starts.
+#[derive(Default)]
+struct FirstTurn {
+    /// New input whose caller waits for its own turn's outcome.
+    input: Option<(PromptInput, oneshot::Sender<RunResult>)>,
+    /// Input steered into an interrupted run: recorded before anything queued.
+    steered: Vec<PromptInput>,
+    /// Callers of queued turns carried over from the run before.
+    replies: Replies,
+    /// Run what the session holds before any queued turn (a bare run, a wake, a run a dead worker left
+    /// open): the run loop decides whether there is anything to answer.
+    always: bool,
+}
+
+/// A run ready to start: its ownership, and the caller of the turn it starts with.
+struct Started {
+    ownership: RunGuard,
+    replies: Replies,
+    reply: Option<oneshot::Sender<RunResult>>,
 }
 
 /// How often a prompt queued behind another worker's run checks on it.
@@ -66,19 +130,21 @@ const OWNERSHIP_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 const LOCK_RETRIES: u32 = 10;
 const LOCK_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(5);
 
-enum Next {
-    /// The lock looked taken: try again shortly.
-    RetryLock,
-    Await(watch::Receiver<Option<RunResult>>),
-    AwaitOwn(oneshot::Receiver<RunResult>),
-    WaitThenRetry(watch::Receiver<Option<RunResult>>),
-    Failed(RunError),
-    /// Another worker runs the session: queue through the store.
-    QueueRemote,
+/// What a caller does next, decided under the map's lock and done without it.
+enum Step {
+    /// Another caller is claiming the session: wait for it, then look again.
+    AwaitClaim(watch::Receiver<()>),
+    /// The run is ending: wait for it, then look again.
+    AwaitEnd(Done),
+    /// Join the active run and share its outcome.
+    Join(Done),
+    /// Queue the input as its own turn behind the active run.
+    Enqueue(Arc<Entry>),
+    /// This caller claims the session (its slot is now `Claiming`; dropping the sender settles it).
+    Claim(watch::Sender<()>),
 }
 
-/// A coordinator handle that does not keep the engine alive (held by the `task` tool, which the engine
-/// itself owns).
+/// A coordinator handle that does not keep the engine alive (held by the failover task).
 #[derive(Clone)]
 pub struct WeakCoordinator {
     inner: std::sync::Weak<Inner>,
@@ -101,98 +167,78 @@ impl Coordinator {
 
     /// Starts a run (or joins the active one) and waits for its outcome.
     pub async fn run(&self, session: &SessionId) -> RunResult {
-        let mut busy_retries = 0;
-        loop {
-            let next = {
-                let mut sessions = self.inner.lock();
-                match sessions.get(session) {
-                    Some(entry) if entry.stopping.load(Ordering::SeqCst) => {
-                        Next::WaitThenRetry(entry.done.subscribe())
-                    }
-                    Some(entry) => Next::Await(entry.done.subscribe()),
-                    None => match self.inner.start(&mut sessions, session, None, None) {
-                        Ok(rx) => Next::Await(rx),
-                        Err(RunError::Busy(_)) if busy_retries < LOCK_RETRIES => Next::RetryLock,
-                        Err(e) => Next::Failed(e),
-                    },
-                }
-            };
-            match next {
-                Next::Await(rx) => return wait(rx).await,
-                Next::WaitThenRetry(rx) => {
-                    let _ = wait(rx).await;
-                }
-                Next::AwaitOwn(rx) => return rx.await.unwrap_or_else(|_| Err(dropped())),
-                Next::Failed(e) => return Err(e),
-                Next::RetryLock => {
-                    busy_retries += 1;
-                    tokio::time::sleep(LOCK_RETRY_DELAY).await;
-                }
-                // Only a prompt queues through the store; a bare run has no input to queue.
-                Next::QueueRemote => return Err(RunError::Busy(format!("session {session} runs elsewhere"))),
-            }
-        }
+        self.submit(session, None, Delivery::Steer).await
     }
 
     /// Records new input and runs it: immediately when idle, else steered or queued.
     pub async fn prompt(&self, session: &SessionId, input: PromptInput, delivery: Delivery) -> RunResult {
-        let mut input = Some(input);
-        let mut busy_retries = 0;
+        self.submit(session, Some(input), delivery).await
+    }
+
+    /// The one path of `run` and `prompt`: join, steer, queue or claim, until one of them sticks.
+    async fn submit(&self, session: &SessionId, input: Option<PromptInput>, delivery: Delivery) -> RunResult {
         loop {
-            let next = {
+            let step = {
                 let mut sessions = self.inner.lock();
                 match sessions.get(session) {
-                    Some(entry) if entry.stopping.load(Ordering::SeqCst) => {
-                        Next::WaitThenRetry(entry.done.subscribe())
+                    Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
+                    Some(Slot::Running(entry)) if entry.stopping.load(Ordering::SeqCst) => {
+                        Step::AwaitEnd(entry.done.subscribe())
                     }
-                    Some(entry) => {
-                        let input = input.take().unwrap_or_default();
-                        match delivery {
-                            Delivery::Steer => {
-                                entry.inbox.push(input);
-                                Next::Await(entry.done.subscribe())
-                            }
-                            Delivery::Queue => match self.inner.enqueue(session, &input) {
-                                Ok(id) => {
-                                    let (reply, rx) = oneshot::channel();
-                                    entry.replies.lock().unwrap_or_else(|e| e.into_inner()).insert(id, reply);
-                                    Next::AwaitOwn(rx)
-                                }
-                                Err(e) => Next::Failed(e),
-                            },
+                    Some(Slot::Running(entry)) => match (&input, delivery) {
+                        (None, _) => Step::Join(entry.done.subscribe()),
+                        (Some(input), Delivery::Steer) => {
+                            entry.inbox.push(input.clone());
+                            Step::Join(entry.done.subscribe())
                         }
-                    }
+                        (Some(_), Delivery::Queue) => Step::Enqueue(entry.clone()),
+                    },
                     None => {
-                        // The caller that starts the run gets its own turn's outcome, like queued callers.
-                        let (reply, rx) = oneshot::channel();
-                        match self.inner.start(&mut sessions, session, input.clone(), Some(reply)) {
-                            Ok(_) => Next::AwaitOwn(rx),
-                            Err(RunError::Busy(_)) if busy_retries < LOCK_RETRIES => Next::RetryLock,
-                            // Another worker runs it: queue behind that run through the shared store.
-                            Err(RunError::Busy(_))
-                                if delivery == Delivery::Queue
-                                    && self.inner.services.store.event_log().is_some() =>
-                            {
-                                Next::QueueRemote
-                            }
-                            Err(e) => Next::Failed(e),
-                        }
+                        let (settled, rx) = watch::channel(());
+                        sessions.insert(session.clone(), Slot::Claiming(rx));
+                        Step::Claim(settled)
                     }
                 }
             };
-            match next {
-                Next::Await(rx) => return wait(rx).await,
-                Next::AwaitOwn(rx) => return rx.await.unwrap_or_else(|_| Err(dropped())),
-                Next::WaitThenRetry(rx) => {
+            match step {
+                Step::AwaitClaim(mut settled) => {
+                    let _ = settled.changed().await;
+                }
+                Step::AwaitEnd(rx) => {
                     let _ = wait(rx).await;
                 }
-                Next::Failed(e) => return Err(e),
-                Next::RetryLock => {
-                    busy_retries += 1;
-                    tokio::time::sleep(LOCK_RETRY_DELAY).await;
+                Step::Join(rx) => return wait(rx).await,
+                Step::Enqueue(entry) => {
+                    let input = input.clone().unwrap_or_default();
+                    match self.inner.enqueue_behind(&entry, session, input).await? {
+                        Some(own) => return own.await.unwrap_or(Err(RunError::Lost)),
+                        // The run ended meanwhile: look again once it is gone.
+                        None => {
+                            let _ = wait(entry.done.subscribe()).await;
+                        }
+                    }
                 }
-                Next::QueueRemote => {
-                    return self.queue_remote(session, input.take().unwrap_or_default()).await;
+                Step::Claim(settled) => {
+                    // The caller that starts the run gets its own turn's outcome, like queued callers.
+                    let (reply, own) = oneshot::channel();
+                    let first = FirstTurn {
+                        input: input.clone().map(|input| (input, reply)),
+                        always: input.is_none(),
+                        ..FirstTurn::default()
+                    };
+                    let started = self.inner.claim(session, first, settled).await;
+                    return match started {
+                        Ok(Some(done)) if input.is_none() => wait(done).await,
+                        Ok(_) => own.await.unwrap_or(Err(RunError::Lost)),
+                        // Another worker runs it: queue behind that run through the shared store.
+                        Err(RunError::Busy(_))
+                            if delivery == Delivery::Queue
+                                && self.inner.services.store.event_log().is_some() =>
+                        {
+                            self.queue_remote(session, input.unwrap_or_default()).await
+                        }
+                        Err(e) => Err(e),
+                    };
                 }
             }
         }
@@ -204,7 +250,10 @@ impl Coordinator {
     /// ran is read back from the store once that worker lets the session go: its last answer, and a
     /// stop reason derived from it (`Completed`, `Interrupted` or `Error`).
     async fn queue_remote(&self, session: &SessionId, input: PromptInput) -> RunResult {
-        let id = self.inner.enqueue(session, &input)?;
+        let id = {
+            let (session, inner) = (session.clone(), self.inner.clone());
+            off_runtime(move || inner.enqueue(&session, &input)).await??
+        };
         loop {
             tokio::time::sleep(REMOTE_POLL).await;
             let queued = {
@@ -215,24 +264,8 @@ impl Coordinator {
                 break;
             }
             // Still queued: if no one runs the session any more, run it here (the queue is drained in order).
-            let next = {
-                let mut sessions = self.inner.lock();
-                let entry = match sessions.get(session) {
-                    Some(entry) => Some(entry.clone()),
-                    None => match self.inner.start(&mut sessions, session, None, None) {
-                        Ok(_) => sessions.get(session).cloned(),
-                        Err(RunError::Busy(_)) => None,
-                        Err(e) => return Err(e),
-                    },
-                };
-                entry.filter(|e| !e.stopping.load(Ordering::SeqCst)).map(|entry| {
-                    let (reply, rx) = oneshot::channel();
-                    entry.replies.lock().unwrap_or_else(|e| e.into_inner()).insert(id, reply);
-                    rx
-                })
-            };
-            if let Some(rx) = next {
-                return rx.await.unwrap_or_else(|_| Err(dropped()));
+            if let Some(own) = self.attach_queued(session, id).await? {
+                return own.await.unwrap_or(Err(RunError::Lost));
             }
         }
         // Another worker recorded it: wait until it lets the session go, then report its last answer.
@@ -263,45 +296,154 @@ impl Coordinator {
         Ok(RunOutcome { session_id: session.clone(), message, stop })
     }
 
-    /// New work was recorded elsewhere: start a run, or ask the active one for exactly one follow-up.
-    pub fn wake(&self, session: &SessionId) {
-        let mut sessions = self.inner.lock();
-        match sessions.get(session) {
-            Some(entry) => entry.pending_wake.store(true, Ordering::SeqCst),
-            None => {
-                if let Err(e) = self.inner.start(&mut sessions, session, None, None) {
-                    tracing::warn!("could not start a run for {session}: {e}");
+    /// Waits for the stored queued turn `id` in this process: on the active run, or on a run started
+    /// here for it. `None` when another worker owns the session.
+    async fn attach_queued(
+        &self,
+        session: &SessionId,
+        id: i64,
+    ) -> Result<Option<oneshot::Receiver<RunResult>>, RunError> {
+        loop {
+            let step = {
+                let mut sessions = self.inner.lock();
+                match sessions.get(session) {
+                    Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
+                    Some(Slot::Running(entry)) if entry.stopping.load(Ordering::SeqCst) => {
+                        Step::AwaitEnd(entry.done.subscribe())
+                    }
+                    Some(Slot::Running(entry)) => Step::Enqueue(entry.clone()),
+                    None => {
+                        let (settled, rx) = watch::channel(());
+                        sessions.insert(session.clone(), Slot::Claiming(rx));
+                        Step::Claim(settled)
+                    }
+                }
+            };
+            match step {
+                Step::AwaitClaim(mut settled) => {
+                    let _ = settled.changed().await;
+                }
+                Step::AwaitEnd(rx) | Step::Join(rx) => {
+                    let _ = wait(rx).await;
+                }
+                Step::Enqueue(entry) => {
+                    let mut queue = entry.queue.clone().lock_owned().await;
+                    if !queue.closed {
+                        let (reply, own) = oneshot::channel();
+                        queue.replies.insert(id, reply);
+                        return Ok(Some(own));
+                    }
+                    drop(queue);
+                    let _ = wait(entry.done.subscribe()).await;
+                }
+                Step::Claim(settled) => {
+                    let (reply, own) = oneshot::channel();
+                    let first = FirstTurn { replies: Replies::from([(id, reply)]), ..FirstTurn::default() };
+                    return match self.inner.claim(session, first, settled).await {
+                        Ok(Some(_)) => Ok(Some(own)),
+                        // Taken off the queue meanwhile, or the session is another worker's.
+                        Ok(None) | Err(RunError::Busy(_)) => Ok(None),
+                        Err(e) => Err(e),
+                    };
                 }
             }
         }
     }
 
+    /// New work was recorded elsewhere: start a run, or ask the active one for exactly one follow-up.
+    pub fn wake(&self, session: &SessionId) {
+        self.start_detached(session, true);
+    }
+
     /// Stops the active run and returns after its cleanup finished. A no-op when idle.
     pub async fn interrupt(&self, session: &SessionId) {
-        let rx = {
-            let sessions = self.inner.lock();
-            let Some(entry) = sessions.get(session) else { return };
-            entry.stopping.store(true, Ordering::SeqCst);
-            entry.pending_wake.store(false, Ordering::SeqCst);
-            entry.cancel.cancel();
-            entry.done.subscribe()
-        };
-        self.inner.services.permissions.reject_session(session);
-        self.inner.services.questions.reject_session(session);
-        let _ = wait(rx).await;
+        loop {
+            let step = {
+                let sessions = self.inner.lock();
+                match sessions.get(session) {
+                    None => return,
+                    Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
+                    Some(Slot::Running(entry)) => {
+                        entry.stopping.store(true, Ordering::SeqCst);
+                        entry.pending_wake.store(false, Ordering::SeqCst);
+                        entry.cancel.cancel();
+                        Step::AwaitEnd(entry.done.subscribe())
+                    }
+                }
+            };
+            match step {
+                Step::AwaitClaim(mut settled) => {
+                    let _ = settled.changed().await;
+                }
+                Step::AwaitEnd(rx) => {
+                    self.inner.services.permissions.reject_session(session);
+                    self.inner.services.questions.reject_session(session);
+                    let _ = wait(rx).await;
+                    return;
+                }
+                _ => return,
+            }
+        }
     }
 
     /// Runs a session nobody owns that has work waiting (stored queued input, or a run a dead process
     /// left open): like [`Coordinator::wake`], but quiet when another process or worker got it first.
     pub fn resume(&self, session: &SessionId) {
-        let mut sessions = self.inner.lock();
-        if sessions.contains_key(session) {
-            return;
-        }
-        match self.inner.start(&mut sessions, session, None, None) {
-            Ok(_) => tracing::info!(%session, "resuming a session no one runs"),
-            Err(RunError::Busy(_)) => tracing::debug!(%session, "another worker took the session first"),
-            Err(e) => tracing::warn!("could not resume {session}: {e}"),
+        self.start_detached(session, false);
+    }
+
+    /// Starts a run nobody waits for; `wake` also asks an active run for one follow-up.
+    fn start_detached(&self, session: &SessionId, wake: bool) {
+        let settled = {
+            let mut sessions = self.inner.lock();
+            match sessions.get(session) {
+                Some(Slot::Running(entry)) => {
+                    if wake {
+                        entry.pending_wake.store(true, Ordering::SeqCst);
+                    }
+                    return;
+                }
+                // The claimed run has not read the session yet: it sees the new work.
+                Some(Slot::Claiming(_)) => return,
+                None => {
+                    let (settled, rx) = watch::channel(());
+                    sessions.insert(session.clone(), Slot::Claiming(rx));
+                    settled
+                }
+            }
+        };
+        let (inner, session) = (self.inner.clone(), session.clone());
+        tokio::spawn(async move {
+            let first = FirstTurn { always: true, ..FirstTurn::default() };
+            match inner.claim(&session, first, settled).await {
+                Ok(_) if !wake => tracing::info!(%session, "resuming a session no one runs"),
+                Ok(_) => {}
+                Err(RunError::Busy(_)) if !wake => {
+                    tracing::debug!(%session, "another worker took the session first")
+                }
+                Err(e) => tracing::warn!("could not start a run for {session}: {e}"),
+            }
+        });
+    }
+
+    /// Returns once no run of `session` is left in this process (follow-ups and queued turns included).
+    pub async fn settled(&self, session: &SessionId) {
+        loop {
+            let step = match self.inner.lock().get(session) {
+                None => return,
+                Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
+                Some(Slot::Running(entry)) => Step::AwaitEnd(entry.done.subscribe()),
+            };
+            match step {
+                Step::AwaitClaim(mut settled) => {
+                    let _ = settled.changed().await;
+                }
+                // A run's outcome is sent after its slot went (or became its successor's claim).
+                Step::AwaitEnd(done) => {
+                    let _ = wait(done).await;
+                }
+                _ => return,
+            }
         }
     }
 
@@ -316,48 +458,136 @@ impl Coordinator {
 }
 
 impl Inner {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Arc<Entry>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Slot>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Creates the entry (taking the session's cross-process lock), records `input` as the first user
-    /// message, and spawns the driver. Called with the sessions map locked.
-    fn start(
-        self: &Arc<Self>,
-        sessions: &mut HashMap<SessionId, Arc<Entry>>,
-        session: &SessionId,
-        input: Option<PromptInput>,
-        mut reply: Option<oneshot::Sender<RunResult>>,
-    ) -> Result<watch::Receiver<Option<RunResult>>, RunError> {
-        let lock = self.services.store.lock_session(session)?;
-        let mut replies = Replies::new();
-        if let Some(input) = input {
-            if self.has_queued(session) {
-                // Input a process that is gone had queued comes first: this one waits its turn.
-                let id = self.enqueue(session, &input)?;
-                if let Some(reply) = reply.take() {
-                    replies.insert(id, reply);
+    /// Takes the session (whose slot this caller set to `Claiming`), records its first turn and starts
+    /// the driver. `None` when there was nothing to run. Either way the slot is settled before this
+    /// returns: `Running`, or gone.
+    ///
+    /// Boxed: a run that ends starts its successor through here, so the future's type would contain itself.
+    fn claim<'a>(
+        self: &'a Arc<Self>,
+        session: &'a SessionId,
+        first: FirstTurn,
+        settled: watch::Sender<()>,
+    ) -> Pin<Box<dyn Future<Output = Result<Option<Done>, RunError>> + Send + 'a>> {
+        Box::pin(async move {
+            let started = {
+                let (inner, id) = (self.clone(), session.clone());
+                match self.take_ownership(session).await {
+                    // Flattened, not `?`: the slot must be settled whatever happens.
+                    Ok(ownership) => off_runtime(move || inner.record_first_turn(&id, ownership, first))
+                        .await
+                        .and_then(|recorded| recorded),
+                    Err(e) => {
+                        for reply in first.replies.into_values() {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                        Err(e)
+                    }
                 }
-            } else {
-                self.record_input(session, &input)?;
+            };
+            let mut sessions = self.lock();
+            let started = match started {
+                Ok(Some(started)) => started,
+                Ok(None) | Err(_) => {
+                    sessions.remove(session);
+                    drop(settled);
+                    return started.map(|_| None);
+                }
+            };
+            let entry = Entry::new(started.ownership, started.replies);
+            let done = entry.done.subscribe();
+            sessions.insert(session.clone(), Slot::Running(entry.clone()));
+            drop(settled);
+            watch_ownership(session, &entry);
+            let (inner, session) = (self.clone(), session.clone());
+            tokio::spawn(async move { inner.drive(session, entry, started.reply).await });
+            Ok(Some(done))
+        })
+    }
+
+    async fn take_ownership(&self, session: &SessionId) -> Result<RunGuard, RunError> {
+        let mut attempt = 0;
+        loop {
+            let id = session.clone();
+            match self.services.blocking(move |store| store.lock_session(&id)).await {
+                Ok(guard) => return Ok(guard),
+                Err(codeloop_store::StoreError::SessionBusy(_)) if attempt < LOCK_RETRIES => {
+                    attempt += 1;
+                    tokio::time::sleep(LOCK_RETRY_DELAY).await;
+                }
+                Err(e) => return Err(e.into()),
             }
         }
-        let (done, rx) = watch::channel(None);
-        let entry = Arc::new(Entry {
-            cancel: CancellationToken::new(),
-            inbox: Inbox::default(),
-            replies: Mutex::new(replies),
-            pending_wake: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            done,
-            lock: Mutex::new(Some(lock)),
-        });
-        sessions.insert(session.clone(), entry.clone());
-        watch_ownership(session, &entry);
-        let inner = self.clone();
-        let session = session.clone();
-        tokio::spawn(async move { inner.drive(session, entry, reply).await });
-        Ok(rx)
+    }
+
+    /// Records what a new run starts with (blocking store work): steered input, then the caller's input
+    /// (queued behind what a process that is gone had queued, which comes first); a run that only
+    /// waits for queued turns starts with the oldest. `None` when there is nothing to run; the
+    /// ownership is then let go.
+    fn record_first_turn(
+        &self,
+        session: &SessionId,
+        ownership: RunGuard,
+        first: FirstTurn,
+    ) -> Result<Option<Started>, RunError> {
+        let FirstTurn { input, steered, mut replies, mut always } = first;
+        let mut recorded = false;
+        let mut reply = None;
+        for input in &steered {
+            match self.record_input(session, input, None) {
+                Ok(()) => recorded = true,
+                Err(e) => tracing::warn!("could not record steered input: {e}"),
+            }
+        }
+        if let Some((input, caller)) = input {
+            if self.has_queued(session)? {
+                // Input a process that is gone had queued comes first: this one waits its turn.
+                let id = self.enqueue(session, &input)?;
+                replies.insert(id, caller);
+                always = true;
+            } else {
+                self.record_input(session, &input, None)?;
+                reply = Some(caller);
+                recorded = true;
+            }
+        }
+        if always {
+            // What the session holds runs first (a run a dead worker left open is continued); the queue
+            // follows, turn by turn.
+            return Ok(Some(Started { ownership, replies, reply }));
+        }
+        if !recorded && let Some(caller) = self.record_next_queued(session, &mut replies) {
+            reply = caller;
+            recorded = true;
+        }
+        if !recorded {
+            // Their turns were taken by another run; dropping the senders tells any caller left.
+            return Ok(None);
+        }
+        Ok(Some(Started { ownership, replies, reply }))
+    }
+
+    /// Queues `input` as its own turn behind `entry`'s run. `None` when that run has stopped taking
+    /// turns; else the caller's reply, once the turn is stored.
+    async fn enqueue_behind(
+        self: &Arc<Self>,
+        entry: &Entry,
+        session: &SessionId,
+        input: PromptInput,
+    ) -> Result<Option<oneshot::Receiver<RunResult>>, RunError> {
+        let mut queue = entry.queue.clone().lock_owned().await;
+        if queue.closed {
+            return Ok(None);
+        }
+        let (inner, session) = (self.clone(), session.clone());
+        let id = off_runtime(move || inner.enqueue(&session, &input)).await??;
+        let (reply, own) = oneshot::channel();
+        queue.replies.insert(id, reply);
+        Ok(Some(own))
     }
 
     /// Stores `input` behind the session's run.
@@ -366,14 +596,15 @@ impl Inner {
         Ok(self.services.store.enqueue_input(session, &json)?)
     }
 
-    /// Records the oldest stored queued input as the next turn, taking it off the queue in the writer's
-    /// batch that records it. Inputs that cannot be recorded are taken off and answered with their error.
-    /// `None` when the queue is empty; `Some(reply)` otherwise, `reply` being the caller waiting for that
-    /// turn in this process (none for input queued by a process that is gone).
+    /// Records the oldest stored queued input as the next turn; the user message and its removal from
+    /// the queue are one store transaction, so a crash can neither lose nor repeat it. Inputs that
+    /// cannot be recorded are taken off and answered with their error. `None` when the queue is empty;
+    /// `Some(reply)` otherwise, `reply` being the caller waiting for that turn in this process (none for
+    /// input queued by a process that is gone).
     fn record_next_queued(
         &self,
         session: &SessionId,
-        replies: &Mutex<Replies>,
+        replies: &mut Replies,
     ) -> Option<Option<oneshot::Sender<RunResult>>> {
         loop {
             let queued = match self.services.store.queued_inputs(session) {
@@ -383,16 +614,12 @@ impl Inner {
                     return None;
                 }
             };
-            let reply = replies.lock().unwrap_or_else(|e| e.into_inner()).remove(&queued.id);
+            let reply = replies.remove(&queued.id);
             let recorded = serde_json::from_str::<PromptInput>(&queued.input)
                 .map_err(|e| RunError::Input(format!("queued input {} cannot be read: {e}", queued.id)))
-                .and_then(|input| self.record_input(session, &input));
+                .and_then(|input| self.record_input(session, &input, Some(queued.id)));
             match recorded {
-                Ok(()) => {
-                    // After the user message's writes: one batch records the turn and dequeues it.
-                    self.services.writer.send(Write::RemoveQueued(queued.id));
-                    return Some(reply);
-                }
+                Ok(()) => return Some(reply),
                 Err(e) => {
                     if let Err(store_error) = self.services.store.apply(&[Write::RemoveQueued(queued.id)]) {
                         tracing::warn!("could not drop unusable queued input {}: {store_error}", queued.id);
@@ -409,17 +636,29 @@ impl Inner {
         }
     }
 
-    fn has_queued(&self, session: &SessionId) -> bool {
-        self.services.store.queued_inputs(session).is_ok_and(|queued| !queued.is_empty())
+    fn has_queued(&self, session: &SessionId) -> Result<bool, RunError> {
+        Ok(!self.services.store.queued_inputs(session)?.is_empty())
     }
 
-    fn record_input(&self, session: &SessionId, input: &PromptInput) -> Result<(), RunError> {
+    /// Records `input` as a user message; `dequeue` names the stored queued input it came from, taken off
+    /// the queue in the same transaction.
+    fn record_input(
+        &self,
+        session: &SessionId,
+        input: &PromptInput,
+        dequeue: Option<i64>,
+    ) -> Result<(), RunError> {
         let mut info = self
             .services
             .store
             .get_session(session)?
             .ok_or_else(|| RunError::SessionNotFound(session.clone()))?;
-        create_user_message(&self.services, &mut info, input).map(|_| ())
+        let (_, mut batch) = crate::input::user_message(&self.services, &mut info, input)?;
+        if let Some(id) = dequeue {
+            batch.write(Write::RemoveQueued(id));
+        }
+        self.services.commit(batch);
+        Ok(())
     }
 
     /// Runs the session until nothing is left: follow-ups for wakes and steered input, then queued
@@ -431,86 +670,109 @@ impl Inner {
         mut reply: Option<oneshot::Sender<RunResult>>,
     ) {
         loop {
+            let coordinator = Coordinator { inner: self.clone() };
             let result =
-                run_session(self.services.clone(), &session, entry.cancel.clone(), &entry.inbox).await;
-            if let Some(reply) = reply.take() {
-                let _ = reply.send(result.clone());
-            }
-            let mut sessions = self.lock();
-            if entry.stopping.load(Ordering::SeqCst) {
-                entry.release();
-                sessions.remove(&session);
-                let replies = std::mem::take(&mut *entry.replies.lock().unwrap_or_else(|e| e.into_inner()));
-                let woken = entry.pending_wake.load(Ordering::SeqCst) || !entry.inbox.is_empty();
-                let leftover = entry.inbox.take();
-                let _ = entry.done.send(Some(result));
-                if !replies.is_empty() || woken || self.has_queued(&session) {
-                    self.start_successor(&mut sessions, &session, replies, leftover);
+                run_session(self.services.clone(), coordinator, &session, entry.cancel.clone(), &entry.inbox)
+                    .await;
+            // The turn's caller hears back once the session's next state is settled (another turn
+            // started, or the run gone), so whatever it does next finds the session as it will be.
+            let answer = |reply: Option<oneshot::Sender<RunResult>>| {
+                if let Some(reply) = reply {
+                    let _ = reply.send(result.clone());
                 }
-                return;
+            };
+            let mut queue = entry.queue.clone().lock_owned().await;
+            let interrupted = entry.stopping.load(Ordering::SeqCst);
+            if !interrupted {
+                if entry.pending_wake.swap(false, Ordering::SeqCst) || !entry.inbox.is_empty() {
+                    answer(reply.take());
+                    continue;
+                }
+                let next;
+                (queue, next) = match self.next_queued(&session, queue).await {
+                    Ok(found) => found,
+                    Err(e) => {
+                        tracing::warn!("could not take the next queued turn of {session}: {e}");
+                        (entry.queue.clone().lock_owned().await, None)
+                    }
+                };
+                if let Some(next) = next {
+                    answer(std::mem::replace(&mut reply, next));
+                    continue;
+                }
             }
-            if entry.pending_wake.swap(false, Ordering::SeqCst) || !entry.inbox.is_empty() {
-                continue;
-            }
-            match self.record_next_queued(&session, &entry.replies) {
-                Some(tx) => reply = tx,
+            // Decided under the map's lock: a steer or wake that arrived meanwhile gets its follow-up.
+            let successor = {
+                let mut sessions = self.lock();
+                if !interrupted
+                    && !entry.stopping.load(Ordering::SeqCst)
+                    && (entry.pending_wake.swap(false, Ordering::SeqCst) || !entry.inbox.is_empty())
+                {
+                    drop(sessions);
+                    answer(reply.take());
+                    continue;
+                }
+                entry.stopping.store(true, Ordering::SeqCst);
+                queue.closed = true;
+                if interrupted {
+                    // Queued turns (and input steered meanwhile) still run, on a fresh run.
+                    let (settled, rx) = watch::channel(());
+                    sessions.insert(session.clone(), Slot::Claiming(rx));
+                    let first = FirstTurn {
+                        steered: entry.inbox.take(),
+                        replies: std::mem::take(&mut queue.replies),
+                        always: entry.pending_wake.load(Ordering::SeqCst),
+                        input: None,
+                    };
+                    Some((first, settled))
+                } else {
+                    None
+                }
+            };
+            drop(queue);
+            entry.release().await;
+            match successor {
+                Some((first, settled)) => {
+                    answer(reply.take());
+                    let _ = entry.done.send(Some(result.clone()));
+                    if let Err(e) = self.claim(&session, first, settled).await {
+                        tracing::warn!("could not run the queued turns of {session}: {e}");
+                    }
+                }
                 None => {
-                    entry.release();
-                    sessions.remove(&session);
-                    let _ = entry.done.send(Some(result));
-                    return;
+                    {
+                        let mut sessions = self.lock();
+                        if matches!(sessions.get(&session), Some(Slot::Running(e)) if Arc::ptr_eq(e, &entry))
+                        {
+                            sessions.remove(&session);
+                        }
+                    }
+                    answer(reply.take());
+                    let _ = entry.done.send(Some(result.clone()));
                 }
             }
+            return;
         }
     }
 
-    /// After an interrupt, queued turns (and input steered meanwhile) still run, on a fresh entry.
-    fn start_successor(
+    /// [`Inner::record_next_queued`] off the async threads, holding the run's queue lock throughout.
+    async fn next_queued(
         self: &Arc<Self>,
-        sessions: &mut HashMap<SessionId, Arc<Entry>>,
         session: &SessionId,
-        replies: Replies,
-        steered: Vec<PromptInput>,
-    ) {
-        let lock = match self.services.store.lock_session(session) {
-            Ok(lock) => lock,
-            Err(e) => {
-                // The stored queue stays for whoever owns the session now; the callers here learn why.
-                let error = RunError::from(e);
-                for reply in replies.into_values() {
-                    let _ = reply.send(Err(error.clone()));
-                }
-                return;
-            }
-        };
-        let replies = Mutex::new(replies);
-        let mut reply = None;
-        for input in &steered {
-            if let Err(e) = self.record_input(session, input) {
-                tracing::warn!("could not record steered input: {e}");
-            }
-        }
-        if steered.is_empty()
-            && let Some(tx) = self.record_next_queued(session, &replies)
-        {
-            reply = tx;
-        }
-        let (done, _rx) = watch::channel(None);
-        let entry = Arc::new(Entry {
-            cancel: CancellationToken::new(),
-            inbox: Inbox::default(),
-            replies,
-            pending_wake: AtomicBool::new(false),
-            stopping: AtomicBool::new(false),
-            done,
-            lock: Mutex::new(Some(lock)),
-        });
-        sessions.insert(session.clone(), entry.clone());
-        watch_ownership(session, &entry);
-        let inner = self.clone();
-        let session = session.clone();
-        tokio::spawn(async move { inner.drive(session, entry, reply).await });
+        mut queue: OwnedMutexGuard<Queue>,
+    ) -> Result<(OwnedMutexGuard<Queue>, Option<Option<oneshot::Sender<RunResult>>>), RunError> {
+        let (inner, session) = (self.clone(), session.clone());
+        off_runtime(move || {
+            let next = inner.record_next_queued(&session, &mut queue.replies);
+            (queue, next)
+        })
+        .await
     }
+}
+
+/// Runs blocking store work on the blocking pool.
+async fn off_runtime<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, RunError> {
+    tokio::task::spawn_blocking(work).await.map_err(|_| RunError::Lost)
 }
 
 /// Stops the run when its ownership is lost (a lease another worker took over after it expired): that
@@ -521,7 +783,7 @@ fn watch_ownership(session: &SessionId, entry: &Arc<Entry>) {
         loop {
             tokio::time::sleep(OWNERSHIP_CHECK).await;
             let Some(entry) = entry.upgrade() else { return };
-            let held = match entry.lock.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let held = match entry.ownership.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
                 None => return,
                 Some(guard) => guard.is_held(),
             };
@@ -535,13 +797,9 @@ fn watch_ownership(session: &SessionId, entry: &Arc<Entry>) {
     });
 }
 
-async fn wait(mut rx: watch::Receiver<Option<RunResult>>) -> RunResult {
+async fn wait(mut rx: Done) -> RunResult {
     match rx.wait_for(Option::is_some).await {
-        Ok(result) => result.clone().unwrap_or_else(|| Err(dropped())),
-        Err(_) => Err(dropped()),
+        Ok(result) => result.clone().unwrap_or(Err(RunError::Lost)),
+        Err(_) => Err(RunError::Lost),
     }
-}
-
-fn dropped() -> RunError {
-    RunError::Lost
 }

@@ -22,7 +22,7 @@ use crate::permission::{AskPolicy, PermissionEngine, Reply, ReplyError, default_
 use crate::run::RunError;
 use crate::services::Services;
 use crate::stores::{EventIds, StoreChoice, open_store, relayed_bus};
-use crate::subagent::{TaskRuntime, TaskTool};
+use crate::subagent::TaskTool;
 
 pub use codeloop_tools::TOOL_OUTPUT_RETENTION;
 
@@ -127,8 +127,7 @@ impl Engine {
         let mut tools = ToolRegistry::builtin_with(BuiltinConfig { skill_dirs: skill_dirs.clone() });
         let agents = agents(&options.config);
         let subagents: Vec<&Agent> = agents.values().filter(|a| a.mode == AgentMode::Subagent).collect();
-        let task_runtime = Arc::new(TaskRuntime::default());
-        tools.register(Arc::new(TaskTool::new(&subagents, task_runtime.clone())));
+        tools.register(Arc::new(TaskTool::new(&subagents)));
         // Spill files are swept now and then every hour, so a long-running server stays bounded too. The
         // thread ends when the engine is dropped (its end of the channel goes with the services).
         let sweep_dir = tool_output_dir.clone();
@@ -176,7 +175,6 @@ impl Engine {
             all_tools: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
-        task_runtime.connect(&services, coordinator.downgrade());
         Ok(Engine { services, coordinator })
     }
 

@@ -8,7 +8,7 @@ use codeloop_types::{
 use serde::{Deserialize, Serialize};
 
 use crate::RunError;
-use crate::services::Services;
+use crate::services::{Batch, Services};
 
 /// One prompt from a client.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -75,11 +75,11 @@ fn title_from(input: &PromptInput) -> Option<String> {
 }
 
 /// A reverted session's hidden messages are removed for good when new input arrives (reference §10).
-fn discard_reverted(services: &Services, session: &mut Session) -> Result<(), RunError> {
+fn discard_reverted(services: &Services, session: &mut Session, batch: &mut Batch) -> Result<(), RunError> {
     let Some(from) = reverted_from(session) else { return Ok(()) };
     let history = codeloop_store::Store::load_history(services.store.as_ref(), &session.id)?;
     for message in history.iter().filter(|m| m.info.id() >= &from) {
-        services.writer.send(codeloop_store::Write::RemoveMessage(message.info.id().clone()));
+        batch.write(codeloop_store::Write::RemoveMessage(message.info.id().clone()));
     }
     session.revert = None;
     Ok(())
@@ -97,6 +97,18 @@ pub fn create_user_message(
     session: &mut Session,
     input: &PromptInput,
 ) -> Result<MessageWithParts, RunError> {
+    let (message, batch) = user_message(services, session, input)?;
+    services.commit(batch);
+    Ok(message)
+}
+
+/// The writes that record `input` as a user message (with the session's new title, agent and model),
+/// to be committed together with whatever else must land with them.
+pub(crate) fn user_message(
+    services: &Services,
+    session: &mut Session,
+    input: &PromptInput,
+) -> Result<(MessageWithParts, Batch), RunError> {
     let agent_name = input.agent.clone().unwrap_or_else(|| session.agent.clone());
     let agent = crate::agents::find(&services.agents, &agent_name)?;
     let model = match input.model.clone().or_else(|| agent.model.clone()).or_else(|| session.model.clone()) {
@@ -135,11 +147,12 @@ pub fn create_user_message(
             ),
         })
         .collect();
-    discard_reverted(services, session)?;
+    let mut batch = Batch::default();
+    discard_reverted(services, session, &mut batch)?;
     let message = Message::User(info);
-    services.save_message(&message);
+    batch.message(&message);
     for part in &parts {
-        services.save_part(part);
+        batch.part(part);
     }
     if session.title.starts_with(DEFAULT_TITLE_PREFIX)
         && let Some(title) = title_from(input)
@@ -151,8 +164,8 @@ pub fn create_user_message(
         session.model = Some(model);
     }
     session.time.updated = now_ms();
-    services.save_session(session);
-    Ok(MessageWithParts { info: message, parts })
+    batch.session(services, session);
+    Ok((MessageWithParts { info: message, parts }, batch))
 }
 
 #[cfg(test)]

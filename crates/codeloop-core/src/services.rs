@@ -174,11 +174,55 @@ impl Services {
     }
 
     pub fn save_session(&self, session: &mut Session) {
-        if let Some(title) = self.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
+        let mut batch = Batch::default();
+        batch.session(self, session);
+        self.commit(batch);
+    }
+
+    /// Persists writes that must land together in one transaction, then tells watchers.
+    pub fn commit(&self, batch: Batch) {
+        self.writer.send_all(batch.writes);
+        for event in batch.events {
+            self.bus.publish(event);
+        }
+    }
+}
+
+/// Writes that land together (one store transaction, see [`Services::commit`]) and the events that
+/// announce them once sent.
+#[derive(Default)]
+pub struct Batch {
+    writes: Vec<Write>,
+    events: Vec<EventPayload>,
+}
+
+impl Batch {
+    pub fn message(&mut self, message: &Message) {
+        self.writes.push(Write::Message(message.clone()));
+        self.events.push(EventPayload::MessageUpdated {
+            session_id: message.session_id().clone(),
+            info: message.clone(),
+        });
+    }
+
+    pub fn part(&mut self, part: &Part) {
+        self.writes.push(Write::Part(part.clone()));
+        self.events
+            .push(EventPayload::PartUpdated { session_id: part.session_id.clone(), part: part.clone() });
+    }
+
+    /// The session, taking a title a client set while it ran (the run's copy would overwrite it).
+    pub fn session(&mut self, services: &Services, session: &mut Session) {
+        if let Some(title) = services.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
             session.title = title;
         }
-        self.writer.send(Write::Session(session.clone()));
-        self.bus
-            .publish(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
+        self.writes.push(Write::Session(session.clone()));
+        self.events
+            .push(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
+    }
+
+    /// A write no watcher needs to hear about (a removal, a dequeue).
+    pub fn write(&mut self, write: Write) {
+        self.writes.push(write);
     }
 }

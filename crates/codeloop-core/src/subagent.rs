@@ -1,22 +1,25 @@
 //! The `task` tool: runs a subagent in a child session (reference §8.3 task) and returns its answer.
 //!
-//! It lives in core because it starts runs; it goes through the coordinator like any other prompt, so the
-//! child has its own lock, history and events. Subagents cannot start subagents (depth limit 1), and the
-//! child is interrupted when the parent's call is cancelled.
-
-use std::sync::{Arc, OnceLock, Weak};
+//! The tool only reads its arguments; the run's [`ToolHost`] runs the subtask ([`run_subtask`]), going
+//! through the coordinator like any other prompt, so the child has its own lock, history and events.
+//! Subagents cannot start subagents (depth limit 1), and the child is interrupted when the parent's call
+//! is cancelled.
 
 use async_trait::async_trait;
-use codeloop_tools::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput, decode, schema_for};
+use codeloop_tools::{
+    CallInfo, PermissionAsk, Subtask, Tool, ToolContext, ToolFailure, ToolHost, ToolOutput, decode,
+    schema_for,
+};
 use codeloop_types::{
     EventPayload, Message, PartKind, PermissionAction, PermissionRule, Session, SessionId, now_ms,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::agents::{Agent, AgentMode};
-use crate::coordinator::WeakCoordinator;
+use crate::coordinator::Coordinator;
 use crate::input::{Delivery, PromptInput};
 use crate::run::StopReason;
 use crate::services::Services;
@@ -35,35 +38,20 @@ struct Params {
     task_id: Option<String>,
 }
 
-/// What the tool reaches once the engine exists (the registry is built before it).
-#[derive(Default)]
-pub struct TaskRuntime {
-    services: OnceLock<Weak<Services>>,
-    coordinator: OnceLock<WeakCoordinator>,
-}
-
-impl TaskRuntime {
-    pub fn connect(&self, services: &Arc<Services>, coordinator: WeakCoordinator) {
-        let _ = self.services.set(Arc::downgrade(services));
-        let _ = self.coordinator.set(coordinator);
-    }
-}
-
 pub struct TaskTool {
     description: String,
     parameters: Value,
-    runtime: Arc<TaskRuntime>,
 }
 
 impl TaskTool {
-    pub fn new(subagents: &[&Agent], runtime: Arc<TaskRuntime>) -> Self {
+    pub fn new(subagents: &[&Agent]) -> Self {
         let list: String = subagents.iter().map(|a| format!("\n- {}: {}", a.name, a.description)).collect();
         let description = format!(
             "Start a subagent in its own session for a self-contained task (search, research, a separate change). \
 It sees none of this conversation: put everything it needs in `prompt` and say what to report back. Its final answer \
 is returned. Available subagents:{list}"
         );
-        Self { description, parameters: schema_for::<Params>(), runtime }
+        Self { description, parameters: schema_for::<Params>() }
     }
 }
 
@@ -87,84 +75,93 @@ impl Tool for TaskTool {
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
         let params: Params = decode("task", args)?;
-        let services = self
-            .runtime
-            .services
-            .get()
-            .and_then(Weak::upgrade)
-            .ok_or_else(|| failed("the engine is shutting down"))?;
-        let coordinator = self
-            .runtime
-            .coordinator
-            .get()
-            .and_then(WeakCoordinator::upgrade)
-            .ok_or_else(|| failed("the engine is shutting down"))?;
-        let parent = services
-            .store
-            .get_session(&ctx.call.session_id)
-            .map_err(|e| failed(format!("cannot read the session: {e}")))?
-            .ok_or_else(|| failed("the session no longer exists"))?;
-        if parent.parent_id.is_some() {
-            return Err(failed("Subagents cannot start subagents: do this part of the work yourself."));
-        }
-        let agent = match services.agents.get(&params.subagent_type) {
-            Some(agent) if agent.mode == AgentMode::Subagent => agent.clone(),
-            _ => {
-                let available: Vec<&str> = services
-                    .agents
-                    .values()
-                    .filter(|a| a.mode == AgentMode::Subagent)
-                    .map(|a| a.name.as_str())
-                    .collect();
-                return Err(failed(format!(
-                    "Unknown subagent \"{}\". Available subagents: {}",
-                    params.subagent_type,
-                    available.join(", ")
-                )));
-            }
+        let task = Subtask {
+            description: params.description,
+            prompt: params.prompt,
+            agent: params.subagent_type,
+            task_id: params.task_id,
         };
-        ctx.ask(PermissionAsk {
+        ctx.host.run_subtask(&ctx.call, task, &ctx.cancel).await
+    }
+}
+
+/// Runs `task` for the call `call` of a run: asks the `task` permission through `host`, starts (or
+/// continues) the child session and waits for its answer.
+pub(crate) async fn run_subtask(
+    services: &Services,
+    coordinator: &Coordinator,
+    host: &dyn ToolHost,
+    call: &CallInfo,
+    task: Subtask,
+    cancel: &CancellationToken,
+) -> Result<ToolOutput, ToolFailure> {
+    let parent = services
+        .store
+        .get_session(&call.session_id)
+        .map_err(|e| failed(format!("cannot read the session: {e}")))?
+        .ok_or_else(|| failed("the session no longer exists"))?;
+    if parent.parent_id.is_some() {
+        return Err(failed("Subagents cannot start subagents: do this part of the work yourself."));
+    }
+    let agent = match services.agents.get(&task.agent) {
+        Some(agent) if agent.mode == AgentMode::Subagent => agent.clone(),
+        _ => {
+            let available: Vec<&str> = services
+                .agents
+                .values()
+                .filter(|a| a.mode == AgentMode::Subagent)
+                .map(|a| a.name.as_str())
+                .collect();
+            return Err(failed(format!(
+                "Unknown subagent \"{}\". Available subagents: {}",
+                task.agent,
+                available.join(", ")
+            )));
+        }
+    };
+    host.ask(
+        call,
+        PermissionAsk {
             grant: Default::default(),
             permission: "task".into(),
             patterns: vec![agent.name.clone()],
             always: vec![agent.name.clone()],
-            metadata: json!({"description": params.description}),
-        })
-        .await?;
-        let child = child_session(&services, &parent, &agent, &params)?;
-        ctx.progress(
-            Some(params.description.clone()),
-            Some(json!({"session_id": child.id, "agent": agent.name})),
-        );
-        let run = coordinator.prompt(&child.id, PromptInput::text(params.prompt.clone()), Delivery::Queue);
-        let outcome = tokio::select! {
-            outcome = run => outcome,
-            _ = ctx.cancel.cancelled() => {
-                coordinator.interrupt(&child.id).await;
-                return Err(ToolFailure::Cancelled);
-            }
-        };
-        let outcome = outcome.map_err(|e| failed(format!("the subagent could not run: {e}")))?;
-        let text = last_text(&services, &child.id);
-        let (state, body) = match &outcome.stop {
-            StopReason::Completed | StopReason::StepLimit(_) => {
-                ("completed", format!("<task_result>\n{text}\n</task_result>"))
-            }
-            StopReason::Interrupted => {
-                ("error", "<task_error>\nThe subagent was interrupted.\n</task_error>".to_owned())
-            }
-            StopReason::Blocked(message) => ("error", format!("<task_error>\n{message}\n</task_error>")),
-            StopReason::Error(error) => {
-                ("error", format!("<task_error>\n{}\n</task_error>", error.message()))
-            }
-        };
-        Ok(ToolOutput {
-            title: params.description,
-            output: format!("<task id=\"{}\" state=\"{state}\">\n{body}\n</task>", child.id),
-            metadata: json!({"session_id": child.id, "agent": agent.name, "state": state}),
-            attachments: Vec::new(),
-        })
-    }
+            metadata: json!({"description": task.description}),
+        },
+    )
+    .await?;
+    let child = child_session(services, &parent, &agent, &task)?;
+    host.progress(
+        call,
+        Some(task.description.clone()),
+        Some(json!({"session_id": child.id, "agent": agent.name})),
+    );
+    let run = coordinator.prompt(&child.id, PromptInput::text(task.prompt.clone()), Delivery::Queue);
+    let outcome = tokio::select! {
+        outcome = run => outcome,
+        _ = cancel.cancelled() => {
+            coordinator.interrupt(&child.id).await;
+            return Err(ToolFailure::Cancelled);
+        }
+    };
+    let outcome = outcome.map_err(|e| failed(format!("the subagent could not run: {e}")))?;
+    let text = last_text(services, &child.id);
+    let (state, body) = match &outcome.stop {
+        StopReason::Completed | StopReason::StepLimit(_) => {
+            ("completed", format!("<task_result>\n{text}\n</task_result>"))
+        }
+        StopReason::Interrupted => {
+            ("error", "<task_error>\nThe subagent was interrupted.\n</task_error>".to_owned())
+        }
+        StopReason::Blocked(message) => ("error", format!("<task_error>\n{message}\n</task_error>")),
+        StopReason::Error(error) => ("error", format!("<task_error>\n{}\n</task_error>", error.message())),
+    };
+    Ok(ToolOutput {
+        title: task.description,
+        output: format!("<task id=\"{}\" state=\"{state}\">\n{body}\n</task>", child.id),
+        metadata: json!({"session_id": child.id, "agent": agent.name, "state": state}),
+        attachments: Vec::new(),
+    })
 }
 
 /// The child session: a new one, or the earlier task's when `task_id` names a child of this session.
@@ -172,9 +169,9 @@ fn child_session(
     services: &Services,
     parent: &Session,
     agent: &Agent,
-    params: &Params,
+    task: &Subtask,
 ) -> Result<Session, ToolFailure> {
-    if let Some(id) = &params.task_id {
+    if let Some(id) = &task.task_id {
         let existing = services.store.get_session(&SessionId::from(id.as_str())).ok().flatten();
         return match existing {
             Some(session) if session.parent_id.as_ref() == Some(&parent.id) => Ok(session),
@@ -187,7 +184,7 @@ fn child_session(
         agent.model.clone().or(parent.model.clone()),
     );
     child.parent_id = Some(parent.id.clone());
-    child.title = format!("{} (@{} subagent)", params.description, agent.name);
+    child.title = format!("{} (@{} subagent)", task.description, agent.name);
     // The parent's denials hold for the child; a child never plans work for others or starts subagents.
     child.permission =
         parent.permission.iter().filter(|r| r.action == PermissionAction::Deny).cloned().collect();

@@ -4,10 +4,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ToolFailure, ToolHost, ToolOutput};
+use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, Subtask, ToolFailure, ToolHost, ToolOutput};
 use codeloop_types::{EventPayload, PermissionRule, SessionId, Todo, ToolCallRef};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::permission::AskContext;
 use crate::services::Services;
@@ -21,6 +22,8 @@ pub enum ToolEvent {
 
 pub struct RunToolHost {
     pub services: Arc<Services>,
+    /// Runs subagents' child sessions.
+    pub coordinator: crate::Coordinator,
     pub session_id: SessionId,
     /// Agent, config and session rules, in that order.
     pub layers: Arc<Vec<PermissionRule>>,
@@ -54,6 +57,15 @@ impl ToolHost for RunToolHost {
     ) -> Result<Vec<Vec<String>>, PermissionError> {
         let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
         self.services.questions.ask(&self.session_id, Some(tool), questions).await
+    }
+
+    async fn run_subtask(
+        &self,
+        call: &CallInfo,
+        task: Subtask,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolFailure> {
+        crate::subagent::run_subtask(&self.services, &self.coordinator, self, call, task, cancel).await
     }
 
     async fn set_todos(&self, _call: &CallInfo, todos: Vec<Todo>) -> Result<(), String> {

@@ -85,6 +85,12 @@ impl StoreWriter {
         self.push(|queue| queue.writes.push(write));
     }
 
+    /// Queues writes that land together: they are drained in one go, so they are committed in one
+    /// transaction (a crash leaves all of them or none).
+    pub fn send_all(&self, writes: impl IntoIterator<Item = Write>) {
+        self.push(|queue| queue.writes.extend(writes));
+    }
+
     /// Resolves once everything sent before it is committed, with the first error since the previous
     /// flush if any write failed. `.await` it from async code, or [`Flush::wait`] from a plain thread.
     pub fn flush(&self) -> Flush {

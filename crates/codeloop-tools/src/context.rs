@@ -114,6 +114,30 @@ pub trait ToolHost: Send + Sync {
         let _ = (call, questions);
         Err(PermissionError::Blocked { message: "no one can answer questions in this session".into() })
     }
+    /// Runs a subagent in a child session (the `task` tool) and returns its answer; ends early when
+    /// `cancel` fires. Hosts that cannot start runs say so.
+    async fn run_subtask(
+        &self,
+        call: &CallInfo,
+        task: Subtask,
+        cancel: &CancellationToken,
+    ) -> Result<ToolOutput, ToolFailure> {
+        let _ = (call, task, cancel);
+        Err(ToolFailure::Failed("subagents cannot run here".into()))
+    }
+}
+
+/// What the `task` tool asks the host to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Subtask {
+    /// A short (3-5 words) description, the call's title.
+    pub description: String,
+    /// Everything the subagent needs to know, and what to report back.
+    pub prompt: String,
+    /// Which subagent runs it.
+    pub agent: String,
+    /// Continue an earlier task's child session instead of starting a new one.
+    pub task_id: Option<String>,
 }
 
 /// Where the project is: tools act inside `root` (and `directory`, and the session's temp dir) unless

@@ -17,8 +17,8 @@ mod tools;
 mod truncate;
 
 pub use context::{
-    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, ToolContext, ToolFailure,
-    ToolHost, ToolOutput, ToolSpec, Walls,
+    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, Subtask, ToolContext,
+    ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
 };
 pub use locks::FileLocks;
 pub use paths::{expand_home, is_protected, is_secret, real_path, session_temp_dir};

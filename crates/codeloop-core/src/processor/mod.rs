@@ -72,6 +72,8 @@ pub enum AttemptEnd {
 /// Fixed facts of one turn.
 pub struct TurnContext {
     pub services: Arc<Services>,
+    /// Starts the subagents' runs (the `task` tool).
+    pub coordinator: crate::Coordinator,
     pub project: ProjectPaths,
     pub project_key: String,
     pub layers: Arc<Vec<codeloop_types::PermissionRule>>,
@@ -125,6 +127,7 @@ impl Processor {
         let (tool_tx, tool_rx) = mpsc::unbounded_channel();
         let host = Arc::new(RunToolHost {
             services: ctx.services.clone(),
+            coordinator: ctx.coordinator.clone(),
             session_id: message.session_id.clone(),
             layers: ctx.layers.clone(),
             project: ctx.project_key.clone(),

@@ -184,6 +184,7 @@ pub const MAX_NO_PROGRESS_COMPACTIONS: u32 = 3;
 /// One run of a session.
 pub(crate) struct Run<'a> {
     services: Arc<Services>,
+    coordinator: crate::Coordinator,
     session: Session,
     history: Vec<MessageWithParts>,
     project: ProjectInfo,
@@ -205,6 +206,7 @@ pub(crate) struct Run<'a> {
 /// Runs a session until the model is done, blocked, interrupted or failing.
 pub(crate) async fn run_session(
     services: Arc<Services>,
+    coordinator: crate::Coordinator,
     session_id: &SessionId,
     cancel: CancellationToken,
     inbox: &Inbox,
@@ -231,6 +233,7 @@ pub(crate) async fn run_session(
     let paths = services.project_paths(&project, session_id);
     let mut run = Run {
         services: services.clone(),
+        coordinator,
         session,
         history,
         project,

@@ -64,6 +64,7 @@ impl Run<'_> {
         let compaction = &self.services.config.compaction;
         Arc::new(TurnContext {
             services: self.services.clone(),
+            coordinator: self.coordinator.clone(),
             project: self.paths.clone(),
             project_key: self.project.root.display().to_string(),
             layers: self.layers(agent),

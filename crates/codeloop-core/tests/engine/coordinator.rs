@@ -40,17 +40,14 @@ async fn five_wakes_during_a_run_coalesce_into_one_follow_up() {
         h.engine.coordinator().wake(&h.session.id);
     }
     prompt.await.unwrap();
-    // Every status event is published before the entry goes away: wait for that, then count them all.
+    // Every status event is published before the run goes away: wait for that, then count them all.
+    tokio::time::timeout(std::time::Duration::from_secs(10), h.engine.coordinator().settled(&h.session.id))
+        .await
+        .expect("runs did not settle");
     let mut statuses = Vec::new();
-    let settle = async {
-        while h.engine.coordinator().is_busy(&h.session.id) {
-            statuses.push(watch.recv().await.unwrap());
-        }
-        while let Ok(event) = watch.try_recv() {
-            statuses.push(event);
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), settle).await.expect("runs did not settle");
+    while let Ok(event) = watch.try_recv() {
+        statuses.push(event);
+    }
     let busy = statuses
         .iter()
         .filter(|e| matches!(&e.payload, EventPayload::SessionStatus { status: SessionStatus::Busy, .. }))

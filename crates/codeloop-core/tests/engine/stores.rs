@@ -189,7 +189,6 @@ async fn input_queued_by_a_dead_worker_is_run_by_another_once_its_lease_expires(
 
     let b = worker(&url, &fake, data_b.path());
     assert_eq!(b.resume_orphans().await.unwrap(), 0, "the lease is still live");
-    let mut events = b.bus().subscribe();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         if b.resume_orphans().await.unwrap() == 1 {
@@ -199,12 +198,9 @@ async fn input_queued_by_a_dead_worker_is_run_by_another_once_its_lease_expires(
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     // The taken-over run settles what was left, then runs the queue; the entry goes when all is done.
-    let settled = async {
-        while b.coordinator().is_busy(&session.id) {
-            let _ = events.recv().await;
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(10), settled).await.expect("the run never ended");
+    tokio::time::timeout(std::time::Duration::from_secs(10), b.coordinator().settled(&session.id))
+        .await
+        .expect("the run never ended");
     b.flush().await.unwrap();
     assert_eq!(texts_of(&b, &session.id), ["first", "first answer", "second", "taken over"]);
     assert_eq!(queued_texts(&b, &session.id), Vec::<String>::new());

@@ -156,6 +156,7 @@ impl Fixture {
         let project = self.project.path().to_owned();
         let ctx = Arc::new(TurnContext {
             services: self.services(),
+            coordinator: self.engine.coordinator().clone(),
             project: ProjectPaths::new(project.clone(), project.clone()),
             project_key: project.display().to_string(),
             layers: Arc::new(Vec::new()),
