@@ -267,7 +267,8 @@ impl Default for ToolOutputConfig {
 }
 
 /// `[store]`: `url = "postgres://…"` shares sessions between workers (`serve --store` and
-/// `CODELOOP_DATABASE_URL` take precedence); `lease_secs` is how long a run's lease lasts unrenewed.
+/// `CODELOOP_DATABASE_URL` take precedence; TLS as the URL's libpq `sslmode` and `sslrootcert` say);
+/// `lease_secs` is how long a run's lease lasts unrenewed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct StoreConfig {

@@ -107,6 +107,16 @@ pub enum StoreError {
          store URL (`serve --store`, CODELOOP_DATABASE_URL or `[store] url`) is right"
     )]
     Unavailable { url: String, reason: String },
+    /// A TLS connection to the database failed (see `sslmode` in the store URL); `advice` says what to change.
+    #[error("cannot open a TLS connection to the PostgreSQL store at {url}: {reason}; {advice}")]
+    Tls { url: String, reason: String, advice: String },
+    /// The CA certificates `sslrootcert` names in the store URL cannot be used.
+    #[error(
+        "cannot use sslrootcert {} from the store URL {url}: {reason}; point sslrootcert at the PEM file of the \
+         certificate authority that signed the server's certificate",
+        path.display()
+    )]
+    RootCert { url: String, path: std::path::PathBuf, reason: String },
     #[error("corrupt stored JSON in {table} {id}: {source}")]
     Corrupt { table: &'static str, id: String, source: serde_json::Error },
     #[error("cannot open the data directory {path}: {source}")]

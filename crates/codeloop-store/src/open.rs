@@ -96,7 +96,7 @@ pub fn redact(url: &str) -> String {
 
 /// The password written in `url`, if any, so error texts from the driver can be scrubbed of it.
 pub(crate) fn password(url: &str) -> Option<String> {
-    let config: tokio_postgres::Config = url.parse().ok()?;
+    let config: tokio_postgres::Config = crate::pg::without_tls_options(url).parse().ok()?;
     let password = config.get_password()?;
     let password = String::from_utf8_lossy(password).into_owned();
     (!password.is_empty()).then_some(password)
@@ -125,6 +125,9 @@ mod tests {
         assert_eq!(redact("postgres://u@h/db?password=hunter2&x=1"), "postgres://u@h/db?password=***&x=1");
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
         assert_eq!(password("postgres://u:hunter2@h/db").as_deref(), Some("hunter2"));
+        // Options only codeloop understands do not hide the password from the scrubber.
+        let verified = "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/ca.pem";
+        assert_eq!(password(verified).as_deref(), Some("hunter2"));
         assert!(!format!("{:?}", StoreUrl::Postgres("postgres://u:pw@h/d".into())).contains("pw@"));
     }
 }

@@ -1,9 +1,10 @@
 //! Integration tests of the SQLite store on real files: round trips, in-place updates, paging, recovery
 //! after a crash (including a real SIGKILL of a child process), the batched writer, concurrency across
-//! connections and stores, run locks, approvals and todos.
+//! connections and stores, run locks, approvals and todos; and the PostgreSQL store over TLS (`tls/`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
+mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};

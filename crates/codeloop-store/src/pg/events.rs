@@ -11,8 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
+use super::tls::Connector;
 use super::{Db, PgStore};
 use crate::{EventLog, EventSink, Result};
 
@@ -36,7 +37,8 @@ impl EventLog for PgStore {
         })?;
         let handle = &self.shared.handle;
         handle.spawn(append(self.shared.db.clone(), outbox));
-        handle.spawn(read(self.shared.db.clone(), self.shared.pg_config.clone(), newest, deliver));
+        let (config, tls) = (self.shared.pg_config.clone(), self.shared.tls.clone());
+        handle.spawn(read(self.shared.db.clone(), config, tls, newest, deliver));
         handle.spawn(prune(self.shared.db.clone()));
         Ok(())
     }
@@ -83,9 +85,9 @@ async fn append_batch(db: &Db, batch: &[String]) -> Result<()> {
     Ok(())
 }
 
-async fn read(db: Db, config: tokio_postgres::Config, mut last: i64, deliver: EventSink) {
+async fn read(db: Db, config: tokio_postgres::Config, tls: Connector, mut last: i64, deliver: EventSink) {
     loop {
-        let (client, mut connection) = match config.connect(NoTls).await {
+        let (client, mut connection) = match config.connect(tls.clone()).await {
             Ok(pair) => pair,
             Err(error) => {
                 tracing::warn!(error = %super::describe(&error), "cannot open the event listener; retrying");

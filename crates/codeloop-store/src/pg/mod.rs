@@ -14,6 +14,7 @@ mod lease;
 mod pool;
 mod rows;
 pub(crate) mod schema;
+mod tls;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use codeloop_types::{MessageId, Millis, PermissionAction, PermissionRule, Session, SessionId, Todo, now_ms};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
-use tokio_postgres::{IsolationLevel, NoTls};
+use tokio_postgres::IsolationLevel;
 
 use crate::open::{password, redact};
 use crate::recovery::{settle_message, settle_part};
@@ -34,6 +35,8 @@ use lease::Lease;
 use pool::scrub;
 pub(crate) use pool::{Db, Shared, block_on, describe};
 use rows::{apply_write, message_from_row, part_from_row, session_from_row, upsert_message, upsert_part};
+use tls::TlsOptions;
+pub(crate) use tls::without_tls_options;
 
 /// Connections kept by one worker. Runs write through one writer thread; reads come from request handlers.
 const POOL_SIZE: usize = 16;
@@ -57,7 +60,8 @@ impl std::fmt::Debug for PgStore {
 
 impl PgStore {
     /// Connects to `url`, migrates the schema, and settles runs whose lease has expired (a dead worker's).
-    /// Run leases last `lease` unless renewed. Errors never show the password.
+    /// Run leases last `lease` unless renewed. TLS follows the URL's `sslmode` and `sslrootcert` as in libpq
+    /// (see `tls.rs`). Errors never show the password.
     pub fn open(url: &str, lease: Duration) -> Result<PgStore> {
         let shown = redact(url);
         let password = password(url);
@@ -65,8 +69,12 @@ impl PgStore {
             url: shown.clone(),
             reason: scrub(&reason, password.as_deref()),
         };
+        // The driver knows neither `sslrootcert` nor the `verify-*` modes: they are taken out and handled here.
+        let (driver_url, tls_options) = TlsOptions::split(url).map_err(&invalid)?;
         let mut config: tokio_postgres::Config =
-            url.parse().map_err(|e: tokio_postgres::Error| invalid(e.to_string()))?;
+            driver_url.parse().map_err(|e: tokio_postgres::Error| invalid(e.to_string()))?;
+        config.ssl_mode(tls_options.driver_mode());
+        let tls = tls_options.connector(&shown)?;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
@@ -80,8 +88,11 @@ impl PgStore {
             .build()
             .map_err(|source| StoreError::Io { path: "PostgreSQL store runtime".into(), source })?;
         let pg_config = config.clone();
-        let manager =
-            Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager = Manager::from_config(
+            config,
+            tls.clone(),
+            ManagerConfig { recycling_method: RecyclingMethod::Fast },
+        );
         let pool = Pool::builder(manager)
             .max_size(POOL_SIZE)
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -94,6 +105,7 @@ impl PgStore {
         let shared = Arc::new(Shared {
             db,
             pg_config,
+            tls,
             handle: runtime.handle().clone(),
             held: Default::default(),
             lease,

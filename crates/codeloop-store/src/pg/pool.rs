@@ -1,6 +1,6 @@
 //! The connection side of the PostgreSQL store: the pool handle async work captures, the private runtime
 //! the driver runs on, the bridge from the synchronous [`crate::Store`] calls to it, and error texts that
-//! carry the server's message and never the password.
+//! carry the server's message (and, for TLS failures, what to change) and never the password.
 //! Owns: those pieces. Must not: run queries of its own.
 
 use std::future::Future;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use deadpool_postgres::{Client, Pool};
 use tokio::runtime::Handle;
 
+use super::tls::{self, Connector};
 use crate::{Result, StoreError};
 
 /// A pool handle that async store work captures by value.
@@ -23,11 +24,16 @@ pub(crate) struct Db {
 
 impl Db {
     pub(crate) async fn client(&self) -> Result<Client> {
-        self.pool.get().await.map_err(|error| self.unavailable(&with_causes(&error)))
+        self.pool.get().await.map_err(|error| self.unavailable(&error))
     }
 
-    fn unavailable(&self, reason: &str) -> StoreError {
-        StoreError::Unavailable { url: self.url.to_string(), reason: scrub(reason, self.password.as_deref()) }
+    /// A failed connection as an error value: a TLS one with what to change in the URL.
+    fn unavailable(&self, error: &(dyn std::error::Error + 'static)) -> StoreError {
+        let (url, reason) = (self.url.to_string(), scrub(&with_causes(error), self.password.as_deref()));
+        match tls::advice(error) {
+            Some(advice) => StoreError::Tls { url, reason, advice: advice.to_owned() },
+            None => StoreError::Unavailable { url, reason },
+        }
     }
 }
 
@@ -69,6 +75,8 @@ pub(crate) struct Shared {
     pub(crate) db: Db,
     /// For connections outside the pool (the event listener).
     pub(crate) pg_config: tokio_postgres::Config,
+    /// TLS as the URL's `sslmode` asks, for those connections too.
+    pub(crate) tls: Connector,
     pub(crate) handle: Handle,
     pub(crate) lease: Duration,
     pub(crate) runtime: Option<tokio::runtime::Runtime>,
