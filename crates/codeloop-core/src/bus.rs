@@ -44,8 +44,10 @@ struct ReplayState {
 pub enum Replay {
     /// Every event after the requested id, in order (possibly none).
     Events(Vec<Arc<Event>>),
-    /// The client is further behind than the buffer: it must refetch state.
-    TooFarBehind,
+    /// The client is further behind than the buffer, which holds only `held` (every event from id
+    /// `held_from` on). What came between is gone from memory: a shared store's event log may still
+    /// have it ([`crate::Engine::subscribe_after`]); otherwise the client must refetch state.
+    TooFarBehind { held_from: u64, held: Vec<Arc<Event>> },
 }
 
 impl Default for Bus {
@@ -128,6 +130,12 @@ impl Bus {
         (replay, receiver)
     }
 
+    /// Starts ids after `id` (a relayed bus: events up to it are already in the store's log).
+    pub fn start_after(&self, id: u64) {
+        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.next_id = state.next_id.max(id + 1);
+    }
+
     /// The id the next event will get.
     pub fn next_id(&self) -> u64 {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).next_id
@@ -140,7 +148,7 @@ fn replay_from(state: &ReplayState, last_id: u64) -> Replay {
     }
     let oldest = state.buffer.front().map(|e| e.id).unwrap_or(state.next_id);
     if last_id + 1 < oldest {
-        return Replay::TooFarBehind;
+        return Replay::TooFarBehind { held_from: oldest, held: state.buffer.iter().cloned().collect() };
     }
     // Ids may have gaps on a relayed bus: find the position rather than compute it.
     let skip = state.buffer.partition_point(|e| e.id <= last_id);
@@ -183,7 +191,7 @@ mod tests {
         for n in 0..20 {
             bus.publish(compacted(n));
         }
-        assert!(matches!(bus.subscribe_after(3).0, Replay::TooFarBehind));
+        assert!(matches!(bus.subscribe_after(3).0, Replay::TooFarBehind { .. }));
         assert!(matches!(bus.subscribe_after(15).0, Replay::Events(ref e) if e.len() == 5));
     }
 

@@ -12,8 +12,8 @@ use codeloop_types::{
 
 use crate::instructions::ProjectInfo;
 
-use crate::Bus;
 use crate::agents::{Agent, AgentMode, DEFAULT_AGENT, agents};
+use crate::bus::{Bus, Replay};
 use crate::config::Config;
 use crate::coordinator::{Coordinator, RunResult};
 use crate::input::{Delivery, PromptInput};
@@ -180,6 +180,57 @@ impl Engine {
 
     pub fn bus(&self) -> &Bus {
         &self.services.bus
+    }
+
+    /// True when a shared store's event log holds event `id`: an id this worker has not delivered yet
+    /// but another worker already handed to a client, which this worker will deliver soon.
+    pub async fn is_logged_event(&self, id: u64) -> bool {
+        let logged = self
+            .services
+            .blocking(move |store| match store.event_log() {
+                Some(log) => log.events_between(id.saturating_sub(1), id.saturating_add(1)),
+                None => Ok(None),
+            })
+            .await;
+        matches!(logged, Ok(Some(events)) if events.iter().any(|(logged, _)| *logged == id))
+    }
+
+    /// [`Bus::subscribe_after`], reaching further back through a shared store's event log (PostgreSQL
+    /// keeps an hour of every worker's events): a client that reconnects to any worker, even one that
+    /// started after it left, replays what it missed. Without such a log, or when the log no longer
+    /// has it, the replay stays [`Replay::TooFarBehind`].
+    pub async fn subscribe_after(
+        &self,
+        last_id: u64,
+    ) -> (Replay, tokio::sync::broadcast::Receiver<Arc<codeloop_types::Event>>) {
+        let (replay, receiver) = self.services.bus.subscribe_after(last_id);
+        let Replay::TooFarBehind { held_from, held } = replay else { return (replay, receiver) };
+        let logged = self
+            .services
+            .blocking(move |store| match store.event_log() {
+                Some(log) => log.events_between(last_id, held_from),
+                None => Ok(None),
+            })
+            .await;
+        let older = match logged {
+            Ok(Some(older)) => older,
+            Ok(None) => return (Replay::TooFarBehind { held_from, held }, receiver),
+            Err(error) => {
+                tracing::warn!(%error, "could not read missed events from the store");
+                return (Replay::TooFarBehind { held_from, held }, receiver);
+            }
+        };
+        let mut events = Vec::with_capacity(older.len() + held.len());
+        for (id, json) in older {
+            match serde_json::from_str::<EventPayload>(&json) {
+                Ok(payload) => events.push(Arc::new(codeloop_types::Event { id, payload })),
+                Err(error) => {
+                    tracing::warn!(id, %error, "an event from the store could not be read; skipped")
+                }
+            }
+        }
+        events.extend(held);
+        (Replay::Events(events), receiver)
     }
 
     pub fn services(&self) -> &Arc<Services> {

@@ -74,12 +74,13 @@ pub(crate) fn relayed_bus(
     });
     let bus = Bus::relayed(channel_capacity, replay_capacity, relay);
     let target = bus.clone();
-    log.relay(
+    let newest = log.relay(
         pending,
         Box::new(move |id, json| match serde_json::from_str::<EventPayload>(&json) {
             Ok(payload) => target.deliver(id, payload),
             Err(error) => tracing::warn!(id, %error, "an event from the store could not be read; skipped"),
         }),
     )?;
+    bus.start_after(newest);
     Ok(bus)
 }

@@ -52,7 +52,7 @@ pub async fn events(
         _ => query.since,
     };
     let filter = query.session.filter(|s| !s.is_empty()).map(SessionId::from);
-    let stream = EventStream::open(&state, requested, filter);
+    let stream = EventStream::open(&state, requested, filter).await;
     let body = Body::from_stream(futures::stream::unfold(stream, |mut stream| async move {
         let chunk = stream.next_chunk().await?;
         Some((Ok::<Bytes, Infallible>(chunk), stream))
@@ -85,21 +85,27 @@ struct EventStream {
 }
 
 impl EventStream {
-    fn open(state: &AppState, requested: Option<u64>, filter: Option<SessionId>) -> EventStream {
+    async fn open(state: &AppState, requested: Option<u64>, filter: Option<SessionId>) -> EventStream {
         let bus = state.engine.bus().clone();
         let position = bus.next_id().saturating_sub(1);
         let connected = |id: Option<u64>| control(id, "server.connected", json!({"last_event_id": position}));
         let (head, replay, rx, last_seen) = match requested {
+            // Ahead of this worker: another worker sent it, and it reaches this one's bus soon; the stream
+            // goes on from there (events up to it are skipped).
+            Some(last) if last > position && state.engine.is_logged_event(last).await => {
+                let (replay, rx) = bus.subscribe_after(position);
+                (connected(None).to_vec(), replay, rx, last)
+            }
             Some(last) if last > position => {
                 let (replay, rx) = bus.subscribe_after(position);
                 let head = [connected(None), resync(ResyncReason::UnknownId, last)].concat();
                 (head, replay, rx, position)
             }
             Some(last) => {
-                let (replay, rx) = bus.subscribe_after(last);
+                let (replay, rx) = state.engine.subscribe_after(last).await;
                 match replay {
                     Replay::Events(_) => (connected(None).to_vec(), replay, rx, last),
-                    Replay::TooFarBehind => {
+                    Replay::TooFarBehind { .. } => {
                         let head = [connected(None), resync(ResyncReason::TooFarBehind, last)].concat();
                         (head, Replay::Events(Vec::new()), rx, position)
                     }
@@ -114,7 +120,7 @@ impl EventStream {
         let backlog = match replay {
             Replay::Events(events) => events.into(),
             // Only possible with a replay buffer of size 0: say so rather than skip silently.
-            Replay::TooFarBehind => {
+            Replay::TooFarBehind { .. } => {
                 head.extend_from_slice(&resync(ResyncReason::TooFarBehind, position));
                 VecDeque::new()
             }
@@ -228,7 +234,9 @@ impl EventStream {
         self.rx = rx;
         match replay {
             Replay::Events(events) => self.backlog.extend(events),
-            Replay::TooFarBehind => out.extend_from_slice(&resync(ResyncReason::Lagged, self.last_seen)),
+            Replay::TooFarBehind { .. } => {
+                out.extend_from_slice(&resync(ResyncReason::Lagged, self.last_seen))
+            }
         }
     }
 }

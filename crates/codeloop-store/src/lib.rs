@@ -201,7 +201,13 @@ pub trait Store: Send + Sync {
 pub trait EventLog: Send + Sync {
     /// Starts relaying until the store is dropped: JSON events from `outbox` are appended in batches, and
     /// every event appended from now on, by any worker, is handed to `deliver` (id, JSON) in id order.
-    fn relay(&self, outbox: tokio::sync::mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<()>;
+    /// Returns the newest id already in the log: events up to it are only read back through
+    /// [`EventLog::events_between`].
+    fn relay(&self, outbox: tokio::sync::mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<u64>;
+    /// The logged events with `after < id < before`, oldest first (JSON). `None` when the log no longer
+    /// holds the events right after `after` (pruned by age) or there are more than a replay may carry:
+    /// the reader must refetch state instead.
+    fn events_between(&self, after: u64, before: u64) -> Result<Option<Vec<(u64, String)>>>;
 }
 
 /// Where [`EventLog::relay`] hands the events it reads.

@@ -199,5 +199,34 @@ async fn sse_on_one_worker_streams_another_workers_run_and_replays_it_by_store_i
     let last = *ids.last().unwrap();
     let replayed = read_events(&mut replay, |e| e["id"].as_u64() == Some(last)).await;
     let replayed: Vec<u64> = replayed.iter().map(|e| e["id"].as_u64().unwrap()).collect();
-    assert_eq!(replayed, ids.into_iter().filter(|i| *i > middle).collect::<Vec<_>>());
+    assert_eq!(replayed, ids.iter().copied().filter(|i| *i > middle).collect::<Vec<_>>());
+
+    // A worker started after the run replays it too, from the store's event log (kept an hour), with no
+    // `resync`.
+    let (_c, c_url, _c_data) = worker(&env, &config, &store);
+    let first = ids[0];
+    let mut late =
+        http.get(format!("{c_url}/event")).header("Last-Event-ID", first.to_string()).send().await.unwrap();
+    let frames = read_frames(&mut late, |frame| frame.contains(&format!("id: {last}\n"))).await;
+    assert!(!frames.contains(r#""type":"resync""#), "{frames}");
+    let replayed: Vec<u64> = frames
+        .lines()
+        .filter_map(|line| line.strip_prefix("id: "))
+        .map(|id| id.trim().parse().unwrap())
+        .collect();
+    assert_eq!(replayed, ids.iter().copied().filter(|i| *i > first).collect::<Vec<_>>());
+}
+
+/// Reads raw SSE text from `response` until `until` holds for what was read.
+async fn read_frames(response: &mut reqwest::Response, until: impl Fn(&str) -> bool) -> String {
+    let mut text = String::new();
+    while !until(&text) {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), response.chunk())
+            .await
+            .expect("no event in 10 s")
+            .unwrap()
+            .expect("the stream ended");
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    text
 }

@@ -254,6 +254,49 @@ async fn every_worker_sees_every_workers_events_with_the_same_store_ids() {
 }
 
 #[tokio::test]
+async fn a_worker_started_later_replays_earlier_events_from_the_stores_log() {
+    let Some(url) = database() else { return };
+    let fake = FakeProvider::start(Script::new([Reply::text("before C existed").with_text_chunks(4)]))
+        .await
+        .unwrap();
+    let (data_a, data_c, project) =
+        (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = worker_with(&url, &fake, data_a.path(), EventIds::Store);
+    let mut on_a = a.bus().subscribe();
+    let session = a.create_session(project.path(), None, None, None).unwrap();
+    a.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let event =
+            tokio::time::timeout(std::time::Duration::from_secs(10), on_a.recv()).await.unwrap().unwrap();
+        let idle = matches!(
+            &event.payload,
+            EventPayload::SessionStatus { status: codeloop_types::SessionStatus::Idle, .. }
+        );
+        seen.push(event);
+        if idle {
+            break;
+        }
+    }
+
+    // Worker C starts after all of that: its bus holds none of it, the store's log does.
+    let c = worker_with(&url, &fake, data_c.path(), EventIds::Store);
+    let first = seen[0].id;
+    assert!(matches!(c.bus().subscribe_after(first).0, codeloop_core::Replay::TooFarBehind { .. }));
+    let (replay, _rx) = c.subscribe_after(first).await;
+    let codeloop_core::Replay::Events(replayed) = replay else { panic!("C should replay from the store") };
+    let after_first: Vec<_> = seen.iter().filter(|e| e.id > first).collect();
+    // Everything A's subscriber saw after `first`, in order (events published after that may follow).
+    assert!(replayed.len() >= after_first.len(), "{} < {}", replayed.len(), after_first.len());
+    for (got, want) in replayed.iter().zip(&after_first) {
+        assert_eq!((got.id, &got.payload), (want.id, &want.payload));
+    }
+    // An id A handed out is known to C even before C delivers anything newer; a made-up one is not.
+    assert!(c.is_logged_event(seen.last().unwrap().id).await);
+    assert!(!c.is_logged_event(seen.last().unwrap().id + 1_000_000).await);
+}
+
+#[tokio::test]
 async fn a_new_prompt_waits_behind_input_a_dead_process_left_queued() {
     let h = Harness::new(Script::new([
         Turn::from(Reply::text("old answer")),

@@ -178,7 +178,7 @@ async fn a_client_beyond_the_replay_buffer_gets_one_resync_then_live_events() {
     let bus = h.engine.bus().clone();
     let filler = || EventPayload::SessionCompacted { session_id: "ses_filler".into() };
     let first = bus.publish(filler());
-    while !matches!(bus.subscribe_after(first).0, Replay::TooFarBehind) {
+    while !matches!(bus.subscribe_after(first).0, Replay::TooFarBehind { .. }) {
         for _ in 0..1000 {
             bus.publish(filler());
         }

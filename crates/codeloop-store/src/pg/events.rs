@@ -20,6 +20,8 @@ use crate::{EventLog, EventSink, Result};
 /// How long events stay in the table.
 pub(crate) const RETENTION: Duration = Duration::from_secs(3600);
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
+/// Events one replay reads back from the log at most; a client further behind refetches state.
+const MAX_REPLAY: i64 = 50_000;
 /// Events written per transaction at most.
 const BATCH: usize = 512;
 /// The reader looks for new rows at least this often, notification or not.
@@ -30,7 +32,7 @@ const APPEND_LOCK: i64 = 0x636c_6576;
 const CHANNEL: &str = "codeloop_events";
 
 impl EventLog for PgStore {
-    fn relay(&self, outbox: mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<()> {
+    fn relay(&self, outbox: mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<u64> {
         let newest = self.run(|db| async move {
             let client = db.client().await?;
             Ok(client.query_one("SELECT coalesce(max(id), 0) FROM event", &[]).await?.try_get::<_, i64>(0)?)
@@ -40,8 +42,41 @@ impl EventLog for PgStore {
         let (config, tls) = (self.shared.pg_config.clone(), self.shared.tls.clone());
         handle.spawn(read(self.shared.db.clone(), config, tls, newest, deliver));
         handle.spawn(prune(self.shared.db.clone()));
-        Ok(())
+        Ok(u64::try_from(newest).unwrap_or(0))
     }
+
+    fn events_between(&self, after: u64, before: u64) -> Result<Option<Vec<(u64, String)>>> {
+        let (after, before) = (clamp(after), clamp(before));
+        self.run(move |db| async move {
+            let client = db.client().await?;
+            let oldest: Option<i64> = client.query_one("SELECT min(id) FROM event", &[]).await?.try_get(0)?;
+            // Events right after `after` were pruned (or none were ever logged there).
+            if oldest.is_none_or(|oldest| oldest > after.saturating_add(1))
+                && before > after.saturating_add(1)
+            {
+                return Ok(None);
+            }
+            let stmt = client
+                .prepare_cached(
+                    "SELECT id, payload::text FROM event WHERE id > $1 AND id < $2 ORDER BY id LIMIT $3",
+                )
+                .await?;
+            let rows = client.query(&stmt, &[&after, &before, &(MAX_REPLAY + 1)]).await?;
+            if rows.len() > MAX_REPLAY as usize {
+                return Ok(None);
+            }
+            let events = rows
+                .iter()
+                .map(|row| Ok((u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0), row.try_get(1)?)))
+                .collect::<Result<Vec<_>>>()?;
+            Ok(Some(events))
+        })
+    }
+}
+
+/// Ids are `bigint` in the table.
+fn clamp(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or(i64::MAX)
 }
 
 async fn append(db: Db, mut outbox: mpsc::UnboundedReceiver<String>) {
