@@ -55,7 +55,9 @@ impl HttpProvider {
                 env: Some(env.clone()),
             });
         }
-        let body = serde_json::to_vec(&config.api.body(&request, &config.base_url))
+        let body = config
+            .api
+            .encode(&request, &config.base_url)
             .map_err(|e| config_error(config, format!("cannot encode the request: {e}")))?;
         let url = format!("{}{}", self.base, config.api.path(&request.model));
         let send = self.client.post(&url).headers(self.headers.clone()).body(body).send();

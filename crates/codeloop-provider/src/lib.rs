@@ -13,6 +13,7 @@
 pub mod anthropic;
 mod assemble;
 pub mod catalogue;
+mod encode;
 mod endpoint;
 mod error;
 mod event;
@@ -32,6 +33,7 @@ use std::time::Duration;
 use futures::Stream;
 use futures::future::BoxFuture;
 
+pub use encode::EncodeCache;
 pub use endpoint::Endpoint;
 pub use error::{
     ProviderError, classify_http_error, classify_stream_error, looks_like_context_overflow,
@@ -95,6 +97,30 @@ impl WireApi {
             WireApi::Anthropic => anthropic::build_body(request),
             WireApi::Gemini => gemini::build_body(request),
         }
+    }
+
+    /// The body this format sends for `request`, as bytes: `serde_json::to_vec(&self.body(..))`, built
+    /// faster when the request carries an [`EncodeCache`] that earlier requests of its run filled.
+    pub fn encode(self, request: &ProviderRequest, base_url: &str) -> Result<Vec<u8>, serde_json::Error> {
+        let Some(cache) = &request.cache else { return serde_json::to_vec(&self.body(request, base_url)) };
+        let owner = (self, request.model.as_str(), base_url);
+        let endpoint = Endpoint::of(base_url);
+        let bytes = match self {
+            WireApi::OpenAiChat => openai_chat::encode(request, endpoint, &mut cache.lock(), owner)?,
+            WireApi::OpenAiResponses => {
+                openai_responses::encode(request, endpoint, &mut cache.lock(), owner)?
+            }
+            // Not memoised: their grouping of consecutive messages (and Anthropic's cache markers on the
+            // last two) make a message's encoding depend on its neighbours.
+            WireApi::Anthropic | WireApi::Gemini => return serde_json::to_vec(&self.body(request, base_url)),
+        };
+        // Debug builds (every test) check the memo against encoding from scratch.
+        debug_assert!(
+            bytes == serde_json::to_vec(&self.body(request, base_url))?,
+            "the memoised {} body differs from the body built from scratch",
+            self.as_str()
+        );
+        Ok(bytes)
     }
 
     /// A fresh decoder for one response body in this format.

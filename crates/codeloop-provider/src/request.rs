@@ -17,6 +17,9 @@ pub struct ProviderRequest {
     pub temperature: Option<f32>,
     /// Used for session-affinity headers and prompt-cache keys.
     pub session_id: Option<String>,
+    /// The run's memo of encoded messages, so a step encodes only what changed since the last one
+    /// (not part of what the request says: equal requests with and without it send the same body).
+    pub cache: Option<crate::EncodeCache>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -119,6 +119,8 @@ impl Run<'_> {
             max_output_tokens: Some(max_output(&model.limits)),
             temperature: None,
             session_id: Some(self.session.id.to_string()),
+            // A summary is sent once: nothing to reuse.
+            cache: None,
         };
         let estimate = estimate_request_tokens(&request);
         let ctx = self.turn_context(&agent, &model, false, true, estimate);

@@ -201,6 +201,8 @@ pub(crate) struct Run<'a> {
     breaker: Breaker,
     snapshots: Option<Arc<Snapshots>>,
     tools: crate::services::ToolSet,
+    /// The wire encoding of messages earlier steps sent: a step encodes only the messages that changed.
+    encoded: codeloop_provider::EncodeCache,
 }
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
@@ -248,6 +250,7 @@ pub(crate) async fn run_session(
         breaker: Breaker::default(),
         snapshots,
         tools: services.tool_set().await.clone(),
+        encoded: codeloop_provider::EncodeCache::new(),
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;

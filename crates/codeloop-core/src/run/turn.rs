@@ -155,6 +155,7 @@ impl Run<'_> {
             max_output_tokens: Some(max_output(&model.limits)),
             temperature: agent.temperature.or(model.temperature).filter(|_| model.accepts_temperature),
             session_id: Some(self.session.id.to_string()),
+            cache: Some(self.encoded.clone()),
         }
     }
 

@@ -391,3 +391,62 @@ async fn prune_does_nothing_when_less_than_the_minimum_would_be_freed() {
     );
     assert!(!any_pruned, "three turns: only ~12 000 tokens beyond the protected turns");
 }
+
+/// The provider messages of `history` encoded from scratch (no memo), as the fake provider records them.
+fn encoded_from_scratch(history: &[codeloop_store::MessageWithParts]) -> Vec<Value> {
+    let visible = projection::visible_history(history);
+    let model = codeloop_types::ModelRef::new("fake", "test");
+    let messages =
+        projection::to_provider_messages(&visible, &model, projection::ProjectionOptions::default());
+    let request = codeloop_provider::ProviderRequest { messages, ..Default::default() };
+    let body = codeloop_provider::openai_chat::build_body(&request, codeloop_provider::Endpoint::Compatible);
+    body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn every_step_sends_what_encoding_its_history_from_scratch_would_after_prune() {
+    // Runs of three steps (two reads, then an answer) on ~12 000-token files: prune clears old outputs
+    // between runs, and each step's request reuses the encoding of the steps before it.
+    let big = format!("{}\n", "x".repeat(79)).repeat(580);
+    let mut turns = Vec::new();
+    for run in 0..5 {
+        for file in ["a", "b"] {
+            turns.push(Turn::from(
+                Reply::tool_call("read", json!({"filePath": format!("f{run}{file}.txt")}))
+                    .with_usage(ScriptUsage::new(1_000, 10)),
+            ));
+        }
+        turns.push(text("read both", 1_000));
+    }
+    let h = Harness::new(Script::new(turns)).await;
+    for run in 0..5 {
+        h.write(&format!("f{run}a.txt"), &big);
+        h.write(&format!("f{run}b.txt"), &big);
+    }
+    let mut checked = 0;
+    for run in 0..5 {
+        let before = h.history();
+        let first_request = h.fake.requests().len();
+        h.prompt(&format!("read pair {run}")).await;
+        let after = h.history();
+        let new = &after[before.len()..];
+        assert_eq!(new.len(), 4, "the prompt and three steps");
+        for step in 0..3 {
+            // What the step saw: the history before the run, the prompt and the steps before it.
+            let seen: Vec<_> = before.iter().chain(&new[..1 + step]).cloned().collect();
+            // The recorded messages start with the system message.
+            let sent = h.request_messages(first_request + step)[1..].to_vec();
+            pretty_assertions::assert_eq!(sent, encoded_from_scratch(&seen), "run {run} step {step}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 15);
+    let pruned = h
+        .tool_parts()
+        .iter()
+        .filter(
+            |p| matches!(&p.as_tool().unwrap().state, ToolState::Completed(c) if c.time.compacted.is_some()),
+        )
+        .count();
+    assert!(pruned > 0, "prune changed earlier outputs between runs");
+}

@@ -187,6 +187,7 @@ impl Fixture {
             max_output_tokens: None,
             temperature: None,
             session_id: None,
+            cache: None,
         };
         let mut processor = Processor::new(ctx, message);
         let mut doom = DoomLoopGuard::default();

@@ -212,6 +212,7 @@ mod tests {
             max_output_tokens: Some(4096),
             temperature: None,
             session_id: None,
+            cache: None,
         };
         assert_eq!(
             build_body(&request),

@@ -252,6 +252,7 @@ mod tests {
             max_output_tokens: Some(4096),
             temperature: Some(0.5),
             session_id: Some("s".into()),
+            cache: None,
         };
         assert_eq!(
             build_body(&request),

@@ -6,3 +6,4 @@ mod request;
 
 pub use decode::ChatDecoder;
 pub use request::build_body;
+pub(crate) use request::encode;

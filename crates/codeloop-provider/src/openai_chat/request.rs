@@ -5,11 +5,12 @@
 use serde_json::{Map, Value, json};
 
 use super::decode::REASONING_CONTENT_KEY;
-use crate::Endpoint;
+use crate::encode::{Memo, fresh, splice};
 use crate::media::{self, MediaKind};
 use crate::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
 };
+use crate::{Endpoint, WireApi};
 
 /// The text that introduces media moved out of tool results (reference §7).
 pub(crate) const TOOL_MEDIA_NOTE: &str = "Attached media from tool result:";
@@ -26,9 +27,29 @@ fn max_tokens_field(endpoint: Endpoint, model: &str) -> &'static str {
 
 /// Builds the streaming request body.
 pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
+    let messages = messages(request, |_, message| own_items(message), |item| item);
+    Value::Object(body(request, endpoint, Value::Array(messages)))
+}
+
+/// The body as bytes, reusing the memo's encoding of messages an earlier request of the run sent:
+/// byte for byte `serde_json::to_vec(&build_body(..))`.
+pub(crate) fn encode(
+    request: &ProviderRequest,
+    endpoint: Endpoint,
+    memo: &mut Memo,
+    owner: (WireApi, &str, &str),
+) -> Result<Vec<u8>, serde_json::Error> {
+    memo.refresh(owner, &request.messages, own_items);
+    let memo = &*memo;
+    let messages = messages(request, move |index, _| memo.items(index).collect(), fresh);
+    splice(&body(request, endpoint, Value::Null), "messages", &messages)
+}
+
+/// Every field of the body, with `messages` as given.
+fn body(request: &ProviderRequest, endpoint: Endpoint, messages: Value) -> Map<String, Value> {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
-    body.insert("messages".into(), Value::Array(messages(request)));
+    body.insert("messages".into(), messages);
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({ "include_usage": true }));
     if !request.tools.is_empty() {
@@ -60,39 +81,46 @@ pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
     if let Some(temperature) = request.temperature {
         body.insert("temperature".into(), json!(temperature));
     }
-    Value::Object(body)
+    body
 }
 
-fn messages(request: &ProviderRequest) -> Vec<Value> {
+/// The wire messages: the system message, each message's own items (from `own`, by index), and media
+/// moved out of tool results; `lift` turns the items made here into the output type.
+fn messages<T>(
+    request: &ProviderRequest,
+    mut own: impl FnMut(usize, &ChatMessage) -> Vec<T>,
+    lift: impl Fn(Value) -> T,
+) -> Vec<T> {
     let mut out = Vec::with_capacity(request.messages.len() + 1);
     // One system message: several are fine for OpenAI, but some compatible servers' chat templates
     // accept only one, first.
     let system: Vec<&str> = request.system.iter().map(String::as_str).filter(|s| !s.is_empty()).collect();
     if !system.is_empty() {
-        out.push(json!({ "role": "system", "content": system.join("\n\n") }));
+        out.push(lift(json!({ "role": "system", "content": system.join("\n\n") })));
     }
     let mut moved_media: Vec<Value> = Vec::new();
     for (i, message) in request.messages.iter().enumerate() {
-        match message {
-            ChatMessage::User(parts) => out.push(json!({ "role": "user", "content": user_content(parts) })),
-            ChatMessage::Assistant(parts) => {
-                if let Some(message) = assistant(parts) {
-                    out.push(message);
-                }
-            }
-            ChatMessage::Tool(result) => {
-                out.push(tool_message(result));
-                moved_media.extend(result.attachments.iter().map(file_part));
-                let run_ends = !matches!(request.messages.get(i + 1), Some(ChatMessage::Tool(_)));
-                if run_ends && !moved_media.is_empty() {
-                    let mut content = vec![json!({ "type": "text", "text": TOOL_MEDIA_NOTE })];
-                    content.append(&mut moved_media);
-                    out.push(json!({ "role": "user", "content": content }));
-                }
+        out.extend(own(i, message));
+        if let ChatMessage::Tool(result) = message {
+            moved_media.extend(result.attachments.iter().map(file_part));
+            let run_ends = !matches!(request.messages.get(i + 1), Some(ChatMessage::Tool(_)));
+            if run_ends && !moved_media.is_empty() {
+                let mut content = vec![json!({ "type": "text", "text": TOOL_MEDIA_NOTE })];
+                content.append(&mut moved_media);
+                out.push(lift(json!({ "role": "user", "content": content })));
             }
         }
     }
     out
+}
+
+/// What one message is on the wire by itself (none for an assistant message with nothing to send).
+fn own_items(message: &ChatMessage) -> Vec<Value> {
+    match message {
+        ChatMessage::User(parts) => vec![json!({ "role": "user", "content": user_content(parts) })],
+        ChatMessage::Assistant(parts) => assistant(parts).into_iter().collect(),
+        ChatMessage::Tool(result) => vec![tool_message(result)],
+    }
 }
 
 /// A lone text part is sent as a plain string (what every server accepts), anything else as parts.
@@ -223,6 +251,7 @@ mod tests {
             max_output_tokens: Some(1000),
             temperature: None,
             session_id: None,
+            cache: None,
         };
         let body = build_body(&request, Endpoint::Compatible);
         assert_eq!(
@@ -284,8 +313,10 @@ mod tests {
             messages: vec![result("a", vec![image.clone()]), result("b", vec![image])],
             ..Default::default()
         };
-        let roles: Vec<_> =
-            messages(&request).iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect();
+        let roles: Vec<_> = messages(&request, |_, m| own_items(m), |item| item)
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect();
         assert_eq!(roles, ["tool", "tool", "user"]);
     }
 }

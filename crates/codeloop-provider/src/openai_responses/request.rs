@@ -4,11 +4,12 @@
 use serde_json::{Map, Value, json};
 
 use super::decode::METADATA_KEY;
-use crate::Endpoint;
+use crate::encode::{Memo, splice};
 use crate::media::{self, MediaKind};
 use crate::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
 };
+use crate::{Endpoint, WireApi};
 
 /// OpenAI models that reject `include: ["reasoning.encrypted_content"]` ("Encrypted content is not
 /// supported with this model"): the non-reasoning families.
@@ -19,6 +20,26 @@ fn rejects_encrypted_reasoning(model: &str) -> bool {
 
 /// Builds the streaming request body.
 pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
+    let input = request.messages.iter().flat_map(own_items).collect();
+    Value::Object(body(request, endpoint, Value::Array(input)))
+}
+
+/// The body as bytes, reusing the memo's encoding of messages an earlier request of the run sent:
+/// byte for byte `serde_json::to_vec(&build_body(..))`. Every input item comes from one message.
+pub(crate) fn encode(
+    request: &ProviderRequest,
+    endpoint: Endpoint,
+    memo: &mut Memo,
+    owner: (WireApi, &str, &str),
+) -> Result<Vec<u8>, serde_json::Error> {
+    memo.refresh(owner, &request.messages, own_items);
+    let memo = &*memo;
+    let input: Vec<_> = (0..request.messages.len()).flat_map(move |index| memo.items(index)).collect();
+    splice(&body(request, endpoint, Value::Null), "input", &input)
+}
+
+/// Every field of the body, with `input` as given.
+fn body(request: &ProviderRequest, endpoint: Endpoint, input: Value) -> Map<String, Value> {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     let instructions: Vec<&str> =
@@ -26,7 +47,7 @@ pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
     if !instructions.is_empty() {
         body.insert("instructions".into(), json!(instructions.join("\n\n")));
     }
-    body.insert("input".into(), Value::Array(input(&request.messages)));
+    body.insert("input".into(), input);
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -64,28 +85,29 @@ pub fn build_body(request: &ProviderRequest, endpoint: Endpoint) -> Value {
         // Routes a session's requests to the same prompt cache.
         body.insert("prompt_cache_key".into(), json!(session));
     }
-    Value::Object(body)
+    body
 }
 
-fn input(messages: &[ChatMessage]) -> Vec<Value> {
-    let mut items = Vec::with_capacity(messages.len());
-    for message in messages {
-        match message {
-            ChatMessage::User(parts) => {
-                let content: Vec<Value> = parts
-                    .iter()
-                    .map(|part| match part {
-                        UserContent::Text(text) => json!({ "type": "input_text", "text": text }),
-                        UserContent::File(file) => file_item(file),
-                    })
-                    .collect();
-                items.push(json!({ "role": "user", "content": content }));
-            }
-            ChatMessage::Assistant(parts) => assistant(parts, &mut items),
-            ChatMessage::Tool(result) => items.push(tool_output(result)),
+/// The input items of one message.
+fn own_items(message: &ChatMessage) -> Vec<Value> {
+    match message {
+        ChatMessage::User(parts) => {
+            let content: Vec<Value> = parts
+                .iter()
+                .map(|part| match part {
+                    UserContent::Text(text) => json!({ "type": "input_text", "text": text }),
+                    UserContent::File(file) => file_item(file),
+                })
+                .collect();
+            vec![json!({ "role": "user", "content": content })]
         }
+        ChatMessage::Assistant(parts) => {
+            let mut items = Vec::new();
+            assistant(parts, &mut items);
+            items
+        }
+        ChatMessage::Tool(result) => vec![tool_output(result)],
     }
-    items
 }
 
 fn file_item(file: &FileContent) -> Value {
@@ -228,6 +250,7 @@ mod tests {
             max_output_tokens: Some(2000),
             temperature: None,
             session_id: None,
+            cache: None,
         };
         assert_eq!(
             build_body(&request, Endpoint::Compatible),

@@ -1,0 +1,281 @@
+//! Request bodies as bytes, with a per-run memo of what each message encodes to: the run loop sends the
+//! whole history again at every step, and building and serialising its JSON was most of a step's cost.
+//!
+//! Owns: [`EncodeCache`] (the memo a run attaches to its requests) and writing a body with pre-encoded
+//! items spliced in, byte for byte what `serde_json::to_vec` of the whole body gives.
+//! Must not: decide what a message encodes to (each adapter's `own_items` does), or reuse an entry for a
+//! message that is not equal to the one it was encoded from.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::{Map, Value};
+
+use crate::{ChatMessage, WireApi};
+
+/// A memo shared by the requests of one run. Cloning shares it.
+///
+/// An entry is reused only for a message equal to the one it was made from, at the same position and
+/// for the same format, model and base URL, so the body is what it would be without the memo whatever
+/// changed in between (a pruned output, a compaction that shifted every position, another model).
+#[derive(Clone, Default)]
+pub struct EncodeCache(Arc<Mutex<Memo>>);
+
+impl EncodeCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Memo> {
+        self.0.lock().unwrap_or_else(|poisoned| {
+            // A panic while encoding may have left an entry half made: start over.
+            let mut memo = poisoned.into_inner();
+            *memo = Memo::default();
+            memo
+        })
+    }
+}
+
+impl std::fmt::Debug for EncodeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EncodeCache")
+    }
+}
+
+/// A memo is not part of what a request says: two requests that differ only in it send the same body.
+impl PartialEq for EncodeCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+/// Whom the entries were encoded for; any other format, model or base URL starts over.
+#[derive(PartialEq)]
+struct Owner {
+    api: WireApi,
+    model: String,
+    base_url: String,
+}
+
+#[derive(Default)]
+pub(crate) struct Memo {
+    owner: Option<Owner>,
+    /// By position in the request's messages.
+    entries: Vec<Entry>,
+}
+
+struct Entry {
+    message: ChatMessage,
+    /// The message's own wire items, serialised.
+    items: Vec<Box<str>>,
+}
+
+impl Memo {
+    /// Brings the entries in line with `messages`, encoding (with `own_items`) only the messages that
+    /// differ from the entry at their position.
+    pub(crate) fn refresh(
+        &mut self,
+        (api, model, base_url): (WireApi, &str, &str),
+        messages: &[ChatMessage],
+        own_items: impl Fn(&ChatMessage) -> Vec<Value>,
+    ) {
+        let owner = Owner { api, model: model.to_owned(), base_url: base_url.to_owned() };
+        if self.owner.as_ref() != Some(&owner) {
+            self.entries.clear();
+            self.owner = Some(owner);
+        }
+        self.entries.truncate(messages.len());
+        for (index, message) in messages.iter().enumerate() {
+            if self.entries.get(index).is_some_and(|entry| &entry.message == message) {
+                continue;
+            }
+            // `Display` is serde_json's compact serialisation, which cannot fail for a `Value`.
+            let items = own_items(message).iter().map(|item| item.to_string().into_boxed_str()).collect();
+            let entry = Entry { message: message.clone(), items };
+            match self.entries.get_mut(index) {
+                Some(slot) => *slot = entry,
+                None => self.entries.push(entry),
+            }
+        }
+    }
+
+    /// The serialised items of the message at `index` (after [`Memo::refresh`] with the same messages).
+    pub(crate) fn items(&self, index: usize) -> impl Iterator<Item = Cow<'_, str>> {
+        self.entries.get(index).into_iter().flat_map(|entry| entry.items.iter().map(|i| Cow::Borrowed(&**i)))
+    }
+}
+
+/// An item of a spliced array encoded for this request only (see [`Memo::refresh`] on `Display`).
+pub(crate) fn fresh<'a>(item: Value) -> Cow<'a, str> {
+    Cow::Owned(item.to_string())
+}
+
+/// Writes `body` exactly as `serde_json::to_vec` would, except that the value under `key` (a
+/// placeholder, keeping the key's place in the map's order) is written as an array of `items`, each
+/// already serialised.
+pub(crate) fn splice(
+    body: &Map<String, Value>,
+    key: &str,
+    items: &[Cow<'_, str>],
+) -> Result<Vec<u8>, serde_json::Error> {
+    let size: usize = items.iter().map(|item| item.len() + 1).sum();
+    let mut out = Vec::with_capacity(size + 4096);
+    // serde_json's compact format: `{"k":v,"k2":v2}`, `[a,b]`, no whitespace.
+    out.push(b'{');
+    for (position, (name, value)) in body.iter().enumerate() {
+        if position > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, name)?;
+        out.push(b':');
+        if name == key {
+            out.push(b'[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(item.as_bytes());
+            }
+            out.push(b']');
+        } else {
+            serde_json::to_writer(&mut out, value)?;
+        }
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::{AssistantContent, FileContent, ProviderRequest, ToolResult, UserContent};
+
+    fn user(text: &str) -> ChatMessage {
+        ChatMessage::User(vec![UserContent::Text(text.into())])
+    }
+
+    fn call(id: &str) -> ChatMessage {
+        ChatMessage::Assistant(vec![
+            AssistantContent::Text { text: "Reading.".into(), metadata: None },
+            AssistantContent::ToolCall {
+                call_id: id.into(),
+                name: "read".into(),
+                input: json!({ "filePath": id }),
+                metadata: None,
+            },
+        ])
+    }
+
+    fn result(id: &str, output: &str, image: bool) -> ChatMessage {
+        let attachments = if image {
+            vec![FileContent {
+                mime: "image/png".into(),
+                url: "data:image/png;base64,AAAA".into(),
+                filename: None,
+            }]
+        } else {
+            Vec::new()
+        };
+        ChatMessage::Tool(ToolResult {
+            call_id: id.into(),
+            name: "read".into(),
+            output: output.into(),
+            is_error: false,
+            attachments,
+        })
+    }
+
+    /// The requests of a run whose history changes between steps: it grows, an earlier output is pruned,
+    /// a compaction replaces the start (every position shifts), a step sends no tools, the model changes.
+    fn steps() -> Vec<ProviderRequest> {
+        let base = |messages: Vec<ChatMessage>| ProviderRequest {
+            model: "gpt-4o".into(),
+            system: vec!["Header.".into(), "Rules.".into()],
+            messages,
+            tools: vec![crate::ToolSpec {
+                name: "read".into(),
+                description: "Read a file".into(),
+                parameters: json!({ "type": "object" }),
+            }],
+            max_output_tokens: Some(1000),
+            session_id: Some("ses_1".into()),
+            ..Default::default()
+        };
+        let mut history = vec![user("read a, b and c")];
+        let mut requests = vec![base(history.clone())];
+        for id in ["a", "b", "c"] {
+            history.push(call(id));
+            history.push(result(id, &format!("{id}\n").repeat(50), id == "b"));
+            requests.push(base(history.clone()));
+        }
+        // Prune: the first output is cleared.
+        history[2] = result("a", "[Old tool result content cleared]", false);
+        history.push(user("and d"));
+        requests.push(base(history.clone()));
+        // Compaction: a question and a summary replace everything but the last turn.
+        let tail = history.split_off(history.len() - 1);
+        history = vec![
+            user("What did we do so far?"),
+            ChatMessage::Assistant(vec![AssistantContent::Text {
+                text: "Read a, b, c.".into(),
+                metadata: None,
+            }]),
+        ];
+        history.extend(tail);
+        requests.push(base(history.clone()));
+        // The last step: no tools, a closing instruction.
+        history.push(call("d"));
+        history.push(result("d", "d\n", false));
+        let mut last = base(history.clone());
+        last.messages.push(user("The maximum number of steps has been reached."));
+        last.tools.clear();
+        last.tool_choice = crate::ToolChoice::None;
+        requests.push(last);
+        // Another model answers the next prompt.
+        history.push(user("again"));
+        requests.push(ProviderRequest { model: "gpt-4.1".into(), ..base(history) });
+        requests
+    }
+
+    #[test]
+    fn memoised_bodies_equal_bodies_built_from_scratch_across_a_changing_run() {
+        for api in [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic, WireApi::Gemini] {
+            for base_url in ["https://api.openai.com/v1", "http://127.0.0.1:8080/v1"] {
+                let cache = EncodeCache::new();
+                for (step, request) in steps().into_iter().enumerate() {
+                    let expected = serde_json::to_vec(&api.body(&request, base_url)).unwrap();
+                    let request = ProviderRequest { cache: Some(cache.clone()), ..request };
+                    let memoised = api.encode(&request, base_url).unwrap();
+                    assert_eq!(
+                        String::from_utf8(memoised).unwrap(),
+                        String::from_utf8(expected).unwrap(),
+                        "{} step {step} at {base_url}",
+                        api.as_str()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_step_encodes_only_the_messages_that_changed() {
+        let cache = EncodeCache::new();
+        let owner = (WireApi::OpenAiChat, "gpt-4o", "http://127.0.0.1:8080/v1");
+        let encoded = std::cell::Cell::new(0);
+        let own = |message: &ChatMessage| {
+            encoded.set(encoded.get() + 1);
+            vec![json!(format!("{message:?}"))]
+        };
+        let mut history = vec![user("one"), call("a"), result("a", "A", false)];
+        cache.lock().refresh(owner, &history, own);
+        assert_eq!(encoded.get(), 3);
+        history.push(user("two"));
+        history[2] = result("a", "pruned", false);
+        cache.lock().refresh(owner, &history, own);
+        assert_eq!(encoded.get(), 5, "the changed result and the new message");
+        cache.lock().refresh((WireApi::OpenAiChat, "gpt-4.1", owner.2), &history, own);
+        assert_eq!(encoded.get(), 9, "another model starts over");
+    }
+}
