@@ -6,6 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
+use codeloop_core::ToolGate;
 use codeloop_core::doom_loop::DoomLoopGuard;
 use codeloop_core::models::ModelPricing;
 use codeloop_core::processor::{Processor, TurnContext};
@@ -52,11 +53,17 @@ fn bench(c: &mut Criterion) {
     let engine = common::engine(data.path(), "http://127.0.0.1:9/v1");
     let session = engine.create_session(project.path(), None, None, None).unwrap();
     let ctx = Arc::new(TurnContext {
-        services: engine.services().clone(),
-        coordinator: engine.coordinator().clone(),
+        journal: engine.services().journal.clone(),
+        gate: Arc::new(ToolGate::new(
+            engine.services().clone(),
+            engine.coordinator().clone(),
+            session.id.clone(),
+            Arc::new(Vec::new()),
+            project.path().display().to_string(),
+        )),
         project: ProjectPaths::new(project.path(), project.path()),
-        project_key: project.path().display().to_string(),
-        layers: Arc::new(Vec::new()),
+        tool_output_dir: engine.services().tool_output_dir.clone(),
+        limits: engine.services().limits(),
         pricing: ModelPricing::default(),
         overflow_at: None,
         tools_enabled: true,

@@ -657,7 +657,7 @@ impl Inner {
         if let Some(id) = dequeue {
             batch.write(Write::RemoveQueued(id));
         }
-        self.services.commit(batch);
+        self.services.journal.commit(batch);
         Ok(())
     }
 

@@ -152,7 +152,7 @@ impl Engine {
             models: Models::new(options.config.clone(), options.env),
             config: options.config,
             store,
-            writer,
+            journal: crate::services::Journal::new(writer, bus.clone()),
             bus,
             tools: Arc::new(tools),
             permissions,
@@ -168,7 +168,6 @@ impl Engine {
             global_instructions: options.global_instructions,
             skill_dirs,
             statuses: Default::default(),
-            renames: Default::default(),
             snapshots: Default::default(),
             mcp: crate::mcp::McpServers::new(mcp_settings),
             _sweep_stop: sweep_stop,
@@ -347,18 +346,13 @@ impl Engine {
         }
         let mut session = self.session(id)?;
         if self.coordinator.is_busy(id) {
-            self.services
-                .renames
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(id.clone(), title.to_owned());
+            self.services.journal.rename(id, title.to_owned());
         }
         session.title = title.to_owned();
         session.time.updated = codeloop_types::now_ms();
-        self.services.writer.send(codeloop_store::Write::Session(session.clone()));
-        self.services
-            .bus
-            .publish(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
+        let mut batch = crate::services::Batch::default();
+        batch.session_as_is(&session);
+        self.services.journal.commit(batch);
         Ok(session)
     }
 
@@ -424,9 +418,9 @@ impl Engine {
             .unwrap_or_else(|| last_user.model.clone());
         self.services.models.resolve(&model).map_err(RunError::Model)?;
         let request = crate::run::new_compaction_request(session, &last_user, false, false);
-        self.services.save_message(&request.info);
+        self.services.journal.save_message(&request.info);
         for part in &request.parts {
-            self.services.save_part(part);
+            self.services.journal.save_part(part);
         }
         self.coordinator.run(session).await
     }
@@ -477,7 +471,7 @@ impl Engine {
         let files: Vec<String> = groups.iter().flat_map(|(_, f)| f.iter().cloned()).collect();
         session.revert =
             Some(codeloop_types::Revert { message_id: message.clone(), snapshot: current, files });
-        self.services.save_session(&mut session);
+        self.services.journal.save_session(&mut session);
         self.flush().await?;
         Ok(session)
     }
@@ -498,7 +492,7 @@ impl Engine {
             .await
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
         session.revert = None;
-        self.services.save_session(&mut session);
+        self.services.journal.save_session(&mut session);
         self.flush().await?;
         Ok(session)
     }
@@ -533,6 +527,6 @@ impl Engine {
 
     /// Waits until everything written so far is durable.
     pub async fn flush(&self) -> Result<(), EngineError> {
-        Ok(self.services.writer.flush().await?)
+        Ok(self.services.journal.flush().await?)
     }
 }

@@ -98,7 +98,7 @@ pub fn create_user_message(
     input: &PromptInput,
 ) -> Result<MessageWithParts, RunError> {
     let (message, batch) = user_message(services, session, input)?;
-    services.commit(batch);
+    services.journal.commit(batch);
     Ok(message)
 }
 
@@ -164,7 +164,7 @@ pub(crate) fn user_message(
         session.model = Some(model);
     }
     session.time.updated = now_ms();
-    batch.session(services, session);
+    batch.session(&services.journal, session);
     Ok((MessageWithParts { info: message, parts }, batch))
 }
 

@@ -37,5 +37,6 @@ pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
 pub use engine::{Engine, EngineError, EngineOptions, TOOL_OUTPUT_RETENTION};
 pub use input::{Delivery, InputPart, PromptInput};
 pub use run::{Inbox, RunError, RunOutcome, StopReason};
-pub use services::Services;
+pub use services::{Batch, Journal, Services};
 pub use stores::{DATABASE_URL_ENV, EventIds, StoreChoice, open_store};
+pub use tool_host::ToolGate;

@@ -1,5 +1,9 @@
-//! The shared dependencies of every run: store, writer, bus, tools, permissions, models, config.
-//! Built once by the [`crate::Engine`] and passed down as data (no globals).
+//! The shared dependencies of every run: store, journal (writer + bus), tools, permissions, models,
+//! config. Built once by the [`crate::Engine`] and passed down as data (no globals).
+//!
+//! The run loop and the coordinator hold all of it; the stages under them get narrow handles: the
+//! stream processor a [`Journal`] (writes and announcements) and a [`crate::ToolGate`] (permission
+//! rules, and what tools reach through their host).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,7 +28,8 @@ pub struct Services {
     pub config: Config,
     /// Only the trait: nothing above the store knows which store it has.
     pub store: Arc<dyn Store>,
-    pub writer: StoreWriter,
+    /// Writes and their announcements.
+    pub journal: Journal,
     pub bus: Bus,
     /// The built-in tools; [`Services::tool_set`] adds the MCP ones.
     pub tools: Arc<ToolRegistry>,
@@ -46,9 +51,6 @@ pub struct Services {
     pub skill_dirs: Vec<PathBuf>,
     /// Busy or retrying sessions (idle ones are absent).
     pub statuses: Mutex<HashMap<SessionId, SessionStatus>>,
-    /// Titles set by a client while the session runs: the run's copy of the session takes them at its
-    /// next save instead of overwriting them.
-    pub renames: Mutex<HashMap<SessionId, String>>,
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
@@ -156,36 +158,6 @@ impl Services {
             max_bytes: self.config.tool_output.max_bytes,
         }
     }
-
-    /// Persists a part (batched by the writer) and tells watchers.
-    pub fn save_part(&self, part: &Part) {
-        self.writer.send(Write::Part(part.clone()));
-        self.bus
-            .publish(EventPayload::PartUpdated { session_id: part.session_id.clone(), part: part.clone() });
-    }
-
-    /// Persists a message and tells watchers.
-    pub fn save_message(&self, message: &Message) {
-        self.writer.send(Write::Message(message.clone()));
-        self.bus.publish(EventPayload::MessageUpdated {
-            session_id: message.session_id().clone(),
-            info: message.clone(),
-        });
-    }
-
-    pub fn save_session(&self, session: &mut Session) {
-        let mut batch = Batch::default();
-        batch.session(self, session);
-        self.commit(batch);
-    }
-
-    /// Persists writes that must land together in one transaction, then tells watchers.
-    pub fn commit(&self, batch: Batch) {
-        self.writer.send_all(batch.writes);
-        for event in batch.events {
-            self.bus.publish(event);
-        }
-    }
 }
 
 /// Writes that land together (one store transaction, see [`Services::commit`]) and the events that
@@ -212,10 +184,15 @@ impl Batch {
     }
 
     /// The session, taking a title a client set while it ran (the run's copy would overwrite it).
-    pub fn session(&mut self, services: &Services, session: &mut Session) {
-        if let Some(title) = services.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
-            session.title = title;
-        }
+    pub fn session(&mut self, journal: &Journal, session: &mut Session) {
+        journal.take_rename(session);
+        self.writes.push(Write::Session(session.clone()));
+        self.events
+            .push(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
+    }
+
+    /// The session exactly as given (a client's own change, such as a rename).
+    pub fn session_as_is(&mut self, session: &Session) {
         self.writes.push(Write::Session(session.clone()));
         self.events
             .push(EventPayload::SessionUpdated { session_id: session.id.clone(), info: session.clone() });
@@ -224,5 +201,81 @@ impl Batch {
     /// A write no watcher needs to hear about (a removal, a dequeue).
     pub fn write(&mut self, write: Write) {
         self.writes.push(write);
+    }
+}
+
+/// A session's durable record and its announcements: every write goes to the store's batched writer
+/// (never blocking on the database), and what watchers may care about goes on the bus. Cheap to clone;
+/// all the stream processor needs of the services.
+#[derive(Clone)]
+pub struct Journal {
+    writer: Arc<StoreWriter>,
+    bus: Bus,
+    /// Titles set by a client while the session runs: the run's copy of the session takes them at its
+    /// next save instead of overwriting them.
+    renames: Arc<Mutex<HashMap<SessionId, String>>>,
+}
+
+impl Journal {
+    pub fn new(writer: StoreWriter, bus: Bus) -> Self {
+        Self { writer: Arc::new(writer), bus, renames: Default::default() }
+    }
+
+    /// Persists a part (batched by the writer) and tells watchers.
+    pub fn save_part(&self, part: &Part) {
+        let mut batch = Batch::default();
+        batch.part(part);
+        self.commit(batch);
+    }
+
+    /// Persists a message and tells watchers.
+    pub fn save_message(&self, message: &Message) {
+        let mut batch = Batch::default();
+        batch.message(message);
+        self.commit(batch);
+    }
+
+    pub fn save_session(&self, session: &mut Session) {
+        let mut batch = Batch::default();
+        batch.session(self, session);
+        self.commit(batch);
+    }
+
+    /// Persists writes that must land together in one transaction, then tells watchers.
+    pub fn commit(&self, batch: Batch) {
+        self.writer.send_all(batch.writes);
+        for event in batch.events {
+            self.bus.publish(event);
+        }
+    }
+
+    /// A write watchers hear about some other way (or not at all).
+    pub fn write(&self, write: Write) {
+        self.writer.send(write);
+    }
+
+    pub fn publish(&self, event: EventPayload) {
+        self.bus.publish(event);
+    }
+
+    /// Resolves once everything written before is committed (see [`StoreWriter::flush`]).
+    pub fn flush(&self) -> codeloop_store::Flush {
+        self.writer.flush()
+    }
+
+    /// Writes that failed since the writer started.
+    pub fn failed_writes(&self) -> u64 {
+        self.writer.failed_writes()
+    }
+
+    /// A title a client gave the session while it runs: kept over the run's copy at its next save.
+    pub fn rename(&self, session: &SessionId, title: String) {
+        self.renames.lock().unwrap_or_else(|e| e.into_inner()).insert(session.clone(), title);
+    }
+
+    fn take_rename(&self, session: &mut Session) {
+        if let Some(title) = self.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
+            session.title = title;
+        }
     }
 }

@@ -20,30 +20,69 @@ pub enum ToolEvent {
     Done { call_id: String, result: Result<ToolOutput, ToolFailure> },
 }
 
-pub struct RunToolHost {
-    pub services: Arc<Services>,
-    /// Runs subagents' child sessions.
-    pub coordinator: crate::Coordinator,
-    pub session_id: SessionId,
+/// A turn's permission gate, and what its tools reach through their host: the layered rules, the
+/// permission and question engines, the todo list, subagent runs. Everything of the services a
+/// processor's tools may touch goes through here.
+pub struct ToolGate {
+    services: Arc<Services>,
+    coordinator: crate::Coordinator,
+    session_id: SessionId,
     /// Agent, config and session rules, in that order.
-    pub layers: Arc<Vec<PermissionRule>>,
+    layers: Arc<Vec<PermissionRule>>,
     /// The project key approvals are saved under (the worktree root).
-    pub project: String,
-    pub events: mpsc::UnboundedSender<ToolEvent>,
+    project: String,
 }
 
-#[async_trait]
-impl ToolHost for RunToolHost {
-    async fn ask(&self, call: &CallInfo, ask: PermissionAsk) -> Result<(), PermissionError> {
+impl ToolGate {
+    pub fn new(
+        services: Arc<Services>,
+        coordinator: crate::Coordinator,
+        session_id: SessionId,
+        layers: Arc<Vec<PermissionRule>>,
+        project: String,
+    ) -> Self {
+        Self { services, coordinator, session_id, layers, project }
+    }
+
+    /// False when the rules switch `permission` off: its tools are then not offered to the model.
+    pub fn offers(&self, permission: &str) -> bool {
+        crate::permission::offered(
+            permission,
+            self.services.permissions.defaults(),
+            &self.layers,
+            &self.services.config.project_rules,
+        )
+    }
+
+    /// Asks under the turn's rules: a tool's ask, or the processor's own (the doom-loop guard).
+    pub async fn ask(&self, tool: Option<ToolCallRef>, ask: PermissionAsk) -> Result<(), PermissionError> {
         let layers: [&[PermissionRule]; 1] = [&self.layers];
         let ctx = AskContext {
             session_id: &self.session_id,
             project: &self.project,
             layers: &layers,
             narrowing: &self.services.config.project_rules,
-            tool: Some(ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() }),
+            tool,
         };
         self.services.permissions.ask(ctx, ask).await
+    }
+
+    /// The host a processor's tools run with; their progress and results go to `events`.
+    pub fn host(self: &Arc<Self>, events: mpsc::UnboundedSender<ToolEvent>) -> Arc<RunToolHost> {
+        Arc::new(RunToolHost { gate: self.clone(), events })
+    }
+}
+
+pub struct RunToolHost {
+    gate: Arc<ToolGate>,
+    events: mpsc::UnboundedSender<ToolEvent>,
+}
+
+#[async_trait]
+impl ToolHost for RunToolHost {
+    async fn ask(&self, call: &CallInfo, ask: PermissionAsk) -> Result<(), PermissionError> {
+        let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
+        self.gate.ask(Some(tool), ask).await
     }
 
     fn progress(&self, call: &CallInfo, title: Option<String>, metadata: Option<Value>) {
@@ -56,7 +95,7 @@ impl ToolHost for RunToolHost {
         questions: Vec<codeloop_types::Question>,
     ) -> Result<Vec<Vec<String>>, PermissionError> {
         let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
-        self.services.questions.ask(&self.session_id, Some(tool), questions).await
+        self.gate.services.questions.ask(&self.gate.session_id, Some(tool), questions).await
     }
 
     async fn run_subtask(
@@ -65,13 +104,15 @@ impl ToolHost for RunToolHost {
         task: Subtask,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolFailure> {
-        crate::subagent::run_subtask(&self.services, &self.coordinator, self, call, task, cancel).await
+        crate::subagent::run_subtask(&self.gate.services, &self.gate.coordinator, self, call, task, cancel)
+            .await
     }
 
     async fn set_todos(&self, _call: &CallInfo, todos: Vec<Todo>) -> Result<(), String> {
-        codeloop_store::Store::set_todos(self.services.store.as_ref(), &self.session_id, &todos)
+        let gate = &self.gate;
+        codeloop_store::Store::set_todos(gate.services.store.as_ref(), &gate.session_id, &todos)
             .map_err(|e| format!("could not save the todo list: {e}"))?;
-        self.services.bus.publish(EventPayload::TodoUpdated { session_id: self.session_id.clone(), todos });
+        gate.services.bus.publish(EventPayload::TodoUpdated { session_id: gate.session_id.clone(), todos });
         Ok(())
     }
 }

@@ -17,7 +17,7 @@ use codeloop_types::{
 };
 use tokio::sync::oneshot;
 
-pub use rules::{disabled, evaluate, evaluate_explicit, wildcard_match};
+pub use rules::{disabled, evaluate, evaluate_explicit, offered, wildcard_match};
 
 use crate::Bus;
 

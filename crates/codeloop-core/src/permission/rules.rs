@@ -100,6 +100,17 @@ fn last_match<'a>(
     (found.map(|r| r.action).unwrap_or(PermissionAction::Ask), found)
 }
 
+/// True when neither the run's rules (`defaults`, then `layers`) nor a project's narrowing rules switch
+/// `permission` off: the model is offered its tools.
+pub fn offered(
+    permission: &str,
+    defaults: &[PermissionRule],
+    layers: &[PermissionRule],
+    narrowing: &[PermissionRule],
+) -> bool {
+    !disabled(permission, [defaults, layers]) && !disabled(permission, [narrowing])
+}
+
 /// True when the last rule matching `permission` for every pattern (`*`) denies it: the tool is then not
 /// offered to the model at all.
 pub fn disabled<'a>(permission: &str, layers: impl IntoIterator<Item = &'a [PermissionRule]>) -> bool {

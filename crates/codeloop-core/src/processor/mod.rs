@@ -22,7 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::doom_loop::DoomLoopGuard;
 use crate::models::ModelPricing;
-use crate::services::Services;
+use crate::services::Journal;
+use crate::tool_host::ToolGate;
 use crate::tool_host::{RunToolHost, ToolEvent};
 
 mod steps;
@@ -71,12 +72,14 @@ pub enum AttemptEnd {
 
 /// Fixed facts of one turn.
 pub struct TurnContext {
-    pub services: Arc<Services>,
-    /// Starts the subagents' runs (the `task` tool).
-    pub coordinator: crate::Coordinator,
+    /// Where the message and its parts are written and announced.
+    pub journal: Journal,
+    /// The turn's permission rules and what its tools reach through their host.
+    pub gate: Arc<ToolGate>,
     pub project: ProjectPaths,
-    pub project_key: String,
-    pub layers: Arc<Vec<codeloop_types::PermissionRule>>,
+    /// Where truncated tool outputs are saved in full.
+    pub tool_output_dir: std::path::PathBuf,
+    pub limits: codeloop_tools::OutputLimits,
     pub pricing: ModelPricing,
     /// Overflow threshold in tokens; `None` when automatic compaction is off or this is a summary.
     pub overflow_at: Option<u64>,
@@ -125,15 +128,8 @@ impl Processor {
     /// Starts a new assistant message: persisted and announced before the provider is called.
     pub fn new(ctx: Arc<TurnContext>, message: AssistantMessage) -> Self {
         let (tool_tx, tool_rx) = mpsc::unbounded_channel();
-        let host = Arc::new(RunToolHost {
-            services: ctx.services.clone(),
-            coordinator: ctx.coordinator.clone(),
-            session_id: message.session_id.clone(),
-            layers: ctx.layers.clone(),
-            project: ctx.project_key.clone(),
-            events: tool_tx.clone(),
-        });
-        ctx.services.save_message(&Message::Assistant(message.clone()));
+        let host = ctx.gate.host(tool_tx.clone());
+        ctx.journal.save_message(&Message::Assistant(message.clone()));
         Self {
             ctx,
             message,
@@ -155,10 +151,6 @@ impl Processor {
             start_snapshot: None,
             streamed_chars: 0,
         }
-    }
-
-    fn services(&self) -> &Services {
-        &self.ctx.services
     }
 
     /// One provider call, consumed to the end (or until interrupted), followed by cleanup.
@@ -264,10 +256,10 @@ impl Processor {
         self.dirty.remove(&index);
         let Some(part) = self.parts.get(index) else { return };
         if part.as_tool().is_some_and(|t| t.state.is_terminal()) {
-            self.ctx.services.writer.send(codeloop_store::Write::Part(part.clone()));
+            self.ctx.journal.write(codeloop_store::Write::Part(part.clone()));
             self.unannounced.push(index);
         } else {
-            self.ctx.services.save_part(part);
+            self.ctx.journal.save_part(part);
         }
     }
 
@@ -276,12 +268,12 @@ impl Processor {
         if self.unannounced.is_empty() {
             return;
         }
-        if let Err(e) = self.ctx.services.writer.flush().await {
+        if let Err(e) = self.ctx.journal.flush().await {
             tracing::error!("could not persist a tool result: {e}");
         }
         for index in std::mem::take(&mut self.unannounced) {
             if let Some(part) = self.parts.get(index) {
-                self.ctx.services.bus.publish(EventPayload::PartUpdated {
+                self.ctx.journal.publish(EventPayload::PartUpdated {
                     session_id: part.session_id.clone(),
                     part: part.clone(),
                 });
@@ -302,14 +294,14 @@ impl Processor {
         let dirty = std::mem::take(&mut self.dirty);
         for index in dirty {
             if let Some(part) = self.parts.get(index) {
-                self.ctx.services.writer.send(codeloop_store::Write::Part(part.clone()));
+                self.ctx.journal.write(codeloop_store::Write::Part(part.clone()));
             }
         }
     }
 
     fn publish_delta(&self, index: usize, delta: String) {
         let part = &self.parts[index];
-        self.services().bus.publish(EventPayload::PartDelta {
+        self.ctx.journal.publish(EventPayload::PartDelta {
             session_id: part.session_id.clone(),
             message_id: part.message_id.clone(),
             part_id: part.id.clone(),
@@ -431,7 +423,7 @@ impl Processor {
             self.message.error = Some(error);
         }
         self.message.time.completed = Some(now_ms());
-        self.services().save_message(&Message::Assistant(self.message.clone()));
+        self.ctx.journal.save_message(&Message::Assistant(self.message.clone()));
         let next = match self.blocked.take().or(halted) {
             Some(reason) => Next::Blocked(reason),
             None if self.needs_compaction => Next::Compact,

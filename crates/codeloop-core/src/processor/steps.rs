@@ -128,7 +128,7 @@ impl Processor {
         self.message.cost += cost;
         self.message.tokens = tokens;
         self.push_part(PartKind::StepFinish(StepFinishPart { reason: finish, snapshot: None, tokens, cost }));
-        self.services().save_message(&Message::Assistant(self.message.clone()));
+        self.ctx.journal.save_message(&Message::Assistant(self.message.clone()));
         if let Some(limit) = self.ctx.overflow_at
             && tokens.count() >= limit
         {

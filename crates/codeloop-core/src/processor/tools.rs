@@ -11,7 +11,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{AttemptEnd, Processor};
 use crate::doom_loop::{DoomLoop, DoomLoopGuard};
-use crate::permission::{AskContext, disabled};
 use crate::tool_host::ToolEvent;
 
 /// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
@@ -142,17 +141,13 @@ impl Processor {
     /// The tools this turn offered the model: those its permission rules do not switch off (the same
     /// filter as the request's tool list), so an "Unknown tool" answer never suggests one it cannot call.
     fn offered_tools(&self) -> Vec<&str> {
-        let defaults = self.ctx.services.permissions.defaults();
-        let narrowing = self.ctx.services.config.project_rules.as_slice();
         self.ctx
             .tools
             .names()
             .into_iter()
             .filter(|name| {
                 let tool = self.ctx.tools.get(name);
-                let permission = tool.as_deref().map_or(*name, |t| t.permission());
-                !disabled(permission, [defaults, self.ctx.layers.as_slice()])
-                    && !disabled(permission, [narrowing])
+                self.ctx.gate.offers(tool.as_deref().map_or(*name, |t| t.permission()))
             })
             .collect()
     }
@@ -164,15 +159,8 @@ impl Processor {
         cancel: &CancellationToken,
     ) -> Result<(), PermissionError> {
         let tool = found.tool().to_owned();
-        let layers: [&[codeloop_types::PermissionRule]; 1] = [&self.ctx.layers];
         let call_id = self.parts[index].as_tool().map(|t| t.call_id.clone()).unwrap_or_default();
-        let ctx = AskContext {
-            session_id: &self.message.session_id,
-            project: &self.ctx.project_key,
-            layers: &layers,
-            narrowing: &self.ctx.services.config.project_rules,
-            tool: Some(codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id }),
-        };
+        let call = codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id };
         let ask = PermissionAsk {
             grant: Default::default(),
             permission: "doom_loop".into(),
@@ -181,7 +169,7 @@ impl Processor {
             metadata: serde_json::json!({ "tool": tool, "description": found.describe() }),
         };
         tokio::select! {
-            result = self.ctx.services.permissions.ask(ctx, ask) => result,
+            result = self.ctx.gate.ask(Some(call), ask) => result,
             _ = cancel.cancelled() => Err(PermissionError::Rejected),
         }
     }
@@ -195,8 +183,8 @@ impl Processor {
                 agent: self.message.agent.clone(),
             },
             project: self.ctx.project.clone(),
-            tool_output_dir: self.services().tool_output_dir.clone(),
-            limits: self.services().limits(),
+            tool_output_dir: self.ctx.tool_output_dir.clone(),
+            limits: self.ctx.limits,
             cancel: self.tools_cancel.child_token(),
             host: self.host.clone(),
             walls: self.ctx.walls.clone(),
@@ -228,7 +216,7 @@ impl Processor {
                 if changed {
                     // Watchers see progress live; the store gets it with the next coalesced flush.
                     if let Some(part) = self.parts.get(index) {
-                        self.ctx.services.bus.publish(EventPayload::PartUpdated {
+                        self.ctx.journal.publish(EventPayload::PartUpdated {
                             session_id: part.session_id.clone(),
                             part: part.clone(),
                         });

@@ -54,9 +54,9 @@ impl Run<'_> {
             self.breaker.pending_check = Some(trigger_size);
         }
         let message = new_compaction_request(&self.session.id, user, auto, overflow);
-        self.services.save_message(&message.info);
+        self.services.journal.save_message(&message.info);
         for part in &message.parts {
-            self.services.save_part(part);
+            self.services.journal.save_part(part);
         }
         self.history.push(message);
         Ok(Flow::Continue)
@@ -163,9 +163,9 @@ impl Run<'_> {
                 Some((user, parts)) => replayed_message(&self.session.id, &user, &parts),
                 None => continue_message(&self.session.id, &request_user, part.overflow),
             };
-            self.services.save_message(&follow_up.info);
+            self.services.journal.save_message(&follow_up.info);
             for part in &follow_up.parts {
-                self.services.save_part(part);
+                self.services.journal.save_part(part);
             }
             self.history.push(follow_up);
         }
@@ -182,7 +182,7 @@ impl Run<'_> {
             compaction.tail_start_id = tail.first().cloned();
             compaction.tail = tail;
         }
-        self.services.save_part(part);
+        self.services.journal.save_part(part);
     }
 }
 

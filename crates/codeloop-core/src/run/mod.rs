@@ -214,8 +214,8 @@ pub(crate) async fn run_session(
     inbox: &Inbox,
 ) -> Result<RunOutcome, RunError> {
     // The caller (the coordinator) holds the session's lock. Input it just recorded must be readable.
-    services.writer.flush().await?;
-    let failed_before = services.writer.failed_writes();
+    services.journal.flush().await?;
+    let failed_before = services.journal.failed_writes();
     let id = session_id.clone();
     // Store work happens on the blocking pool, not on the async threads other sessions run on.
     let (session, mut history) = services
@@ -260,8 +260,8 @@ pub(crate) async fn run_session(
     if let Some(snapshots) = run.snapshots.clone() {
         tokio::spawn(async move { snapshots.collect_garbage().await });
     }
-    let persisted = services.writer.flush().await;
-    let lost = services.writer.failed_writes().saturating_sub(failed_before);
+    let persisted = services.journal.flush().await;
+    let lost = services.journal.failed_writes().saturating_sub(failed_before);
     services.set_status(session_id, SessionStatus::Idle);
     services.bus.publish(EventPayload::SessionIdle { session_id: session_id.clone() });
     let mut stop = result?;
@@ -391,7 +391,7 @@ impl Run<'_> {
             }
         }
         self.session.time.updated = codeloop_types::now_ms();
-        self.services.save_session(&mut self.session);
+        self.services.journal.save_session(&mut self.session);
         self.history.push(message);
     }
 
@@ -415,7 +415,7 @@ impl Run<'_> {
                 && matches!(tool.state, ToolState::Completed(_))
                 && tool.state.mark_compacted(now).is_ok()
             {
-                self.services.save_part(part);
+                self.services.journal.save_part(part);
             }
         }
     }

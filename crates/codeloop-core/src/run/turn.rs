@@ -15,10 +15,11 @@ use crate::agents::Agent;
 use crate::compaction::{max_output, overflow_threshold, request_size, usable};
 use crate::instructions::{instruction_files, system_prompt};
 use crate::models::ResolvedModel;
-use crate::permission::disabled;
+use crate::permission::offered;
 use crate::processor::{AttemptEnd, Finished, Next, Processor, TurnContext};
 use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
 use crate::retry::{RetryDecision, RetryPolicy};
+use crate::tool_host::ToolGate;
 
 /// Sent as the last message on the final allowed step, with no tools offered.
 pub const MAX_STEPS_TEXT: &str = "The maximum number of steps for this task has been reached and tools are now disabled. Do not call any tool. Reply in text only: say that the step limit was reached, summarise what was done, list what remains, and recommend the next steps.";
@@ -63,11 +64,17 @@ impl Run<'_> {
     ) -> Arc<TurnContext> {
         let compaction = &self.services.config.compaction;
         Arc::new(TurnContext {
-            services: self.services.clone(),
-            coordinator: self.coordinator.clone(),
+            journal: self.services.journal.clone(),
+            gate: Arc::new(ToolGate::new(
+                self.services.clone(),
+                self.coordinator.clone(),
+                self.session.id.clone(),
+                self.layers(agent),
+                self.project.root.display().to_string(),
+            )),
             project: self.paths.clone(),
-            project_key: self.project.root.display().to_string(),
-            layers: self.layers(agent),
+            tool_output_dir: self.services.tool_output_dir.clone(),
+            limits: self.services.limits(),
             pricing: model.pricing.clone(),
             overflow_at: if summary { None } else { overflow_threshold(&model.limits, compaction) },
             tools_enabled,
@@ -91,12 +98,13 @@ impl Run<'_> {
             &self.services.config.instructions,
         );
         // Skills are listed only when the agent may load them.
-        let skills =
-            if disabled("skill", [self.services.permissions.defaults(), self.layers(agent).as_slice()]) {
-                Vec::new()
-            } else {
-                codeloop_tools::list_skills(&self.services.skill_dirs, &self.project.root)
-            };
+        let (defaults, narrowing) =
+            (self.services.permissions.defaults(), &self.services.config.project_rules);
+        let skills = if offered("skill", defaults, &self.layers(agent), narrowing) {
+            codeloop_tools::list_skills(&self.services.skill_dirs, &self.project.root)
+        } else {
+            Vec::new()
+        };
         let system = system_prompt(
             agent.prompt.as_deref(),
             &model.reference.to_string(),
@@ -119,8 +127,7 @@ impl Run<'_> {
             .filter(|spec| {
                 let tool = self.tools.registry.get(&spec.name);
                 let permission = tool.as_deref().map_or(spec.name.as_str(), |t| t.permission());
-                let narrowing = self.services.config.project_rules.as_slice();
-                !disabled(permission, [defaults, layers.as_slice()]) && !disabled(permission, [narrowing])
+                offered(permission, defaults, &layers, &self.services.config.project_rules)
             })
             .cloned()
             .collect()

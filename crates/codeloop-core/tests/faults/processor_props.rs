@@ -13,7 +13,7 @@ use codeloop_core::doom_loop::DoomLoopGuard;
 use codeloop_core::models::ModelPricing;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::processor::{AttemptEnd, Finished, Processor, TurnContext};
-use codeloop_core::{Engine, Services};
+use codeloop_core::{Engine, Services, ToolGate};
 use codeloop_provider::{
     EventStream, Provider, ProviderError, ProviderRequest, StreamEvent, ToolCall, ToolChoice, Usage,
 };
@@ -155,11 +155,17 @@ impl Fixture {
     async fn attempt(&self, events: Vec<StreamEvent>, ending: Ending) -> (AttemptEnd, Finished) {
         let project = self.project.path().to_owned();
         let ctx = Arc::new(TurnContext {
-            services: self.services(),
-            coordinator: self.engine.coordinator().clone(),
+            journal: self.services().journal.clone(),
+            gate: Arc::new(ToolGate::new(
+                self.services(),
+                self.engine.coordinator().clone(),
+                self.session.id.clone(),
+                Arc::new(Vec::new()),
+                project.display().to_string(),
+            )),
             project: ProjectPaths::new(project.clone(), project.clone()),
-            project_key: project.display().to_string(),
-            layers: Arc::new(Vec::new()),
+            tool_output_dir: self.services().tool_output_dir.clone(),
+            limits: self.services().limits(),
             pricing: ModelPricing::default(),
             overflow_at: None,
             tools_enabled: true,
