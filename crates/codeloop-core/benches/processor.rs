@@ -22,7 +22,7 @@ const DELTAS: usize = 20_000;
 struct Replay(std::sync::Mutex<Option<Vec<StreamEvent>>>);
 
 impl Provider for Replay {
-    fn stream(&self, _request: ProviderRequest) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
+    fn stream(&self, _request: Arc<ProviderRequest>) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
         let events = self.0.lock().unwrap().take().unwrap_or_default();
         Box::pin(
             async move { Ok(Box::pin(futures::stream::iter(events.into_iter().map(Ok))) as EventStream) },
@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
                     let mut processor = Processor::new(ctx.clone(), message);
                     let cancel = CancellationToken::new();
                     let mut doom = DoomLoopGuard::default();
-                    processor.attempt(&provider, ProviderRequest::default(), &cancel, &mut doom).await;
+                    processor.attempt(&provider, Arc::default(), &cancel, &mut doom).await;
                     processor.finish(None, None);
                     engine.flush().await.unwrap();
                 })

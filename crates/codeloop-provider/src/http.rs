@@ -44,7 +44,7 @@ impl HttpProvider {
         Ok(Self { config, client, base, headers })
     }
 
-    async fn send(&self, request: ProviderRequest) -> Result<EventStream, ProviderError> {
+    async fn send(&self, request: std::sync::Arc<ProviderRequest>) -> Result<EventStream, ProviderError> {
         let config = &self.config;
         if config.api_key.is_none()
             && let Some(env) = &config.api_key_env
@@ -109,7 +109,10 @@ impl HttpProvider {
 }
 
 impl Provider for HttpProvider {
-    fn stream(&self, request: ProviderRequest) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
+    fn stream(
+        &self,
+        request: std::sync::Arc<ProviderRequest>,
+    ) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
         Box::pin(self.send(request))
     }
 }

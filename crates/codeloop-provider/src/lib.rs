@@ -53,7 +53,11 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderErr
 pub trait Provider: Send + Sync {
     /// Sends the request. Resolves once response headers arrived (HTTP errors are returned here); the
     /// stream then yields events until `Finish` or an error. Dropping the stream cancels the request.
-    fn stream(&self, request: ProviderRequest) -> BoxFuture<'_, Result<EventStream, ProviderError>>;
+    /// Shared, not owned: a retried attempt sends the same request again without copying the history.
+    fn stream(
+        &self,
+        request: std::sync::Arc<ProviderRequest>,
+    ) -> BoxFuture<'_, Result<EventStream, ProviderError>>;
 }
 
 /// The wire format a provider speaks (`api` in `[provider.NAME]`).

@@ -108,7 +108,7 @@ async fn collect(
     base_url: &str,
 ) -> Result<Vec<Result<StreamEvent, ProviderError>>, ProviderError> {
     let provider = connect(config(api, base_url))?;
-    let stream = provider.stream(request()).await?;
+    let stream = provider.stream(std::sync::Arc::new(request())).await?;
     Ok(stream.collect().await)
 }
 
@@ -198,7 +198,7 @@ async fn missing_key_fails_before_sending() {
     let mut config = config(WireApi::OpenAiChat, "http://127.0.0.1:9/v1");
     config.api_key = None;
     let provider = connect(config).unwrap();
-    let error = provider.stream(request()).await.err().unwrap();
+    let error = provider.stream(std::sync::Arc::new(request())).await.err().unwrap();
     assert!(matches!(error, ProviderError::Auth { .. }));
     assert!(error.to_string().contains("API key missing: set TEST_API_KEY"), "{error}");
 }
@@ -229,7 +229,7 @@ async fn silent_server_is_a_headers_timeout() {
     let mut config = config(WireApi::OpenAiChat, &base);
     config.headers_timeout = Duration::from_secs(30);
     let provider = connect(config).unwrap();
-    let error = provider.stream(request()).await.err().unwrap();
+    let error = provider.stream(std::sync::Arc::new(request())).await.err().unwrap();
     assert_eq!(error, ProviderError::HeadersTimeout(Duration::from_secs(30)));
     assert!(error.retryable());
 }

@@ -157,7 +157,7 @@ impl Processor {
     pub async fn attempt(
         &mut self,
         provider: &dyn Provider,
-        request: ProviderRequest,
+        request: Arc<ProviderRequest>,
         cancel: &CancellationToken,
         doom: &mut DoomLoopGuard,
     ) -> AttemptEnd {

@@ -303,6 +303,7 @@ impl Run<'_> {
         request: ProviderRequest,
     ) -> TurnEnd {
         let mut policy = RetryPolicy::new(self.services.config.retry.clone());
+        let request = Arc::new(request);
         loop {
             let first_part = processor.part_count();
             let end = processor

@@ -50,7 +50,7 @@ struct Scripted {
 }
 
 impl Provider for Scripted {
-    fn stream(&self, _request: ProviderRequest) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
+    fn stream(&self, _request: Arc<ProviderRequest>) -> BoxFuture<'_, Result<EventStream, ProviderError>> {
         let events = self.events.lock().unwrap().take().unwrap_or_default();
         let ending = self.ending;
         let cancel = self.cancel.clone();
@@ -197,7 +197,7 @@ impl Fixture {
         };
         let mut processor = Processor::new(ctx, message);
         let mut doom = DoomLoopGuard::default();
-        let end = processor.attempt(&provider, request, &cancel, &mut doom).await;
+        let end = processor.attempt(&provider, Arc::new(request), &cancel, &mut doom).await;
         let error = matches!(end, AttemptEnd::Aborted).then(AssistantError::aborted);
         let finished = processor.finish(error, None);
         self.engine.flush().await.unwrap();
