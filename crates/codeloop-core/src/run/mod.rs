@@ -66,20 +66,42 @@ pub enum RunError {
     /// The model cannot be used (unknown provider, missing key…); the cause says which.
     #[error(transparent)]
     Model(#[from] crate::models::ModelError),
-    /// A store failure, as text: a run's outcome is shared by every caller that joined it (cloned), and
-    /// store errors hold I/O and SQLite errors that cannot be cloned.
+    /// A store failure; shared, as a run's outcome is cloned to every caller that joined it.
     #[error("storage error: {0}")]
-    Store(String),
+    Store(#[source] SharedStoreError),
     /// The run's task ended without handing back a result (it panicked or was cancelled).
     #[error("the run ended without reporting a result")]
     Lost,
+}
+
+/// A store error every caller of a run shares (they all get a clone of its outcome; store errors hold
+/// I/O and database errors that cannot be cloned). Equal when they say the same.
+#[derive(Debug, Clone)]
+pub struct SharedStoreError(pub Arc<codeloop_store::StoreError>);
+
+impl std::fmt::Display for SharedStoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedStoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for SharedStoreError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_string() == other.0.to_string()
+    }
 }
 
 impl From<codeloop_store::StoreError> for RunError {
     fn from(error: codeloop_store::StoreError) -> Self {
         match error {
             codeloop_store::StoreError::SessionBusy(_) => RunError::Busy(error.to_string()),
-            other => RunError::Store(other.to_string()),
+            other => RunError::Store(SharedStoreError(Arc::new(other))),
         }
     }
 }
