@@ -7,7 +7,8 @@ use std::sync::Arc;
 use codeloop_store::{MessageWithParts, SessionFilter, Store, StoreError, StoreWriter};
 use codeloop_tools::{BuiltinConfig, ToolRegistry};
 use codeloop_types::{
-    EventPayload, Message, MessageId, ModelRef, PartKind, PermissionId, PermissionRequest, Session, SessionId,
+    EventPayload, Message, MessageId, ModelRef, PartKind, PermissionId, PermissionRequest, Session,
+    SessionId, WorkerRequest,
 };
 
 use crate::instructions::ProjectInfo;
@@ -102,11 +103,12 @@ impl Engine {
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
         let store = open_store(&options.store, &options.data_dir, &options.env, &options.config)?;
         let writer = StoreWriter::new(store.clone())?;
-        let bus = match (options.events, store.event_log()) {
-            (EventIds::Store, Some(log)) => {
-                relayed_bus(log, options.bus_channel_capacity, options.bus_replay_capacity)?
-            }
-            _ => Bus::new(options.bus_channel_capacity, options.bus_replay_capacity),
+        let (bus, peers) = match (options.events, store.event_log()) {
+            (EventIds::Store, Some(log)) => (
+                relayed_bus(log, options.bus_channel_capacity, options.bus_replay_capacity)?,
+                Some(Arc::new(crate::peers::Peers::default())),
+            ),
+            _ => (Bus::new(options.bus_channel_capacity, options.bus_replay_capacity), None),
         };
         let tool_output_dir = options.data_dir.join("tool-output");
         // Only codeloop's own dirs are outside the project without asking: the spill files here, and each
@@ -170,10 +172,14 @@ impl Engine {
             statuses: Default::default(),
             snapshots: Default::default(),
             mcp: crate::mcp::McpServers::new(mcp_settings),
+            peers: peers.clone(),
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
+        if let Some(peers) = peers {
+            crate::peers::listen(&services, coordinator.downgrade(), peers);
+        }
         Ok(Engine { services, coordinator })
     }
 
@@ -391,8 +397,22 @@ impl Engine {
     }
 
     /// Stops the session's run; returns after its cleanup.
-    pub async fn abort(&self, session: &SessionId) {
-        self.coordinator.interrupt(session).await;
+    /// Stops the session's run and returns after its cleanup; with many workers, also a run another
+    /// worker owns. False when nothing was running (or the owner did not confirm in time).
+    pub async fn abort(&self, session: &SessionId) -> bool {
+        if self.coordinator.is_busy(session) {
+            self.coordinator.interrupt(session).await;
+            return true;
+        }
+        let running_elsewhere = self.services.peers.is_some()
+            && self.services.statuses.lock().unwrap_or_else(|e| e.into_inner()).contains_key(session);
+        if !running_elsewhere {
+            return false;
+        }
+        let ended =
+            |p: &EventPayload| matches!(p, EventPayload::SessionIdle { session_id } if session_id == session);
+        let timeout = self.services.config.store.lease() + crate::peers::ANSWER_TIMEOUT;
+        crate::peers::forward(&self.services, session, WorkerRequest::Abort, timeout, ended).await
     }
 
     /// Summarises the session now (manual compaction: no automatic continuation).
@@ -497,8 +517,46 @@ impl Engine {
         Ok(session)
     }
 
+    /// Pending questions: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_questions(&self, session: Option<&SessionId>) -> Vec<codeloop_types::QuestionRequest> {
-        self.services.questions.pending(session)
+        let mut pending = self.services.questions.pending(session);
+        if let Some(peers) = &self.services.peers {
+            for request in peers.questions(session) {
+                if !pending.iter().any(|p| p.id == request.id) {
+                    pending.push(request);
+                }
+            }
+        }
+        pending
+    }
+
+    /// Answers (`Some`) or rejects (`None`) a pending question of this worker, or with many workers,
+    /// one another worker's run waits on (forwarded, and confirmed once it took the answer).
+    pub async fn answer_question(
+        &self,
+        id: &codeloop_types::QuestionId,
+        answers: Option<Vec<Vec<String>>>,
+    ) -> Result<(), crate::question::QuestionError> {
+        let local = match answers.clone() {
+            Some(answers) => self.services.questions.reply(id, answers),
+            None => self.services.questions.reject(id),
+        };
+        let Err(crate::question::QuestionError::NotPending(_)) = local else { return local };
+        let Some(session) = self.services.peers.as_ref().and_then(|p| p.question_session(id)) else {
+            return local;
+        };
+        let answered = |p: &EventPayload| match p {
+            EventPayload::QuestionReplied { request_id, .. }
+            | EventPayload::QuestionRejected { request_id, .. } => request_id == id,
+            _ => false,
+        };
+        let request = WorkerRequest::QuestionReply { request_id: id.clone(), answers };
+        match crate::peers::forward(&self.services, &session, request, crate::peers::ANSWER_TIMEOUT, answered)
+            .await
+        {
+            true => Ok(()),
+            false => local,
+        }
     }
 
     /// Answers a pending question: one list of answers per question asked.
@@ -517,12 +575,49 @@ impl Engine {
         self.services.questions.reject(id)
     }
 
+    /// Pending permission requests: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
-        self.services.permissions.pending(session)
+        let mut pending = self.services.permissions.pending(session);
+        if let Some(peers) = &self.services.peers {
+            for request in peers.permissions(session) {
+                if !pending.iter().any(|p| p.id == request.id) {
+                    pending.push(request);
+                }
+            }
+        }
+        pending
     }
 
     pub fn reply_permission(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
         self.services.permissions.reply(id, reply)
+    }
+
+    /// [`Engine::reply_permission`], or with many workers, the answer to a request another worker's run
+    /// waits on: forwarded to it, and confirmed once it took the answer.
+    pub async fn answer_permission(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
+        let local = {
+            let (engine, request, reply) = (self.clone(), id.clone(), reply.clone());
+            // An "always" reply saves the approval in the store: off the async threads.
+            tokio::task::spawn_blocking(move || engine.reply_permission(&request, reply))
+                .await
+                .unwrap_or_else(|_| Err(ReplyError::Unknown(id.clone())))
+        };
+        let Err(ReplyError::Unknown(_)) = local else { return local };
+        let Some(session) = self.services.peers.as_ref().and_then(|p| p.permission_session(id)) else {
+            return local;
+        };
+        let request = WorkerRequest::PermissionReply {
+            request_id: id.clone(),
+            reply: reply.reply,
+            message: reply.message,
+        };
+        let replied = |p: &EventPayload| matches!(p, EventPayload::PermissionReplied { request_id, .. } if request_id == id);
+        match crate::peers::forward(&self.services, &session, request, crate::peers::ANSWER_TIMEOUT, replied)
+            .await
+        {
+            true => Ok(()),
+            false => local,
+        }
     }
 
     /// Waits until everything written so far is durable.

@@ -18,6 +18,7 @@ pub mod input;
 pub mod instructions;
 pub mod mcp;
 pub mod models;
+pub mod peers;
 pub mod permission;
 pub mod processor;
 pub mod projection;

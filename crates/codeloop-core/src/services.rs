@@ -54,6 +54,8 @@ pub struct Services {
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
+    /// Other workers' runs on a shared store (`None` with a store of this process alone).
+    pub peers: Option<Arc<crate::peers::Peers>>,
     /// Dropped with the services: the hourly spill-file sweep thread then ends.
     pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
     /// Built-in and MCP tools together, assembled on the first run.

@@ -192,6 +192,9 @@ mod tests {
         assert_eq!(ApiError::from(RunError::SessionNotFound("ses_x".into())).status, StatusCode::NOT_FOUND);
         assert_eq!(ApiError::from(RunError::Busy("busy".into())).status, StatusCode::CONFLICT);
         assert_eq!(ApiError::from(RunError::Input("empty".into())).status, StatusCode::BAD_REQUEST);
-        assert_eq!(ApiError::from(RunError::from(codeloop_store::StoreError::Interrupted("disk".into()))).status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            ApiError::from(RunError::from(codeloop_store::StoreError::Interrupted("disk".into()))).status,
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

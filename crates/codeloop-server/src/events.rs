@@ -22,7 +22,7 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use codeloop_core::{Bus, Replay};
-use codeloop_types::{Event, SessionId};
+use codeloop_types::{Event, EventPayload, SessionId};
 use serde_json::json;
 use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
 use tokio::time::{Instant, Interval, MissedTickBehavior};
@@ -204,6 +204,10 @@ impl EventStream {
             return;
         }
         self.last_seen = event.id;
+        // Between workers only (see codeloop_core::peers).
+        if matches!(event.payload, EventPayload::WorkerRequest { .. }) {
+            return;
+        }
         if self.filter.as_ref().is_none_or(|session| event.payload.session_id() == Some(session)) {
             out.extend_from_slice(&self.frames.frame(event));
         }

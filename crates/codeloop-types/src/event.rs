@@ -59,6 +59,27 @@ pub enum EventPayload {
     QuestionReplied { session_id: SessionId, request_id: QuestionId, answers: Vec<Vec<String>> },
     #[serde(rename = "question.rejected")]
     QuestionRejected { session_id: SessionId, request_id: QuestionId },
+    /// Many workers on one store (DESIGN.md §5b): a request a client made on one worker for a session
+    /// another worker runs, carried to that worker through the shared event log. Not sent to clients.
+    #[serde(rename = "worker.request")]
+    WorkerRequest { session_id: SessionId, request: WorkerRequest },
+}
+
+/// What one worker asks of the worker running a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum WorkerRequest {
+    /// Interrupt the run.
+    Abort,
+    /// Answer a pending permission request.
+    PermissionReply {
+        request_id: PermissionId,
+        reply: PermissionReply,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<String>,
+    },
+    /// Answer a pending question (`None`: reject it).
+    QuestionReply { request_id: QuestionId, answers: Option<Vec<Vec<String>>> },
 }
 
 impl EventPayload {
@@ -81,6 +102,7 @@ impl EventPayload {
             EventPayload::QuestionAsked(_) => "question.asked",
             EventPayload::QuestionReplied { .. } => "question.replied",
             EventPayload::QuestionRejected { .. } => "question.rejected",
+            EventPayload::WorkerRequest { .. } => "worker.request",
         }
     }
 
@@ -99,7 +121,8 @@ impl EventPayload {
             | EventPayload::TodoUpdated { session_id, .. }
             | EventPayload::PermissionReplied { session_id, .. }
             | EventPayload::QuestionReplied { session_id, .. }
-            | EventPayload::QuestionRejected { session_id, .. } => Some(session_id),
+            | EventPayload::QuestionRejected { session_id, .. }
+            | EventPayload::WorkerRequest { session_id, .. } => Some(session_id),
             EventPayload::QuestionAsked(request) => Some(&request.session_id),
             EventPayload::SessionError { session_id, .. } => session_id.as_ref(),
             EventPayload::PermissionAsked(request) => Some(&request.session_id),

@@ -15,7 +15,9 @@ mod session;
 mod tool_state;
 
 pub use error::AssistantError;
-pub use event::{Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus};
+pub use event::{
+    Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus, WorkerRequest,
+};
 pub use ids::{MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{

@@ -230,3 +230,84 @@ async fn read_frames(response: &mut reqwest::Response, until: impl Fn(&str) -> b
     }
     text
 }
+
+#[tokio::test]
+async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run() {
+    let Some(store) = codeloop_testkit::postgres::database() else { return };
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "echo approved > approved.txt"}))),
+        Turn::from(Reply::text("done after the approval")),
+        Turn::from(Reply::text("never finished ".repeat(100)).with_text_chunks(100).with_chunk_delay_ms(100)),
+    ]))
+    .await
+    .unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "[permission]\nbash = \"ask\"\n");
+    let (_a, a_url, _a_data) = worker(&env, &config, &store);
+    let (_b, b_url, _b_data) = worker(&env, &config, &store);
+    let http = reqwest::Client::new();
+    let session: Value =
+        http.post(format!("{a_url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let id = session["id"].as_str().unwrap().to_owned();
+    let prompt = |text: &str| json!({"parts": [{"type": "text", "text": text}]});
+
+    // Worker A runs the session and waits on a permission request; worker B lists it and answers it.
+    let accepted = http
+        .post(format!("{a_url}/session/{id}/prompt_async"))
+        .json(&prompt("make it"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(accepted.status(), 202);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let request = loop {
+        let pending: Vec<Value> =
+            http.get(format!("{b_url}/permission")).send().await.unwrap().json().await.unwrap();
+        if let Some(request) = pending.into_iter().find(|p| p["session_id"] == id.as_str()) {
+            break request;
+        }
+        assert!(Instant::now() < deadline, "worker B never saw worker A's permission request");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let statuses: Value =
+        http.get(format!("{b_url}/session/status")).send().await.unwrap().json().await.unwrap();
+    assert!(!statuses[id.as_str()].is_null(), "worker B shows A's run as busy: {statuses}");
+    let replied = http
+        .post(format!("{b_url}/permission/{}/reply", request["id"].as_str().unwrap()))
+        .json(&json!({"reply": "once"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replied.status(), 200, "{}", replied.text().await.unwrap());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while messages(&http, &a_url, &id).await.last().is_none_or(|m| text_of(m) != "done after the approval") {
+        assert!(Instant::now() < deadline, "the approved run never finished");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(env.project.path().join("approved.txt").exists());
+
+    // A long answer streams on A; aborting it on B stops it there, and B answers once it has stopped.
+    let accepted =
+        http.post(format!("{a_url}/session/{id}/prompt_async")).json(&prompt("talk")).send().await.unwrap();
+    assert_eq!(accepted.status(), 202);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let statuses: Value =
+            http.get(format!("{b_url}/session/status")).send().await.unwrap().json().await.unwrap();
+        if !statuses[id.as_str()].is_null() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "worker B never saw the second run start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let aborted: Value =
+        http.post(format!("{b_url}/session/{id}/abort")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(aborted["aborted"], true);
+    let history = messages(&http, &a_url, &id).await;
+    let last = history.last().unwrap();
+    assert!(!last["info"]["error"].is_null(), "the run on A was interrupted: {last:#}");
+    let statuses: Value =
+        http.get(format!("{a_url}/session/status")).send().await.unwrap().json().await.unwrap();
+    assert!(statuses[id.as_str()].is_null(), "{statuses}");
+    assert_eq!(fake.request_count(), 3);
+}

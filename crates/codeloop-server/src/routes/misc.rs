@@ -14,7 +14,7 @@ use crate::AppState;
 use crate::api::{
     Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody, SessionQuery,
 };
-use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
 const REDACTED: &str = "[redacted]";
 
@@ -35,10 +35,7 @@ pub async fn reply_permission(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PermissionReplyBody>,
 ) -> Result<Json<bool>, ApiError> {
-    let engine = state.engine.clone();
-    let reply = body.to_reply();
-    // An "always" reply saves the approval in the store.
-    blocking(move || Ok(engine.reply_permission(&PermissionId::from(id.as_str()), reply)?)).await?;
+    state.engine.answer_permission(&PermissionId::from(id.as_str()), body.to_reply()).await?;
     Ok(Json(true))
 }
 
@@ -57,7 +54,8 @@ pub async fn reply_question(
 ) -> Result<Json<bool>, ApiError> {
     state
         .engine
-        .reply_question(&QuestionId::from(id.as_str()), body.answers)
+        .answer_question(&QuestionId::from(id.as_str()), Some(body.answers))
+        .await
         .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
     Ok(Json(true))
 }
@@ -68,7 +66,8 @@ pub async fn reject_question(
 ) -> Result<Json<bool>, ApiError> {
     state
         .engine
-        .reject_question(&QuestionId::from(id.as_str()))
+        .answer_question(&QuestionId::from(id.as_str()), None)
+        .await
         .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
     Ok(Json(true))
 }

@@ -116,8 +116,7 @@ pub async fn abort(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Aborted>, ApiError> {
     let session = load(&state.engine, &id).await?;
-    let aborted = state.engine.coordinator().is_busy(&session.id);
-    state.engine.abort(&session.id).await;
+    let aborted = state.engine.abort(&session.id).await;
     Ok(Json(Aborted { aborted }))
 }
 
