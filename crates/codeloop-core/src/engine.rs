@@ -415,12 +415,32 @@ impl Engine {
         crate::peers::forward(&self.services, session, WorkerRequest::Abort, timeout, ended).await
     }
 
+    /// Holds the session's run ownership for a change that needs it idle (a revert, an undo), so no
+    /// run starts meanwhile, in this process or any other (another `codeloop`, another worker).
+    async fn hold_idle(&self, id: &SessionId, what: &str) -> Result<codeloop_store::RunGuard, EngineError> {
+        let busy =
+            || EngineError::Busy(format!("session {id} is running; wait for it or abort it before {what}"));
+        if self.coordinator.is_busy(id) {
+            return Err(busy());
+        }
+        let session = id.clone();
+        match self.services.blocking(move |store| store.lock_session(&session)).await {
+            Ok(guard) => Ok(guard),
+            Err(StoreError::SessionBusy(_)) => Err(busy()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Summarises the session now (manual compaction: no automatic continuation).
     pub async fn compact(&self, session: &SessionId) -> RunResult {
-        if self.coordinator.is_busy(session) {
-            return Err(RunError::Busy(format!(
-                "session {session} is running; wait for it or abort it first"
-            )));
+        // Checked before the request is recorded: a failed command changes nothing. (The run takes the
+        // ownership again; a run that starts in between makes it fail as busy.)
+        match self.hold_idle(session, "compacting").await {
+            Ok(_free) => {}
+            Err(EngineError::Busy(message)) => return Err(RunError::Busy(message)),
+            Err(EngineError::Run(e)) => return Err(e),
+            Err(EngineError::Store(e)) => return Err(e.into()),
+            Err(e) => return Err(RunError::Input(e.to_string())),
         }
         let history = self.services.store.load_history(session)?;
         let Some(last_user) = history.iter().rev().find_map(|m| match &m.info {
@@ -449,9 +469,7 @@ impl Engine {
     /// put back as it was, and those messages are hidden until the next prompt removes them (or
     /// [`Engine::unrevert`] undoes the revert). Needs snapshots (a git project).
     pub async fn revert(&self, id: &SessionId, message: &MessageId) -> Result<Session, EngineError> {
-        if self.coordinator.is_busy(id) {
-            return Err(EngineError::Busy(format!("session {id} is running; abort it before reverting")));
-        }
+        let _idle = self.hold_idle(id, "reverting").await?;
         self.flush().await?;
         let session = self.session(id)?;
         let history = self.history(id)?;
@@ -498,9 +516,7 @@ impl Engine {
 
     /// Undoes a revert: the files come back as they were before it.
     pub async fn unrevert(&self, id: &SessionId) -> Result<Session, EngineError> {
-        if self.coordinator.is_busy(id) {
-            return Err(EngineError::Busy(format!("session {id} is running; abort it first")));
-        }
+        let _idle = self.hold_idle(id, "undoing the revert").await?;
         let mut session = self.session(id)?;
         let Some(revert) = session.revert.clone() else { return Ok(session) };
         let project = ProjectInfo::discover(Path::new(&session.directory));

@@ -44,6 +44,12 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
 
     // Revert to the first user message: the file goes back, the messages are hidden.
     let first = history[0].info.id().clone();
+    // Not while another process (another `codeloop`, another worker) runs the session: nothing changes.
+    let elsewhere = h.engine.store().lock_session(&h.session.id).unwrap();
+    let refused = h.engine.revert(&h.session.id, &first).await;
+    assert!(matches!(refused, Err(codeloop_core::EngineError::Busy(_))), "{refused:?}");
+    assert_eq!(h.read("notes.txt"), "v2\n");
+    drop(elsewhere);
     let session = h.engine.revert(&h.session.id, &first).await.unwrap();
     assert!(session.revert.is_some());
     assert_eq!(h.read("notes.txt"), "v1\n");
