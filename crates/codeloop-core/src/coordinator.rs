@@ -178,28 +178,14 @@ impl Coordinator {
     /// The one path of `run` and `prompt`: join, steer, queue or claim, until one of them sticks.
     async fn submit(&self, session: &SessionId, input: Option<PromptInput>, delivery: Delivery) -> RunResult {
         loop {
-            let step = {
-                let mut sessions = self.inner.lock();
-                match sessions.get(session) {
-                    Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
-                    Some(Slot::Running(entry)) if entry.stopping.load(Ordering::SeqCst) => {
-                        Step::AwaitEnd(entry.done.subscribe())
-                    }
-                    Some(Slot::Running(entry)) => match (&input, delivery) {
-                        (None, _) => Step::Join(entry.done.subscribe()),
-                        (Some(input), Delivery::Steer) => {
-                            entry.inbox.push(input.clone());
-                            Step::Join(entry.done.subscribe())
-                        }
-                        (Some(_), Delivery::Queue) => Step::Enqueue(entry.clone()),
-                    },
-                    None => {
-                        let (settled, rx) = watch::channel(());
-                        sessions.insert(session.clone(), Slot::Claiming(rx));
-                        Step::Claim(settled)
-                    }
+            let step = self.inner.next_step(session, |entry| match (&input, delivery) {
+                (None, _) => Step::Join(entry.done.subscribe()),
+                (Some(input), Delivery::Steer) => {
+                    entry.inbox.push(input.clone());
+                    Step::Join(entry.done.subscribe())
                 }
-            };
+                (Some(_), Delivery::Queue) => Step::Enqueue(entry.clone()),
+            });
             match step {
                 Step::AwaitClaim(mut settled) => {
                     let _ = settled.changed().await;
@@ -304,21 +290,7 @@ impl Coordinator {
         id: i64,
     ) -> Result<Option<oneshot::Receiver<RunResult>>, RunError> {
         loop {
-            let step = {
-                let mut sessions = self.inner.lock();
-                match sessions.get(session) {
-                    Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
-                    Some(Slot::Running(entry)) if entry.stopping.load(Ordering::SeqCst) => {
-                        Step::AwaitEnd(entry.done.subscribe())
-                    }
-                    Some(Slot::Running(entry)) => Step::Enqueue(entry.clone()),
-                    None => {
-                        let (settled, rx) = watch::channel(());
-                        sessions.insert(session.clone(), Slot::Claiming(rx));
-                        Step::Claim(settled)
-                    }
-                }
-            };
+            let step = self.inner.next_step(session, |entry| Step::Enqueue(entry.clone()));
             match step {
                 Step::AwaitClaim(mut settled) => {
                     let _ = settled.changed().await;
@@ -460,6 +432,24 @@ impl Coordinator {
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Slot>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Decides under the map's lock: wait for a claim or an ending run, claim an idle session (its slot
+    /// becomes `Claiming`), or leave a live run to `running`.
+    fn next_step(&self, session: &SessionId, running: impl FnOnce(&Arc<Entry>) -> Step) -> Step {
+        let mut sessions = self.lock();
+        match sessions.get(session) {
+            Some(Slot::Claiming(settled)) => Step::AwaitClaim(settled.clone()),
+            Some(Slot::Running(entry)) if entry.stopping.load(Ordering::SeqCst) => {
+                Step::AwaitEnd(entry.done.subscribe())
+            }
+            Some(Slot::Running(entry)) => running(entry),
+            None => {
+                let (settled, rx) = watch::channel(());
+                sessions.insert(session.clone(), Slot::Claiming(rx));
+                Step::Claim(settled)
+            }
+        }
     }
 
     /// Takes the session (whose slot this caller set to `Claiming`), records its first turn and starts

@@ -266,10 +266,13 @@ impl Engine {
         Ok(sessions.len())
     }
 
-    /// Calls [`Engine::resume_orphans`] now and then every half lease (`[store] lease_secs`), until the
-    /// engine is dropped. `serve` runs it: a worker takes over what another worker left.
+    /// Calls [`Engine::resume_orphans`] now and then every eighth of a lease (`[store] lease_secs`;
+    /// between 0.25 and 2 s), until the engine is dropped. `serve` runs it: a worker takes over what
+    /// another worker left soon after its lease expires (a dead worker's lease runs out at most a lease
+    /// after its last renewal), not up to half a lease later.
     pub fn spawn_failover(&self) -> tokio::task::JoinHandle<()> {
-        let period = self.services.config.store.lease() / 2;
+        let period = (self.services.config.store.lease() / 8)
+            .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(2));
         let services = Arc::downgrade(&self.services);
         let coordinator = self.coordinator.downgrade();
         tokio::spawn(async move {
