@@ -264,7 +264,7 @@ fn data_dir_check(checks: &mut Vec<Check>) {
     }
 }
 
-/// Which store every command uses, and for PostgreSQL whether its host answers (no login, no changes).
+/// Which store every command uses, and for PostgreSQL whether it lets us in (no changes).
 async fn store_check(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
     let env_url = std::env::var(codeloop_core::DATABASE_URL_ENV).ok().filter(|u| !u.trim().is_empty());
     let (url, from) = match (env_url, &loaded.config.store.url) {
@@ -287,14 +287,22 @@ async fn store_check(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
     if shown.password().is_some() {
         let _ = shown.set_password(Some("***"));
     }
-    let host = parsed.host_str().unwrap_or("localhost").to_owned();
-    let port = parsed.port().unwrap_or(5432);
-    let connect = tokio::net::TcpStream::connect((host.as_str(), port));
-    match tokio::time::timeout(REACH_TIMEOUT, connect).await {
-        Ok(Ok(_)) => checks.push(Check::ok("store", format!("PostgreSQL at {shown} (from {from}) answers"))),
-        _ => checks.push(Check::bad(
+    // Logs in as a run would (TLS per `sslmode` included) and reads the version: nothing is changed.
+    match tokio::time::timeout(REACH_TIMEOUT, codeloop_store::PgStore::probe(&url)).await {
+        Ok(Ok(version)) => {
+            checks.push(Check::ok("store", format!("PostgreSQL {version} at {shown} (from {from}) answers")))
+        }
+        Ok(Err(error)) => checks.push(Check::bad(
             "store",
-            format!("PostgreSQL at {shown} (from {from}) does not answer on {host}:{port}"),
+            format!("PostgreSQL at {shown} (from {from}): {error}"),
+            "start the database or fix the URL (host, user, password, database, sslmode)",
+        )),
+        Err(_) => checks.push(Check::bad(
+            "store",
+            format!(
+                "PostgreSQL at {shown} (from {from}) does not answer within {} s",
+                REACH_TIMEOUT.as_secs()
+            ),
             "start the database or fix the URL",
         )),
     }

@@ -311,3 +311,27 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
     assert!(statuses[id.as_str()].is_null(), "{statuses}");
     assert_eq!(fake.request_count(), 3);
 }
+
+#[tokio::test]
+async fn doctor_logs_in_to_the_store_and_says_what_is_wrong() {
+    let Some(store) = codeloop_testkit::postgres::database() else { return };
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("x"))])).await.unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "");
+    let output = env.codeloop_with(Some(&config), &["doctor"], &[("CODELOOP_DATABASE_URL", store.as_str())]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("✓ store: PostgreSQL 1"), "{stdout}");
+    // A server that answers but will not let us in: its reason, not "answers".
+    let (base, _) = store.rsplit_once('/').unwrap();
+    let missing = format!("{base}/no_such_database");
+    let output =
+        env.codeloop_with(Some(&config), &["doctor"], &[("CODELOOP_DATABASE_URL", missing.as_str())]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("✗ store: PostgreSQL at"), "{stdout}");
+    assert!(stdout.contains("no_such_database\" does not exist"), "{stdout}");
+    // Asking for TLS from a server without it is named as such.
+    let tls = format!("{store}?sslmode=require");
+    let output = env.codeloop_with(Some(&config), &["doctor"], &[("CODELOOP_DATABASE_URL", tls.as_str())]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("✗ store:"), "{stdout}");
+}

@@ -35,8 +35,8 @@ use lease::Lease;
 use pool::scrub;
 pub(crate) use pool::{Db, Shared, block_on, describe};
 use rows::{apply_write, message_from_row, part_from_row, session_from_row, upsert_message, upsert_part};
-use tls::TlsOptions;
 pub(crate) use tls::without_tls_options;
+use tls::{Connector, TlsOptions};
 
 /// Connections kept by one worker. Runs write through one writer thread; reads come from request handlers.
 const POOL_SIZE: usize = 16;
@@ -58,6 +58,29 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// The driver's settings for `url` and the TLS connector its `sslmode` asks for. The driver knows neither
+/// `sslrootcert` nor the `verify-*` modes: they are taken out and handled here.
+fn connection_settings(url: &str) -> Result<(tokio_postgres::Config, Connector)> {
+    let shown = redact(url);
+    let password = password(url);
+    let invalid = |reason: String| StoreError::InvalidUrl {
+        url: shown.clone(),
+        reason: scrub(&reason, password.as_deref()),
+    };
+    let (driver_url, tls_options) = TlsOptions::split(url).map_err(&invalid)?;
+    let mut config: tokio_postgres::Config =
+        driver_url.parse().map_err(|e: tokio_postgres::Error| invalid(e.to_string()))?;
+    config.ssl_mode(tls_options.driver_mode());
+    let tls = tls_options.connector(&shown)?;
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("codeloop");
+    }
+    Ok((config, tls))
+}
+
 impl PgStore {
     /// Connects to `url`, migrates the schema, and settles runs whose lease has expired (a dead worker's).
     /// Run leases last `lease` unless renewed. TLS follows the URL's `sslmode` and `sslrootcert` as in libpq
@@ -69,18 +92,7 @@ impl PgStore {
             url: shown.clone(),
             reason: scrub(&reason, password.as_deref()),
         };
-        // The driver knows neither `sslrootcert` nor the `verify-*` modes: they are taken out and handled here.
-        let (driver_url, tls_options) = TlsOptions::split(url).map_err(&invalid)?;
-        let mut config: tokio_postgres::Config =
-            driver_url.parse().map_err(|e: tokio_postgres::Error| invalid(e.to_string()))?;
-        config.ssl_mode(tls_options.driver_mode());
-        let tls = tls_options.connector(&shown)?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("codeloop");
-        }
+        let (config, tls) = connection_settings(url)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(RUNTIME_THREADS)
             .thread_name("codeloop-pg")
@@ -118,6 +130,26 @@ impl PgStore {
         })?;
         store.last_recovery = store.recover_unleased()?;
         Ok(store)
+    }
+
+    /// Logs in to `url` the way [`PgStore::open`] does (TLS included) and returns the server's version:
+    /// changes nothing (no migration, no recovery). What `codeloop doctor` checks.
+    pub async fn probe(url: &str) -> Result<String> {
+        let (config, tls) = connection_settings(url)?;
+        let password = password(url);
+        let unavailable = |error: &tokio_postgres::Error| {
+            let (url, reason) = (redact(url), scrub(&describe(error), password.as_deref()));
+            match tls::advice(error) {
+                Some(advice) => StoreError::Tls { url, reason, advice: advice.to_owned() },
+                None => StoreError::Unavailable { url, reason },
+            }
+        };
+        let (client, connection) = config.connect(tls).await.map_err(|e| unavailable(&e))?;
+        let connection = tokio::spawn(connection);
+        let version = client.query_one("SHOW server_version", &[]).await.map_err(|e| unavailable(&e));
+        drop(client);
+        let _ = connection.await;
+        version?.try_get::<_, String>(0).map_err(|e| unavailable(&e))
     }
 
     /// What the recovery run by [`PgStore::open`] changed.
