@@ -216,10 +216,10 @@ impl Coordinator {
                     return match started {
                         Ok(Some(done)) if input.is_none() => wait(done).await,
                         Ok(_) => own.await.unwrap_or(Err(RunError::Lost)),
-                        // Another worker runs it: queue behind that run through the shared store.
+                        // Another worker runs it: queue behind that run through the shared store. (Steering
+                        // joins a run of this process only: here the input becomes its own turn after it.)
                         Err(RunError::Busy(_))
-                            if delivery == Delivery::Queue
-                                && self.inner.services.store.event_log().is_some() =>
+                            if input.is_some() && self.inner.services.store.event_log().is_some() =>
                         {
                             self.queue_remote(session, input.unwrap_or_default()).await
                         }
