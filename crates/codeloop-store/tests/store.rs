@@ -1119,3 +1119,22 @@ fn postgres_a_worker_that_lost_its_lease_can_no_longer_write_the_session() {
     a.apply(&[Write::Session(session("/q"))]).unwrap();
     drop(lease);
 }
+
+#[test]
+fn postgres_the_store_keeps_working_after_its_connections_are_cut() {
+    let Some(url) = postgres_url() else { return };
+    let store = PgStore::open(&url, TEST_LEASE).unwrap();
+    let session = codeloop_types::Session::new("/p", "build", None);
+    store.apply(&[Write::Session(session.clone())]).unwrap();
+    // What a database restart (or a failover of a managed database) does to every open connection.
+    sql(
+        &url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+         WHERE application_name = 'codeloop' AND pid <> pg_backend_pid()",
+    );
+    // The next calls get fresh connections: nothing fails because the pool held dead ones.
+    let mut renamed = session.clone();
+    renamed.title = "after the cut".into();
+    store.apply(&[Write::Session(renamed)]).unwrap();
+    assert_eq!(store.get_session(&session.id).unwrap().unwrap().title, "after the cut");
+}

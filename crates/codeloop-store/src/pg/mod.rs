@@ -33,13 +33,16 @@ use crate::{
 };
 use lease::Lease;
 use pool::scrub;
-pub(crate) use pool::{Db, Shared, block_on, describe};
+pub(crate) use pool::{Db, Shared, block_on, connection_lost, describe};
 use rows::{apply_write, message_from_row, part_from_row, session_from_row, upsert_message, upsert_part};
 pub(crate) use tls::without_tls_options;
 use tls::{Connector, TlsOptions};
 
 /// Connections kept by one worker. Runs write through one writer thread; reads come from request handlers.
 const POOL_SIZE: usize = 16;
+/// Connections tried for one transaction when the server closed the pooled ones (after a restart every
+/// pooled connection is dead; `Db::client` skips those it already knows are).
+const BEGIN_ATTEMPTS: u32 = POOL_SIZE as u32 + 1;
 /// Time allowed to open a connection when the URL sets none.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time a call waits for a free connection before failing.
@@ -183,10 +186,27 @@ impl PgStore {
     {
         self.run(|db| async move {
             let mut client = db.client().await?;
-            let tx = client.transaction().await?;
-            let value = work(&tx).await?;
-            tx.commit().await?;
-            Ok(value)
+            let mut work = Some(work);
+            for attempt in 1.. {
+                let begun = client.transaction().await;
+                match (begun, work.take()) {
+                    (Ok(tx), Some(work)) => {
+                        let value = work(&tx).await?;
+                        tx.commit().await?;
+                        return Ok(value);
+                    }
+                    // A connection the server had closed: nothing ran on it; begin again on a fresh one.
+                    (Err(error), Some(unused)) if connection_lost(&error) && attempt < BEGIN_ATTEMPTS => {
+                        work = Some(unused);
+                    }
+                    (Err(error), _) => return Err(error.into()),
+                    (Ok(_), None) => break,
+                }
+                client = db.client().await?;
+            }
+            Err(StoreError::Interrupted(
+                "no connection to the PostgreSQL store could begin a transaction".into(),
+            ))
         })
     }
 
@@ -202,15 +222,31 @@ impl PgStore {
     {
         self.run(|db| async move {
             let mut client = db.client().await?;
-            let tx = client
-                .build_transaction()
-                .isolation_level(IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .await?;
-            let value = work(&tx).await?;
-            tx.commit().await?;
-            Ok(value)
+            let mut work = Some(work);
+            for attempt in 1.. {
+                let begun = client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()
+                    .await;
+                match (begun, work.take()) {
+                    (Ok(tx), Some(work)) => {
+                        let value = work(&tx).await?;
+                        tx.commit().await?;
+                        return Ok(value);
+                    }
+                    (Err(error), Some(unused)) if connection_lost(&error) && attempt < BEGIN_ATTEMPTS => {
+                        work = Some(unused);
+                    }
+                    (Err(error), _) => return Err(error.into()),
+                    (Ok(_), None) => break,
+                }
+                client = db.client().await?;
+            }
+            Err(StoreError::Interrupted(
+                "no connection to the PostgreSQL store could begin a transaction".into(),
+            ))
         })
     }
 

@@ -23,8 +23,16 @@ pub(crate) struct Db {
 }
 
 impl Db {
+    /// A pooled connection that is still open: ones the server closed (a restart, a failover, an idle
+    /// timeout) are thrown away rather than handed out to fail.
     pub(crate) async fn client(&self) -> Result<Client> {
-        self.pool.get().await.map_err(|error| self.unavailable(&error))
+        loop {
+            let client = self.pool.get().await.map_err(|error| self.unavailable(&error))?;
+            if !client.is_closed() {
+                return Ok(client);
+            }
+            drop(deadpool_postgres::Object::take(client));
+        }
     }
 
     /// A failed connection as an error value: a TLS one with what to change in the URL.
@@ -35,6 +43,17 @@ impl Db {
             None => StoreError::Unavailable { url, reason },
         }
     }
+}
+
+/// True when `error` says the connection is gone (closed, or ended by the server: a restart, a
+/// failover, an administrator): the statement never ran, and a fresh connection may.
+pub(crate) fn connection_lost(error: &tokio_postgres::Error) -> bool {
+    error.is_closed()
+        || error.code().is_some_and(|code| {
+            let code = code.code();
+            // 57P01-57P03: admin or crash shutdown, cannot connect now; 08xxx: connection exceptions.
+            code.starts_with("57P") || code.starts_with("08")
+        })
 }
 
 /// The driver's error with the server's message (its `Display` alone says only "db error").
