@@ -407,8 +407,21 @@ impl Engine {
             self.coordinator.interrupt(session).await;
             return true;
         }
-        let running_elsewhere = self.services.peers.is_some()
-            && self.services.statuses.lock().unwrap_or_else(|e| e.into_inner()).contains_key(session);
+        if self.services.peers.is_none() {
+            return false;
+        }
+        let seen_busy =
+            self.services.statuses.lock().unwrap_or_else(|e| e.into_inner()).contains_key(session);
+        // A run that started before this worker did was never seen starting: its lease says it runs.
+        let running_elsewhere = seen_busy || {
+            let id = session.clone();
+            let probe = self.services.blocking(move |store| match store.lock_session(&id) {
+                Ok(_free) => Ok(false),
+                Err(StoreError::SessionBusy(_)) => Ok(true),
+                Err(e) => Err(e),
+            });
+            probe.await.unwrap_or(false)
+        };
         if !running_elsewhere {
             return false;
         }

@@ -286,7 +286,7 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
     }
     assert!(env.project.path().join("approved.txt").exists());
 
-    // A long answer streams on A; aborting it on B stops it there, and B answers once it has stopped.
+    // A long answer streams on A; aborting it elsewhere stops it there, answered once it has stopped.
     let accepted =
         http.post(format!("{a_url}/session/{id}/prompt_async")).json(&prompt("talk")).send().await.unwrap();
     assert_eq!(accepted.status(), 202);
@@ -300,8 +300,10 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
         assert!(Instant::now() < deadline, "worker B never saw the second run start");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Aborted through worker C, started after the run began (so it never saw it start: the lease tells).
+    let (_c, c_url, _c_data) = worker(&env, &config, &store);
     let aborted: Value =
-        http.post(format!("{b_url}/session/{id}/abort")).send().await.unwrap().json().await.unwrap();
+        http.post(format!("{c_url}/session/{id}/abort")).send().await.unwrap().json().await.unwrap();
     assert_eq!(aborted["aborted"], true);
     let history = messages(&http, &a_url, &id).await;
     let last = history.last().unwrap();
