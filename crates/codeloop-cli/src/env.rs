@@ -113,9 +113,14 @@ pub fn open_engine_on(
     options.store = store;
     options.events = events;
     options.ask_policy = ask_policy;
-    if watchers == Watchers::InProcess {
+    match watchers {
         // A 20 000-delta answer kept 10 000 events alive for replays no one would ask for.
-        options.bus_replay_capacity = 0;
+        Watchers::InProcess => options.bus_replay_capacity = 0,
+        // A server serves sessions of many projects: each gets its own project's rules and instructions,
+        // under that project's trust (DESIGN.md §5a).
+        Watchers::Remote => {
+            options.project_config = Some(std::sync::Arc::new(|dir: &Path| config_sources(Some(dir)).load()))
+        }
     }
     options.home = home();
     options.protected_dirs = config_dir().into_iter().collect();

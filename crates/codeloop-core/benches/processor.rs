@@ -59,6 +59,7 @@ fn bench(c: &mut Criterion) {
             engine.coordinator().clone(),
             session.id.clone(),
             Arc::new(Vec::new()),
+            Arc::new(Vec::new()),
             project.path().display().to_string(),
         )),
         project: ProjectPaths::new(project.path(), project.path()),

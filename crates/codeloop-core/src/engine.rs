@@ -53,7 +53,15 @@ pub struct EngineOptions {
     pub sandbox_helper: Option<PathBuf>,
     /// The user's home: secret rules, package caches and masks are under it.
     pub home: Option<PathBuf>,
+    /// Loads the config for a session's directory (user files plus that project's own, under its trust):
+    /// an engine that serves many projects (`serve`) applies each project's permission rules and
+    /// instructions to its sessions. `None`: `config` holds for every session.
+    pub project_config: Option<ProjectConfigLoader>,
 }
+
+/// See [`EngineOptions::project_config`].
+pub type ProjectConfigLoader =
+    Arc<dyn Fn(&Path) -> Result<crate::config::LoadedConfig, crate::config::ConfigError> + Send + Sync>;
 
 impl EngineOptions {
     pub fn new(data_dir: impl Into<PathBuf>, config: Config) -> Self {
@@ -71,6 +79,7 @@ impl EngineOptions {
             protected_dirs: Vec::new(),
             sandbox_helper: None,
             home: None,
+            project_config: None,
         }
     }
 }
@@ -173,6 +182,8 @@ impl Engine {
             snapshots: Default::default(),
             mcp: crate::mcp::McpServers::new(mcp_settings),
             peers: peers.clone(),
+            project_config: options.project_config,
+            warned_projects: Default::default(),
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
         });

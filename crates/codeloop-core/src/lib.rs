@@ -35,7 +35,7 @@ pub mod walls;
 
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
-pub use engine::{Engine, EngineError, EngineOptions, TOOL_OUTPUT_RETENTION};
+pub use engine::{Engine, EngineError, EngineOptions, ProjectConfigLoader, TOOL_OUTPUT_RETENTION};
 pub use input::{Delivery, InputPart, PromptInput};
 pub use run::{Inbox, RunError, RunOutcome, StopReason};
 pub use services::{Batch, Journal, Services};

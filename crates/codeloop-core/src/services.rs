@@ -54,6 +54,10 @@ pub struct Services {
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
+    /// Each session directory's own config (see [`crate::EngineOptions::project_config`]).
+    pub project_config: Option<crate::engine::ProjectConfigLoader>,
+    /// Project roots whose config warnings were already given.
+    pub(crate) warned_projects: Mutex<std::collections::HashSet<PathBuf>>,
     /// Other workers' runs on a shared store (`None` with a store of this process alone).
     pub peers: Option<Arc<crate::peers::Peers>>,
     /// Dropped with the services: the hourly spill-file sweep thread then ends.
@@ -279,5 +283,49 @@ impl Journal {
         if let Some(title) = self.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
             session.title = title;
         }
+    }
+}
+
+/// The rules and instructions a run takes from config: the engine's, or with a per-directory loader, the
+/// ones for the session's own project (DESIGN.md §5a: config and trust are resolved per session
+/// directory). Providers, MCP servers, agents and walls stay the engine's.
+pub struct ProjectPolicy {
+    /// The config's permission rules (the user's, and a trusted project's).
+    pub permission: Vec<codeloop_types::PermissionRule>,
+    /// An untrusted project's rules: each call gets the stricter of these and the rest.
+    pub narrowing: Arc<Vec<codeloop_types::PermissionRule>>,
+    /// Extra instruction files (`instructions` in config).
+    pub instructions: Vec<String>,
+}
+
+impl Services {
+    /// The policy of a session in `directory`. A project config that cannot be read is an error that names
+    /// it; its warnings (ignored keys of an untrusted project) are logged once per project.
+    pub fn project_policy(
+        &self,
+        directory: &std::path::Path,
+    ) -> Result<ProjectPolicy, crate::config::ConfigError> {
+        let Some(load) = &self.project_config else {
+            return Ok(ProjectPolicy {
+                permission: self.config.permission.0.clone(),
+                narrowing: Arc::new(self.config.project_rules.clone()),
+                instructions: self.config.instructions.clone(),
+            });
+        };
+        let loaded = load(directory)?;
+        if let Some(project) = &loaded.project {
+            let first =
+                self.warned_projects.lock().unwrap_or_else(|e| e.into_inner()).insert(project.root.clone());
+            if first {
+                for warning in &loaded.warnings {
+                    tracing::warn!("{warning}");
+                }
+            }
+        }
+        Ok(ProjectPolicy {
+            permission: loaded.config.permission.0,
+            narrowing: Arc::new(loaded.config.project_rules),
+            instructions: loaded.config.instructions,
+        })
     }
 }

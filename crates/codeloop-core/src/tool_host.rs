@@ -29,6 +29,8 @@ pub struct ToolGate {
     session_id: SessionId,
     /// Agent, config and session rules, in that order.
     layers: Arc<Vec<PermissionRule>>,
+    /// An untrusted project's rules: each call gets the stricter of these and `layers`.
+    narrowing: Arc<Vec<PermissionRule>>,
     /// The project key approvals are saved under (the worktree root).
     project: String,
 }
@@ -39,9 +41,10 @@ impl ToolGate {
         coordinator: crate::Coordinator,
         session_id: SessionId,
         layers: Arc<Vec<PermissionRule>>,
+        narrowing: Arc<Vec<PermissionRule>>,
         project: String,
     ) -> Self {
-        Self { services, coordinator, session_id, layers, project }
+        Self { services, coordinator, session_id, layers, narrowing, project }
     }
 
     /// False when the rules switch `permission` off: its tools are then not offered to the model.
@@ -50,7 +53,7 @@ impl ToolGate {
             permission,
             self.services.permissions.defaults(),
             &self.layers,
-            &self.services.config.project_rules,
+            &self.narrowing,
         )
     }
 
@@ -61,7 +64,7 @@ impl ToolGate {
             session_id: &self.session_id,
             project: &self.project,
             layers: &layers,
-            narrowing: &self.services.config.project_rules,
+            narrowing: &self.narrowing,
             tool,
         };
         self.services.permissions.ask(ctx, ask).await

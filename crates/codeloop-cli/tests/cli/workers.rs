@@ -1,6 +1,7 @@
 //! Many `codeloop serve` workers on one PostgreSQL store (DESIGN.md §5b), as real processes over HTTP:
 //! sessions are shared, and when the worker running a session is killed, another one settles its run
-//! and runs the prompt it had queued. Skipped, loudly, without PostgreSQL.
+//! and runs the prompt it had queued. Skipped, loudly, without PostgreSQL. Also one server serving
+//! sessions of several projects (on SQLite).
 
 use std::io::BufRead;
 use std::process::{Command, Stdio};
@@ -14,10 +15,18 @@ use super::{Env, Killed};
 /// Starts `codeloop serve --store URL` with its own data dir (another machine) and returns it with its
 /// base URL.
 fn worker(env: &Env, config: &std::path::Path, store: &str) -> (Killed, String, tempfile::TempDir) {
+    serve(env, config, Some(store))
+}
+
+/// `codeloop serve` in the env's project, on `store` (else SQLite in its own data dir).
+fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, String, tempfile::TempDir) {
     let data = tempfile::tempdir().unwrap();
     let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+    serve.args(["serve", "--port", "0"]);
+    if let Some(store) = store {
+        serve.args(["--store", store]);
+    }
     serve
-        .args(["serve", "--port", "0", "--store", store])
         .current_dir(env.project.path())
         .env("CODELOOP_DATA_DIR", data.path())
         .env("HOME", env.home.path())
@@ -336,4 +345,55 @@ async fn doctor_logs_in_to_the_store_and_says_what_is_wrong() {
     let output = env.codeloop_with(Some(&config), &["doctor"], &[("CODELOOP_DATABASE_URL", tls.as_str())]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("✗ store:"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_server_applies_each_session_projects_own_rules_under_its_trust() {
+    // Two bash calls: one in a session of the server's own project, one in another project whose
+    // (untrusted) config denies bash.
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "echo here > ran.txt"}))),
+        Turn::from(Reply::text("ran in the server's project")),
+        Turn::from(Reply::tool_call("bash", json!({"command": "echo there > ran.txt"}))),
+        Turn::from(Reply::text("tried in the other project")),
+    ]))
+    .await
+    .unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "");
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("codeloop.toml"), "[permission]\nbash = \"deny\"\n").unwrap();
+    let (_server, url, _data) = serve(&env, &config, None);
+    let http = reqwest::Client::new();
+    let prompt = json!({"parts": [{"type": "text", "text": "run it"}]});
+
+    let here: Value =
+        http.post(format!("{url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let answer = http.post(format!("{url}/session/{}/prompt", here["id"].as_str().unwrap())).json(&prompt);
+    assert_eq!(answer.send().await.unwrap().status(), 200);
+    assert!(env.project.path().join("ran.txt").exists(), "the server's own project allows bash");
+
+    let directory = other.path().display().to_string();
+    let there: Value = http
+        .post(format!("{url}/session"))
+        .json(&json!({"directory": directory}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = there["id"].as_str().unwrap();
+    let answer = http.post(format!("{url}/session/{id}/prompt")).json(&prompt);
+    assert_eq!(answer.send().await.unwrap().status(), 200);
+    assert!(!other.path().join("ran.txt").exists(), "the other project's rules narrowed the user's");
+    let history = messages(&http, &url, id).await;
+    let tool = history
+        .iter()
+        .flat_map(|m| m["parts"].as_array().unwrap())
+        .find(|p| p["type"] == "tool")
+        .unwrap()
+        .clone();
+    assert_eq!(tool["state"]["status"], "error", "{tool:#}");
+    assert_eq!(fake.request_count(), 4);
 }

@@ -207,6 +207,8 @@ pub const MAX_NO_PROGRESS_COMPACTIONS: u32 = 3;
 pub(crate) struct Run<'a> {
     services: Arc<Services>,
     coordinator: crate::Coordinator,
+    /// The permission rules and instructions of the session's project.
+    policy: crate::services::ProjectPolicy,
     session: Session,
     history: Vec<MessageWithParts>,
     project: ProjectInfo,
@@ -253,11 +255,19 @@ pub(crate) async fn run_session(
         history.retain(|m| m.info.id() < &from);
     }
     let project = ProjectInfo::discover(std::path::Path::new(&session.directory));
+    let policy = {
+        let (services, directory) = (services.clone(), project.directory.clone());
+        tokio::task::spawn_blocking(move || services.project_policy(&directory))
+            .await
+            .map_err(|_| RunError::Lost)?
+            .map_err(|e| RunError::Input(format!("cannot use the session's project config: {e}")))?
+    };
     let snapshots = services.snapshots_for(&project);
     let paths = services.project_paths(&project, session_id);
     let mut run = Run {
         services: services.clone(),
         coordinator,
+        policy,
         session,
         history,
         project,

@@ -49,7 +49,7 @@ impl Run<'_> {
     /// Permission rules after the built-in defaults: agent, config, session.
     pub(super) fn layers(&self, agent: &Agent) -> Arc<Vec<PermissionRule>> {
         let mut rules = agent.permission.clone();
-        rules.extend(self.services.config.permission.0.iter().cloned());
+        rules.extend(self.policy.permission.iter().cloned());
         rules.extend(self.session.permission.iter().cloned());
         Arc::new(rules)
     }
@@ -70,6 +70,7 @@ impl Run<'_> {
                 self.coordinator.clone(),
                 self.session.id.clone(),
                 self.layers(agent),
+                self.policy.narrowing.clone(),
                 self.project.root.display().to_string(),
             )),
             project: self.paths.clone(),
@@ -95,11 +96,10 @@ impl Run<'_> {
         let files = instruction_files(
             &self.project,
             self.services.global_instructions.as_deref(),
-            &self.services.config.instructions,
+            &self.policy.instructions,
         );
         // Skills are listed only when the agent may load them.
-        let (defaults, narrowing) =
-            (self.services.permissions.defaults(), &self.services.config.project_rules);
+        let (defaults, narrowing) = (self.services.permissions.defaults(), self.policy.narrowing.as_slice());
         let skills = if offered("skill", defaults, &self.layers(agent), narrowing) {
             codeloop_tools::list_skills(&self.services.skill_dirs, &self.project.root)
         } else {
@@ -127,7 +127,7 @@ impl Run<'_> {
             .filter(|spec| {
                 let tool = self.tools.registry.get(&spec.name);
                 let permission = tool.as_deref().map_or(spec.name.as_str(), |t| t.permission());
-                offered(permission, defaults, &layers, &self.services.config.project_rules)
+                offered(permission, defaults, &layers, &self.policy.narrowing)
             })
             .cloned()
             .collect()

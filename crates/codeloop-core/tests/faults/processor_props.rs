@@ -161,6 +161,7 @@ impl Fixture {
                 self.engine.coordinator().clone(),
                 self.session.id.clone(),
                 Arc::new(Vec::new()),
+                Arc::new(Vec::new()),
                 project.display().to_string(),
             )),
             project: ProjectPaths::new(project.clone(), project.clone()),
