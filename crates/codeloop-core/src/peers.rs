@@ -63,12 +63,35 @@ impl Peers {
     }
 }
 
+/// Events a worker that starts reads back from the shared log to learn what other workers' runs wait on.
+const BACKFILL: usize = 10_000;
+
 /// Keeps `peers` from the bus and acts on requests for runs of this worker, until the engine is dropped.
+/// It starts from the log's recent events, so a worker that joins late knows what is already pending.
 pub(crate) fn listen(services: &Arc<Services>, coordinator: WeakCoordinator, peers: Arc<Peers>) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
     let mut events = services.bus.subscribe();
+    let start = services.bus.next_id();
     let services: Weak<Services> = Arc::downgrade(services);
     runtime.spawn(async move {
+        if let Some(strong) = services.upgrade() {
+            let logged = strong
+                .blocking(move |store| match store.event_log() {
+                    Some(log) => log.recent_events(start, BACKFILL),
+                    None => Ok(Vec::new()),
+                })
+                .await;
+            match logged {
+                Ok(logged) => {
+                    for (_, json) in logged {
+                        if let Ok(payload) = serde_json::from_str::<EventPayload>(&json) {
+                            mirror(&peers, &strong, &payload, &|_| false);
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "could not read what other workers' runs wait on"),
+            }
+        }
         loop {
             let event = match events.recv().await {
                 Ok(event) => event,
@@ -83,40 +106,47 @@ pub(crate) fn listen(services: &Arc<Services>, coordinator: WeakCoordinator, pee
             };
             let local = |session: &SessionId| coordinator.is_busy(session);
             match &event.payload {
-                EventPayload::PermissionAsked(request) if !local(&request.session_id) => {
-                    let mut all = peers.permissions.lock().unwrap_or_else(|e| e.into_inner());
-                    all.insert(request.id.clone(), request.clone());
-                }
-                EventPayload::PermissionReplied { request_id, .. } => {
-                    peers.permissions.lock().unwrap_or_else(|e| e.into_inner()).remove(request_id);
-                }
-                EventPayload::QuestionAsked(request) if !local(&request.session_id) => {
-                    let mut all = peers.questions.lock().unwrap_or_else(|e| e.into_inner());
-                    all.insert(request.id.clone(), request.clone());
-                }
-                EventPayload::QuestionReplied { request_id, .. }
-                | EventPayload::QuestionRejected { request_id, .. } => {
-                    peers.questions.lock().unwrap_or_else(|e| e.into_inner()).remove(request_id);
-                }
-                EventPayload::SessionStatus { session_id, status } if !local(session_id) => {
-                    let mut statuses = services.statuses.lock().unwrap_or_else(|e| e.into_inner());
-                    match status {
-                        SessionStatus::Idle => {
-                            statuses.remove(session_id);
-                        }
-                        other => {
-                            statuses.insert(session_id.clone(), other.clone());
-                        }
-                    }
-                }
-                EventPayload::SessionIdle { session_id } => peers.forget_session(session_id),
                 EventPayload::WorkerRequest { session_id, request } if local(session_id) => {
                     act(&services, &coordinator, session_id, request.clone());
                 }
-                _ => {}
+                payload => mirror(&peers, &services, payload, &local),
             }
         }
     });
+}
+
+/// Updates the mirrors of other workers' runs with one event (`local`: sessions this worker runs).
+fn mirror(peers: &Peers, services: &Services, payload: &EventPayload, local: &dyn Fn(&SessionId) -> bool) {
+    match payload {
+        EventPayload::PermissionAsked(request) if !local(&request.session_id) => {
+            let mut all = peers.permissions.lock().unwrap_or_else(|e| e.into_inner());
+            all.insert(request.id.clone(), request.clone());
+        }
+        EventPayload::PermissionReplied { request_id, .. } => {
+            peers.permissions.lock().unwrap_or_else(|e| e.into_inner()).remove(request_id);
+        }
+        EventPayload::QuestionAsked(request) if !local(&request.session_id) => {
+            let mut all = peers.questions.lock().unwrap_or_else(|e| e.into_inner());
+            all.insert(request.id.clone(), request.clone());
+        }
+        EventPayload::QuestionReplied { request_id, .. }
+        | EventPayload::QuestionRejected { request_id, .. } => {
+            peers.questions.lock().unwrap_or_else(|e| e.into_inner()).remove(request_id);
+        }
+        EventPayload::SessionStatus { session_id, status } if !local(session_id) => {
+            let mut statuses = services.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            match status {
+                SessionStatus::Idle => {
+                    statuses.remove(session_id);
+                }
+                other => {
+                    statuses.insert(session_id.clone(), other.clone());
+                }
+            }
+        }
+        EventPayload::SessionIdle { session_id } => peers.forget_session(session_id),
+        _ => {}
+    }
 }
 
 /// Does what another worker asked of a run of this one.

@@ -208,6 +208,9 @@ pub trait EventLog: Send + Sync {
     /// holds the events right after `after` (pruned by age) or there are more than a replay may carry:
     /// the reader must refetch state instead.
     fn events_between(&self, after: u64, before: u64) -> Result<Option<Vec<(u64, String)>>>;
+    /// The newest `limit` logged events with `id < before`, oldest first (JSON): what a worker that
+    /// starts reads to learn what other workers' runs are doing.
+    fn recent_events(&self, before: u64, limit: usize) -> Result<Vec<(u64, String)>>;
 }
 
 /// Where [`EventLog::relay`] hands the events it reads.

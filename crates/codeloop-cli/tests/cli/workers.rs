@@ -281,6 +281,18 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
     let statuses: Value =
         http.get(format!("{b_url}/session/status")).send().await.unwrap().json().await.unwrap();
     assert!(!statuses[id.as_str()].is_null(), "worker B shows A's run as busy: {statuses}");
+    // A worker that starts now learns of it from the store's event log.
+    let (_d, d_url, _d_data) = worker(&env, &config, &store);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let pending: Vec<Value> =
+            http.get(format!("{d_url}/permission")).send().await.unwrap().json().await.unwrap();
+        if pending.iter().any(|p| p["id"] == request["id"]) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "a worker started later never listed the pending request");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let replied = http
         .post(format!("{b_url}/permission/{}/reply", request["id"].as_str().unwrap()))
         .json(&json!({"reply": "once"}))

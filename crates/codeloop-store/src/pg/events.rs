@@ -65,13 +65,29 @@ impl EventLog for PgStore {
             if rows.len() > MAX_REPLAY as usize {
                 return Ok(None);
             }
-            let events = rows
-                .iter()
-                .map(|row| Ok((u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0), row.try_get(1)?)))
-                .collect::<Result<Vec<_>>>()?;
-            Ok(Some(events))
+            Ok(Some(rows.iter().map(row_event).collect::<Result<Vec<_>>>()?))
         })
     }
+
+    fn recent_events(&self, before: u64, limit: usize) -> Result<Vec<(u64, String)>> {
+        let (before, limit) = (clamp(before), i64::try_from(limit).unwrap_or(i64::MAX));
+        self.run(move |db| async move {
+            let client = db.client().await?;
+            let rows = client
+                .query(
+                    "SELECT id, payload FROM (SELECT id, payload::text FROM event WHERE id < $1
+                                              ORDER BY id DESC LIMIT $2) AS recent ORDER BY id",
+                    &[&before, &limit],
+                )
+                .await?;
+            rows.iter().map(row_event).collect()
+        })
+    }
+}
+
+/// One event row: its id and JSON.
+fn row_event(row: &tokio_postgres::Row) -> Result<(u64, String)> {
+    Ok((u64::try_from(row.try_get::<_, i64>(0)?).unwrap_or(0), row.try_get(1)?))
 }
 
 /// Ids are `bigint` in the table.
