@@ -1,12 +1,14 @@
 //! Request bodies as bytes, with a per-run memo of what each message encodes to: the run loop sends the
 //! whole history again at every step, and building and serialising its JSON was most of a step's cost.
 //!
-//! Owns: [`EncodeCache`] (the memo a run attaches to its requests) and writing a body with pre-encoded
-//! items spliced in, byte for byte what `serde_json::to_vec` of the whole body gives.
+//! Owns: [`EncodeCache`] (the memo a run attaches to its requests), writing a body with pre-encoded
+//! items spliced in, byte for byte what `serde_json::to_vec` of the whole body gives, and the runs of
+//! messages that formats with alternating roles merge (so bodies from the memo and from scratch agree).
 //! Must not: decide what a message encodes to (each adapter's `own_items` does), or reuse an entry for a
 //! message that is not equal to the one it was encoded from.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::{Map, Value};
@@ -62,6 +64,9 @@ pub(crate) struct Memo {
     owner: Option<Owner>,
     /// By position in the request's messages.
     entries: Vec<Entry>,
+    /// How many messages were encoded, for the tests that check what a step re-encodes.
+    #[cfg(test)]
+    encoded: usize,
 }
 
 struct Entry {
@@ -89,6 +94,10 @@ impl Memo {
             if self.entries.get(index).is_some_and(|entry| &entry.message == message) {
                 continue;
             }
+            #[cfg(test)]
+            {
+                self.encoded += 1;
+            }
             // `Display` is serde_json's compact serialisation, which cannot fail for a `Value`.
             let items = own_items(message).iter().map(|item| item.to_string().into_boxed_str()).collect();
             let entry = Entry { message: message.clone(), items };
@@ -101,7 +110,22 @@ impl Memo {
 
     /// The serialised items of the message at `index` (after [`Memo::refresh`] with the same messages).
     pub(crate) fn items(&self, index: usize) -> impl Iterator<Item = Cow<'_, str>> {
-        self.entries.get(index).into_iter().flat_map(|entry| entry.items.iter().map(|i| Cow::Borrowed(&**i)))
+        self.serialised(index).map(Cow::Borrowed)
+    }
+
+    /// [`Memo::items`] as plain strings, for writing with [`write_elements`].
+    pub(crate) fn serialised(&self, index: usize) -> impl Iterator<Item = &str> {
+        self.entries.get(index).into_iter().flat_map(|entry| entry.items.iter().map(|item| &**item))
+    }
+
+    /// Whether the message at `index` encodes to no item at all.
+    pub(crate) fn is_silent(&self, index: usize) -> bool {
+        self.entries.get(index).is_none_or(|entry| entry.items.is_empty())
+    }
+
+    /// The length of every serialised item: what a body needs beside its other fields.
+    pub(crate) fn size(&self) -> usize {
+        self.entries.iter().flat_map(|entry| &entry.items).map(|item| item.len() + 1).sum()
     }
 }
 
@@ -120,29 +144,75 @@ pub(crate) fn splice(
 ) -> Result<Vec<u8>, serde_json::Error> {
     let size: usize = items.iter().map(|item| item.len() + 1).sum();
     let mut out = Vec::with_capacity(size + 4096);
+    write_spliced(&mut out, body, key, |out| {
+        write_elements(out, items.iter().map(|item| &**item));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Writes `map` as `serde_json::to_writer` would, except that the value under `key` (a placeholder,
+/// keeping the key's place in the map's order) is written as an array whose elements `elements`
+/// writes, comma-separated.
+pub(crate) fn write_spliced(
+    out: &mut Vec<u8>,
+    map: &Map<String, Value>,
+    key: &str,
+    elements: impl FnOnce(&mut Vec<u8>) -> Result<(), serde_json::Error>,
+) -> Result<(), serde_json::Error> {
+    // A map holds a key once; `Option` only tells the compiler.
+    let mut elements = Some(elements);
     // serde_json's compact format: `{"k":v,"k2":v2}`, `[a,b]`, no whitespace.
     out.push(b'{');
-    for (position, (name, value)) in body.iter().enumerate() {
+    for (position, (name, value)) in map.iter().enumerate() {
         if position > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, name)?;
+        serde_json::to_writer(&mut *out, name)?;
         out.push(b':');
-        if name == key {
-            out.push(b'[');
-            for (index, item) in items.iter().enumerate() {
-                if index > 0 {
-                    out.push(b',');
-                }
-                out.extend_from_slice(item.as_bytes());
+        match elements.take_if(|_| name == key) {
+            Some(elements) => {
+                out.push(b'[');
+                elements(out)?;
+                out.push(b']');
             }
-            out.push(b']');
-        } else {
-            serde_json::to_writer(&mut out, value)?;
+            None => serde_json::to_writer(&mut *out, value)?,
         }
     }
     out.push(b'}');
-    Ok(out)
+    Ok(())
+}
+
+/// The wire messages of a format whose roles must alternate (Anthropic, Gemini): each run of consecutive
+/// messages of one role, as the role and the messages' range. A message that sends nothing (`silent`,
+/// by index) neither starts nor breaks a run; one inside a run adds nothing to it.
+pub(crate) fn runs<Role: Copy + PartialEq>(
+    messages: &[ChatMessage],
+    role: impl Fn(&ChatMessage) -> Role,
+    silent: impl Fn(usize) -> bool,
+) -> Vec<(Role, Range<usize>)> {
+    let mut out: Vec<(Role, Range<usize>)> = Vec::with_capacity(messages.len());
+    for (index, message) in messages.iter().enumerate() {
+        if silent(index) {
+            continue;
+        }
+        let role = role(message);
+        match out.last_mut() {
+            Some((last, run)) if *last == role => run.end = index + 1,
+            _ => out.push((role, index..index + 1)),
+        }
+    }
+    out
+}
+
+/// Writes already serialised elements, comma-separated.
+pub(crate) fn write_elements<'a>(out: &mut Vec<u8>, elements: impl IntoIterator<Item = &'a str>) {
+    for (index, element) in elements.into_iter().enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(element.as_bytes());
+    }
 }
 
 #[cfg(test)]
@@ -156,16 +226,37 @@ mod tests {
         ChatMessage::User(vec![UserContent::Text(text.into())])
     }
 
+    /// A call as Gemini makes it (its id and signature kept in the metadata), after signed thinking.
     fn call(id: &str) -> ChatMessage {
         ChatMessage::Assistant(vec![
+            AssistantContent::Reasoning {
+                text: "Thinking.".into(),
+                metadata: Some(json!({ "anthropic": { "signature": "sig" } })),
+            },
             AssistantContent::Text { text: "Reading.".into(), metadata: None },
             AssistantContent::ToolCall {
                 call_id: id.into(),
                 name: "read".into(),
                 input: json!({ "filePath": id }),
-                metadata: None,
+                metadata: Some(json!({ "gemini": { "id": id, "thought_signature": "sig" } })),
             },
         ])
+    }
+
+    /// The same call as another model made it: no metadata, so no thinking, id or signature goes back.
+    fn foreign_call(id: &str) -> ChatMessage {
+        ChatMessage::Assistant(vec![AssistantContent::ToolCall {
+            call_id: id.into(),
+            name: "read".into(),
+            input: json!({ "filePath": id }),
+            metadata: None,
+        }])
+    }
+
+    /// An assistant message that Anthropic and Gemini send nothing of (unsigned thinking, trailing the
+    /// call it follows), so the user messages around it share one wire message.
+    fn thinking_only() -> ChatMessage {
+        ChatMessage::Assistant(vec![AssistantContent::Reasoning { text: "Hmm.".into(), metadata: None }])
     }
 
     fn result(id: &str, output: &str, image: bool) -> ChatMessage {
@@ -187,8 +278,9 @@ mod tests {
         })
     }
 
-    /// The requests of a run whose history changes between steps: it grows, an earlier output is pruned,
-    /// a compaction replaces the start (every position shifts), a step sends no tools, the model changes.
+    /// The requests of a run whose history changes between steps: it grows (a step makes two calls at
+    /// once), an earlier output is pruned, a call loses what ties it to its result, a compaction
+    /// replaces the start (every position shifts), a step sends no tools, the model changes.
     fn steps() -> Vec<ProviderRequest> {
         let base = |messages: Vec<ChatMessage>| ProviderRequest {
             model: "gpt-4o".into(),
@@ -210,9 +302,22 @@ mod tests {
             history.push(result(id, &format!("{id}\n").repeat(50), id == "b"));
             requests.push(base(history.clone()));
         }
+        // Two calls in one step: their results are consecutive.
+        let mut both = call("e");
+        if let (ChatMessage::Assistant(parts), ChatMessage::Assistant(more)) = (&mut both, call("f")) {
+            parts.extend(more);
+        }
+        history.push(both);
+        history.push(result("e", "e\n", false));
+        history.push(result("f", "f\n", false));
+        requests.push(base(history.clone()));
         // Prune: the first output is cleared.
         history[2] = result("a", "[Old tool result content cleared]", false);
+        history.push(thinking_only());
         history.push(user("and d"));
+        requests.push(base(history.clone()));
+        // The second call loses its metadata: its unchanged result is no longer sent with its id.
+        history[3] = foreign_call("b");
         requests.push(base(history.clone()));
         // Compaction: a question and a summary replace everything but the last turn.
         let tail = history.split_off(history.len() - 1);
@@ -233,9 +338,11 @@ mod tests {
         last.tools.clear();
         last.tool_choice = crate::ToolChoice::None;
         requests.push(last);
-        // Another model answers the next prompt.
+        // Another model (one that validates Gemini's signatures) answers the next prompt.
+        history.push(foreign_call("g"));
+        history.push(result("g", "g\n", false));
         history.push(user("again"));
-        requests.push(ProviderRequest { model: "gpt-4.1".into(), ..base(history) });
+        requests.push(ProviderRequest { model: "gemini-3-pro-preview".into(), ..base(history) });
         requests
     }
 
@@ -277,5 +384,32 @@ mod tests {
         assert_eq!(encoded.get(), 5, "the changed result and the new message");
         cache.lock().refresh((WireApi::OpenAiChat, "gpt-4.1", owner.2), &history, own);
         assert_eq!(encoded.get(), 9, "another model starts over");
+    }
+
+    #[test]
+    fn each_format_encodes_only_the_messages_that_changed() {
+        for api in [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic] {
+            let cache = EncodeCache::new();
+            let encode = |messages: &[ChatMessage]| {
+                let before = cache.lock().encoded;
+                let request = ProviderRequest {
+                    model: "gemini-2.5-pro".into(),
+                    messages: messages.to_vec(),
+                    cache: Some(cache.clone()),
+                    ..Default::default()
+                };
+                api.encode(&request, "http://127.0.0.1:8080/v1").unwrap();
+                cache.lock().encoded - before
+            };
+            let mut history =
+                vec![user("one"), call("a"), result("a", "A", false), call("b"), result("b", "B", false)];
+            assert_eq!(encode(&history), 5, "{}", api.as_str());
+            assert_eq!(encode(&history), 0, "{}: the same request again", api.as_str());
+            history.push(user("two"));
+            history[2] = result("a", "pruned", false);
+            assert_eq!(encode(&history), 2, "{}: the pruned result and the new message", api.as_str());
+            history[3] = foreign_call("b");
+            assert_eq!(encode(&history), 1, "{}: the call that lost its metadata", api.as_str());
+        }
     }
 }
