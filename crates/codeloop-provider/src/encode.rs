@@ -5,7 +5,7 @@
 //! items spliced in, byte for byte what `serde_json::to_vec` of the whole body gives, and the runs of
 //! messages that formats with alternating roles merge (so bodies from the memo and from scratch agree).
 //! Must not: decide what a message encodes to (each adapter's `own_items` does), or reuse an entry for a
-//! message that is not equal to the one it was encoded from.
+//! message that is not equal to the one it was encoded from, or in another context.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -18,8 +18,9 @@ use crate::{ChatMessage, WireApi};
 /// A memo shared by the requests of one run. Cloning shares it.
 ///
 /// An entry is reused only for a message equal to the one it was made from, at the same position and
-/// for the same format, model and base URL, so the body is what it would be without the memo whatever
-/// changed in between (a pruned output, a compaction that shifted every position, another model).
+/// for the same format, model and base URL (and in the same context: see `Memo::refresh_with`), so
+/// the body is what it would be without the memo whatever changed in between (a pruned output, a
+/// compaction that shifted every position, another model).
 #[derive(Clone, Default)]
 pub struct EncodeCache(Arc<Mutex<Memo>>);
 
@@ -71,6 +72,8 @@ pub(crate) struct Memo {
 
 struct Entry {
     message: ChatMessage,
+    /// What else the items were encoded under (see [`Memo::refresh_with`]).
+    context: Vec<bool>,
     /// The message's own wire items, serialised.
     items: Vec<Box<str>>,
 }
@@ -80,8 +83,21 @@ impl Memo {
     /// differ from the entry at their position.
     pub(crate) fn refresh(
         &mut self,
+        owner: (WireApi, &str, &str),
+        messages: &[ChatMessage],
+        own_items: impl Fn(&ChatMessage) -> Vec<Value>,
+    ) {
+        self.refresh_with(owner, messages, |_| Vec::new(), own_items);
+    }
+
+    /// [`Memo::refresh`] for a format where what a message encodes to also depends on facts found
+    /// elsewhere in the request (Gemini sends a call's id back only if a call in the request came with
+    /// it): `context` states them for a message, and an entry is reused only where they are unchanged.
+    pub(crate) fn refresh_with(
+        &mut self,
         (api, model, base_url): (WireApi, &str, &str),
         messages: &[ChatMessage],
+        context: impl Fn(&ChatMessage) -> Vec<bool>,
         own_items: impl Fn(&ChatMessage) -> Vec<Value>,
     ) {
         let owner = Owner { api, model: model.to_owned(), base_url: base_url.to_owned() };
@@ -91,7 +107,9 @@ impl Memo {
         }
         self.entries.truncate(messages.len());
         for (index, message) in messages.iter().enumerate() {
-            if self.entries.get(index).is_some_and(|entry| &entry.message == message) {
+            let context = context(message);
+            let current = |entry: &Entry| &entry.message == message && entry.context == context;
+            if self.entries.get(index).is_some_and(current) {
                 continue;
             }
             #[cfg(test)]
@@ -100,7 +118,7 @@ impl Memo {
             }
             // `Display` is serde_json's compact serialisation, which cannot fail for a `Value`.
             let items = own_items(message).iter().map(|item| item.to_string().into_boxed_str()).collect();
-            let entry = Entry { message: message.clone(), items };
+            let entry = Entry { message: message.clone(), context, items };
             match self.entries.get_mut(index) {
                 Some(slot) => *slot = entry,
                 None => self.entries.push(entry),
@@ -388,7 +406,7 @@ mod tests {
 
     #[test]
     fn each_format_encodes_only_the_messages_that_changed() {
-        for api in [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic] {
+        for api in [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic, WireApi::Gemini] {
             let cache = EncodeCache::new();
             let encode = |messages: &[ChatMessage]| {
                 let before = cache.lock().encoded;
@@ -409,7 +427,13 @@ mod tests {
             history[2] = result("a", "pruned", false);
             assert_eq!(encode(&history), 2, "{}: the pruned result and the new message", api.as_str());
             history[3] = foreign_call("b");
-            assert_eq!(encode(&history), 1, "{}: the call that lost its metadata", api.as_str());
+            let (changed, why) = match api {
+                WireApi::Gemini => {
+                    (2, "the call that lost its metadata, and its result, now sent without its id")
+                }
+                _ => (1, "the call that lost its metadata"),
+            };
+            assert_eq!(encode(&history), changed, "{}: {why}", api.as_str());
         }
     }
 }

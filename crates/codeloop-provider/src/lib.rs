@@ -115,9 +115,7 @@ impl WireApi {
                 openai_responses::encode(request, endpoint, &mut cache.lock(), owner)?
             }
             WireApi::Anthropic => anthropic::encode(request, &mut cache.lock(), owner)?,
-            // Not memoised: what a message's parts say depends on call ids found elsewhere in the
-            // request.
-            WireApi::Gemini => return serde_json::to_vec(&self.body(request, base_url)),
+            WireApi::Gemini => gemini::encode(request, &mut cache.lock(), owner)?,
         };
         // Debug builds (every test) check the memo against encoding from scratch.
         debug_assert!(
