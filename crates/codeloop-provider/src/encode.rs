@@ -436,4 +436,59 @@ mod tests {
             assert_eq!(encode(&history), changed, "{}: {why}", api.as_str());
         }
     }
+
+    /// Not a check: how long one step of a long run takes to encode, from scratch and with the memo
+    /// (`cargo test --release -p codeloop-provider --lib -- --ignored --nocapture encoding_figures`).
+    #[test]
+    #[ignore = "a figure, not a check; meaningful in release"]
+    fn encoding_figures() {
+        use std::time::{Duration, Instant};
+        let fastest = |runs: usize, mut encode: Box<dyn FnMut() -> Vec<u8> + '_>| {
+            (0..runs)
+                .map(|_| {
+                    let start = Instant::now();
+                    std::hint::black_box(encode());
+                    start.elapsed()
+                })
+                .min()
+                .unwrap_or(Duration::ZERO)
+        };
+        let mut history = vec![user("start")];
+        for n in 0..1000 {
+            let id = format!("call_{n}");
+            history.push(call(&id));
+            history.push(result(&id, &"a line of output\n".repeat(40), false));
+        }
+        let base_url = "http://127.0.0.1:8080/v1";
+        for api in [WireApi::OpenAiChat, WireApi::OpenAiResponses, WireApi::Anthropic, WireApi::Gemini] {
+            let request = ProviderRequest {
+                model: "some-model".into(),
+                system: vec!["Header.".into(), "Rules.".into()],
+                messages: history.clone(),
+                ..Default::default()
+            };
+            let size = api.encode(&request, base_url).unwrap().len();
+            let scratch = fastest(10, Box::new(|| api.encode(&request, base_url).unwrap()));
+            let mut unfilled: Vec<_> = (0..5)
+                .map(|_| ProviderRequest { cache: Some(EncodeCache::new()), ..request.clone() })
+                .collect();
+            let filling = fastest(
+                5,
+                Box::new(|| unfilled.pop().map(|r| api.encode(&r, base_url).unwrap()).unwrap_or_default()),
+            );
+            // The next step: the same history and one more message, with the memo the last one filled.
+            let cache = EncodeCache::new();
+            api.encode(&ProviderRequest { cache: Some(cache.clone()), ..request.clone() }, base_url).unwrap();
+            let mut next = ProviderRequest { cache: Some(cache), ..request.clone() };
+            next.messages.push(user("next"));
+            let step = fastest(20, Box::new(|| api.encode(&next, base_url).unwrap()));
+            println!(
+                "{:>16}: {} messages, {} KB; from scratch {scratch:?}, filling the memo {filling:?}, \
+                 next step with the memo {step:?}",
+                api.as_str(),
+                next.messages.len(),
+                size / 1024,
+            );
+        }
+    }
 }
