@@ -114,9 +114,8 @@ impl WireApi {
             WireApi::OpenAiResponses => {
                 openai_responses::encode(request, endpoint, &mut cache.lock(), owner)?
             }
-            // Not memoised: their grouping of consecutive messages (and Anthropic's cache markers on the
-            // last two) make a message's encoding depend on its neighbours.
-            WireApi::Anthropic | WireApi::Gemini => return serde_json::to_vec(&self.body(request, base_url)),
+            WireApi::Anthropic => anthropic::encode(request, &mut cache.lock(), owner)?,
+            WireApi::Gemini => gemini::encode(request, &mut cache.lock(), owner)?,
         };
         // Debug builds (every test) check the memo against encoding from scratch.
         debug_assert!(

@@ -5,4 +5,5 @@ mod decode;
 mod request;
 
 pub use decode::AnthropicDecoder;
+pub(crate) use request::encode;
 pub use request::{DEFAULT_MAX_TOKENS, build_body};

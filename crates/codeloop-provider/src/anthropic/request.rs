@@ -1,10 +1,16 @@
 //! Request body for Anthropic Messages (`POST {base_url}/messages`): system blocks, alternating
 //! messages (consecutive results grouped in one user message), signed thinking passed back untouched,
 //! and prompt-cache markers on the first 2 system blocks and the last 2 messages (reference §7.5).
+//!
+//! With a run's memo, each message's own blocks are reused from the step that first sent them; the
+//! grouping into wire messages and the last 2 wire messages (whose blocks carry the markers) are made
+//! fresh every step.
 
 use serde_json::{Map, Value, json};
 
 use super::decode::METADATA_KEY;
+use crate::WireApi;
+use crate::encode::{Memo, runs, write_elements, write_spliced};
 use crate::media::{self, MediaKind};
 use crate::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
@@ -19,6 +25,55 @@ const CACHED_MESSAGES: usize = 2;
 
 /// Builds the streaming request body.
 pub fn build_body(request: &ProviderRequest) -> Value {
+    Value::Object(body(request, Value::Array(messages(&request.messages))))
+}
+
+/// The body as bytes, reusing the memo's encoding of the blocks of messages an earlier request of the
+/// run sent: byte for byte `serde_json::to_vec(&build_body(..))`. The wire messages around the blocks
+/// are built fresh; the last [`CACHED_MESSAGES`] wire messages, whose blocks carry the cache markers,
+/// are encoded fresh whole.
+pub(crate) fn encode(
+    request: &ProviderRequest,
+    memo: &mut Memo,
+    owner: (WireApi, &str, &str),
+) -> Result<Vec<u8>, serde_json::Error> {
+    memo.refresh(owner, &request.messages, own_blocks);
+    let memo = &*memo;
+    let runs = runs(&request.messages, role, |index| memo.is_silent(index));
+    let mut out = Vec::with_capacity(memo.size() + 4096);
+    // Every run of a role has the same wire message around its blocks.
+    let user = message(Role::User, Vec::new(), Marker::None);
+    let assistant = message(Role::Assistant, Vec::new(), Marker::None);
+    write_spliced(&mut out, &body(request, Value::Null), "messages", |out| {
+        for (position, (role, run)) in runs.iter().enumerate() {
+            if position > 0 {
+                out.push(b',');
+            }
+            match marker(position, runs.len()) {
+                Marker::None => {
+                    let wrapper = match role {
+                        Role::User => &user,
+                        Role::Assistant => &assistant,
+                    };
+                    write_spliced(out, wrapper, "content", |out| {
+                        write_elements(out, run.clone().flat_map(|index| memo.serialised(index)));
+                        Ok(())
+                    })?;
+                }
+                // The marker goes inside a block: build these blocks again.
+                Marker::Last => {
+                    let blocks = request.messages[run.clone()].iter().flat_map(own_blocks).collect();
+                    serde_json::to_writer(&mut *out, &Value::Object(message(*role, blocks, Marker::Last)))?;
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Every field of the body, with `messages` as given.
+fn body(request: &ProviderRequest, messages: Value) -> Map<String, Value> {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     body.insert("max_tokens".into(), json!(request.max_output_tokens.unwrap_or(DEFAULT_MAX_TOKENS)));
@@ -38,7 +93,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     if !system.is_empty() {
         body.insert("system".into(), Value::Array(system));
     }
-    body.insert("messages".into(), Value::Array(messages(&request.messages)));
+    body.insert("messages".into(), messages);
     if !request.tools.is_empty() {
         let tools = request
             .tools
@@ -57,43 +112,85 @@ pub fn build_body(request: &ProviderRequest) -> Value {
         body.insert("temperature".into(), json!(temperature));
     }
     body.insert("stream".into(), json!(true));
-    Value::Object(body)
+    body
 }
 
 fn ephemeral() -> Value {
     json!({ "type": "ephemeral" })
 }
 
+/// The wire messages. The API wants roles to alternate: consecutive results (and a user message after
+/// them) share one user message.
 fn messages(messages: &[ChatMessage]) -> Vec<Value> {
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::with_capacity(messages.len());
-    for message in messages {
-        let (role, blocks) = match message {
-            ChatMessage::User(parts) => ("user", parts.iter().map(user_block).collect()),
-            ChatMessage::Assistant(parts) => {
-                ("assistant", parts.iter().filter_map(assistant_block).collect())
-            }
-            ChatMessage::Tool(result) => ("user", vec![tool_result(result)]),
-        };
-        if blocks.is_empty() {
-            continue;
-        }
-        // The API wants roles to alternate: consecutive results (and a user message after them) share
-        // one user message.
-        match out.last_mut() {
-            Some((last, content)) if *last == role => content.extend(blocks),
-            _ => out.push((role, blocks)),
-        }
+    let mut blocks: Vec<Vec<Value>> = messages.iter().map(own_blocks).collect();
+    let runs = runs(messages, role, |index| blocks[index].is_empty());
+    let count = runs.len();
+    let mut out = Vec::with_capacity(count);
+    for (position, (role, run)) in runs.into_iter().enumerate() {
+        let content = blocks[run].iter_mut().flat_map(std::mem::take).collect();
+        out.push(Value::Object(message(role, content, marker(position, count))));
     }
-    let count = out.len();
-    for (role_index, (_, content)) in out.iter_mut().enumerate() {
-        if role_index + CACHED_MESSAGES >= count {
-            // Thinking blocks cannot carry a cache marker: mark the last block that can.
+    out
+}
+
+/// Whether a wire message carries a prompt-cache marker.
+enum Marker {
+    None,
+    /// On its last block that can carry one.
+    Last,
+}
+
+/// The last [`CACHED_MESSAGES`] of `count` wire messages carry a marker.
+fn marker(position: usize, count: usize) -> Marker {
+    if position + CACHED_MESSAGES >= count { Marker::Last } else { Marker::None }
+}
+
+fn message(role: Role, mut content: Vec<Value>, marker: Marker) -> Map<String, Value> {
+    match marker {
+        Marker::None => {}
+        // Thinking blocks cannot carry a cache marker: mark the last block that can.
+        Marker::Last => {
             if let Some(block) = content.iter_mut().rev().find(|b| !is_thinking(b)) {
                 block["cache_control"] = ephemeral();
             }
         }
     }
-    out.into_iter().map(|(role, content)| json!({ "role": role, "content": content })).collect()
+    let mut message = Map::new();
+    message.insert("role".into(), json!(role.as_str()));
+    message.insert("content".into(), Value::Array(content));
+    message
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    User,
+    Assistant,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        }
+    }
+}
+
+fn role(message: &ChatMessage) -> Role {
+    match message {
+        ChatMessage::User(_) | ChatMessage::Tool(_) => Role::User,
+        ChatMessage::Assistant(_) => Role::Assistant,
+    }
+}
+
+/// What one message's blocks are by themselves, before cache markers (none for an assistant message
+/// with nothing to send).
+fn own_blocks(message: &ChatMessage) -> Vec<Value> {
+    match message {
+        ChatMessage::User(parts) => parts.iter().map(user_block).collect(),
+        ChatMessage::Assistant(parts) => parts.iter().filter_map(assistant_block).collect(),
+        ChatMessage::Tool(result) => vec![tool_result(result)],
+    }
 }
 
 fn is_thinking(block: &Value) -> bool {

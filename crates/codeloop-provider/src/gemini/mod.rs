@@ -8,6 +8,7 @@ mod schema;
 
 pub use decode::GeminiDecoder;
 pub use request::build_body;
+pub(crate) use request::encode;
 
 /// `/models/{model}:streamGenerateContent?alt=sse`; a `models/` prefix on the id is not doubled.
 pub(crate) fn path(model: &str) -> String {

@@ -2,6 +2,10 @@
 //! contents (consecutive tool results grouped in one user content), signed thoughts and function-call
 //! signatures passed back where they came from, and tool schemas trimmed to what Gemini accepts.
 //! The model is named in the URL, not the body.
+//!
+//! With a run's memo, each message's own parts are reused from the step that first sent them, unless
+//! the ids known from the rest of the request changed what they say; the grouping into contents is made
+//! fresh every step.
 
 use std::collections::HashSet;
 
@@ -9,6 +13,8 @@ use serde_json::{Map, Value, json};
 
 use super::decode::METADATA_KEY;
 use super::schema;
+use crate::WireApi;
+use crate::encode::{Memo, runs, write_elements, write_spliced};
 use crate::media::{self, MediaKind};
 use crate::{
     AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
@@ -21,13 +27,53 @@ const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
 
 /// Builds the streaming request body.
 pub fn build_body(request: &ProviderRequest) -> Value {
+    Value::Object(body(request, Value::Array(contents(request))))
+}
+
+/// The body as bytes, reusing the memo's encoding of the parts of messages an earlier request of the
+/// run sent: byte for byte `serde_json::to_vec(&build_body(..))`. The contents around the parts are
+/// built fresh.
+pub(crate) fn encode(
+    request: &ProviderRequest,
+    memo: &mut Memo,
+    owner: (WireApi, &str, &str),
+) -> Result<Vec<u8>, serde_json::Error> {
+    let facts = Facts::of(request);
+    memo.refresh_with(owner, &request.messages, |m| facts.context(m), |m| facts.own_parts(m));
+    let memo = &*memo;
+    let runs = runs(&request.messages, role, |index| memo.is_silent(index));
+    let mut out = Vec::with_capacity(memo.size() + 4096);
+    // Every run of a role has the same content around its parts.
+    let user = content(Role::User, Value::Null);
+    let model = content(Role::Model, Value::Null);
+    write_spliced(&mut out, &body(request, Value::Null), "contents", |out| {
+        for (position, (role, run)) in runs.iter().enumerate() {
+            if position > 0 {
+                out.push(b',');
+            }
+            let wrapper = match role {
+                Role::User => &user,
+                Role::Model => &model,
+            };
+            write_spliced(out, wrapper, "parts", |out| {
+                write_elements(out, run.clone().flat_map(|index| memo.serialised(index)));
+                Ok(())
+            })?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Every field of the body, with `contents` as given.
+fn body(request: &ProviderRequest, contents: Value) -> Map<String, Value> {
     let mut body = Map::new();
     let system: Vec<Value> =
         request.system.iter().filter(|s| !s.is_empty()).map(|text| json!({ "text": text })).collect();
     if !system.is_empty() {
         body.insert("systemInstruction".into(), json!({ "parts": system }));
     }
-    body.insert("contents".into(), Value::Array(contents(request)));
+    body.insert("contents".into(), contents);
     if !request.tools.is_empty() {
         let declarations: Vec<Value> = request
             .tools
@@ -58,7 +104,7 @@ pub fn build_body(request: &ProviderRequest) -> Value {
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
     }
-    Value::Object(body)
+    body
 }
 
 /// `gemini-3-pro-preview`, `models/gemini-3.1-pro`: the models that validate replayed signatures.
@@ -67,28 +113,90 @@ fn validates_signatures(model: &str) -> bool {
     model.strip_prefix("gemini-3").is_some_and(|rest| rest.starts_with(['.', '-']))
 }
 
+/// Results of one step answer together, in one user content (with a user message after them).
 fn contents(request: &ProviderRequest) -> Vec<Value> {
-    let provider_ids = provider_ids(&request.messages);
-    let signatures = validates_signatures(&request.model);
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::with_capacity(request.messages.len());
-    for message in &request.messages {
-        let (role, parts) = match message {
-            ChatMessage::User(parts) => ("user", parts.iter().map(user_part).collect()),
-            ChatMessage::Assistant(parts) => ("model", model_parts(parts, &provider_ids, signatures)),
-            ChatMessage::Tool(result) => {
-                ("user", tool_result(result, provider_ids.contains(result.call_id.as_str())))
-            }
-        };
-        if parts.is_empty() {
-            continue;
-        }
-        // Results of one step answer together, in one user content (with a user message after them).
-        match out.last_mut() {
-            Some((last, content)) if *last == role => content.extend(parts),
-            _ => out.push((role, parts)),
+    let facts = Facts::of(request);
+    let mut parts: Vec<Vec<Value>> = request.messages.iter().map(|m| facts.own_parts(m)).collect();
+    let runs = runs(&request.messages, role, |index| parts[index].is_empty());
+    let mut out = Vec::with_capacity(runs.len());
+    for (role, run) in runs {
+        let run_parts = parts[run].iter_mut().flat_map(std::mem::take).collect();
+        out.push(Value::Object(content(role, Value::Array(run_parts))));
+    }
+    out
+}
+
+fn content(role: Role, parts: Value) -> Map<String, Value> {
+    let mut content = Map::new();
+    content.insert("role".into(), json!(role.as_str()));
+    content.insert("parts".into(), parts);
+    content
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Role {
+    User,
+    Model,
+}
+
+impl Role {
+    fn as_str(self) -> &'static str {
+        match self {
+            Role::User => "user",
+            Role::Model => "model",
         }
     }
-    out.into_iter().map(|(role, parts)| json!({ "role": role, "parts": parts })).collect()
+}
+
+fn role(message: &ChatMessage) -> Role {
+    match message {
+        ChatMessage::User(_) | ChatMessage::Tool(_) => Role::User,
+        ChatMessage::Assistant(_) => Role::Model,
+    }
+}
+
+/// What the parts of a message depend on besides the message: the model, and the call ids that came
+/// from Gemini anywhere in the request.
+struct Facts<'r> {
+    provider_ids: HashSet<&'r str>,
+    signatures: bool,
+}
+
+impl<'r> Facts<'r> {
+    fn of(request: &'r ProviderRequest) -> Self {
+        Self {
+            provider_ids: provider_ids(&request.messages),
+            signatures: validates_signatures(&request.model),
+        }
+    }
+
+    /// What one message's parts are (none for an assistant message with nothing to send).
+    fn own_parts(&self, message: &ChatMessage) -> Vec<Value> {
+        match message {
+            ChatMessage::User(parts) => parts.iter().map(user_part).collect(),
+            ChatMessage::Assistant(parts) => model_parts(parts, &self.provider_ids, self.signatures),
+            ChatMessage::Tool(result) => {
+                tool_result(result, self.provider_ids.contains(result.call_id.as_str()))
+            }
+        }
+    }
+
+    /// What the message's parts take from other messages: whether each of its calls (or its result)
+    /// is sent with its id. (The model is part of the memo's owner.)
+    fn context(&self, message: &ChatMessage) -> Vec<bool> {
+        let known = |call_id: &String| self.provider_ids.contains(call_id.as_str());
+        match message {
+            ChatMessage::User(_) => Vec::new(),
+            ChatMessage::Assistant(parts) => parts
+                .iter()
+                .filter_map(|part| match part {
+                    AssistantContent::ToolCall { call_id, .. } => Some(known(call_id)),
+                    _ => None,
+                })
+                .collect(),
+            ChatMessage::Tool(result) => vec![known(&result.call_id)],
+        }
+    }
 }
 
 /// Calls whose id came from Gemini (the decoder keeps it in the metadata): only those ids are sent back,
