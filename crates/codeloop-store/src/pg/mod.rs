@@ -61,6 +61,47 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// How a transaction sees and touches the database.
+#[derive(Clone, Copy)]
+enum Access {
+    Write,
+    /// Read-only, on one consistent snapshot.
+    ReadOnlySnapshot,
+}
+
+/// Runs `work` in one transaction on a live connection and commits it. A pooled connection whose `BEGIN`
+/// fails because the server closed it (a restart we had not noticed yet) is replaced: nothing ran on it.
+async fn in_transaction<T, W>(db: Db, access: Access, work: W) -> Result<T>
+where
+    W: for<'t> FnOnce(&'t Transaction<'t>) -> std::pin::Pin<Box<dyn Future<Output = Result<T>> + Send + 't>>,
+{
+    let mut client = db.client().await?;
+    let mut work = Some(work);
+    for attempt in 1..=BEGIN_ATTEMPTS {
+        let builder = client.build_transaction();
+        let begun = match access {
+            Access::Write => builder.start().await,
+            Access::ReadOnlySnapshot => {
+                builder.isolation_level(IsolationLevel::RepeatableRead).read_only(true).start().await
+            }
+        };
+        match (begun, work.take()) {
+            (Ok(tx), Some(work)) => {
+                let value = work(&tx).await?;
+                tx.commit().await?;
+                return Ok(value);
+            }
+            (Err(error), Some(unused)) if connection_lost(&error) && attempt < BEGIN_ATTEMPTS => {
+                work = Some(unused);
+            }
+            (Err(error), _) => return Err(error.into()),
+            (Ok(_), None) => break,
+        }
+        client = db.client().await?;
+    }
+    Err(StoreError::Interrupted("no connection to the PostgreSQL store could begin a transaction".into()))
+}
+
 /// The driver's settings for `url` and the TLS connector its `sslmode` asks for. The driver knows neither
 /// `sslrootcert` nor the `verify-*` modes: they are taken out and handled here.
 fn connection_settings(url: &str) -> Result<(tokio_postgres::Config, Connector)> {
@@ -184,30 +225,7 @@ impl PgStore {
             + 'static,
         T: Send + 'static,
     {
-        self.run(|db| async move {
-            let mut client = db.client().await?;
-            let mut work = Some(work);
-            for attempt in 1.. {
-                let begun = client.transaction().await;
-                match (begun, work.take()) {
-                    (Ok(tx), Some(work)) => {
-                        let value = work(&tx).await?;
-                        tx.commit().await?;
-                        return Ok(value);
-                    }
-                    // A connection the server had closed: nothing ran on it; begin again on a fresh one.
-                    (Err(error), Some(unused)) if connection_lost(&error) && attempt < BEGIN_ATTEMPTS => {
-                        work = Some(unused);
-                    }
-                    (Err(error), _) => return Err(error.into()),
-                    (Ok(_), None) => break,
-                }
-                client = db.client().await?;
-            }
-            Err(StoreError::Interrupted(
-                "no connection to the PostgreSQL store could begin a transaction".into(),
-            ))
-        })
+        self.run(|db| in_transaction(db, Access::Write, work))
     }
 
     /// Runs `work` in one read-only snapshot.
@@ -220,34 +238,7 @@ impl PgStore {
             + 'static,
         T: Send + 'static,
     {
-        self.run(|db| async move {
-            let mut client = db.client().await?;
-            let mut work = Some(work);
-            for attempt in 1.. {
-                let begun = client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await;
-                match (begun, work.take()) {
-                    (Ok(tx), Some(work)) => {
-                        let value = work(&tx).await?;
-                        tx.commit().await?;
-                        return Ok(value);
-                    }
-                    (Err(error), Some(unused)) if connection_lost(&error) && attempt < BEGIN_ATTEMPTS => {
-                        work = Some(unused);
-                    }
-                    (Err(error), _) => return Err(error.into()),
-                    (Ok(_), None) => break,
-                }
-                client = db.client().await?;
-            }
-            Err(StoreError::Interrupted(
-                "no connection to the PostgreSQL store could begin a transaction".into(),
-            ))
-        })
+        self.run(|db| in_transaction(db, Access::ReadOnlySnapshot, work))
     }
 
     /// The leases this store holds over sessions `batch` writes to: the batch commits only while they are
