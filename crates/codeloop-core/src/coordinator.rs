@@ -691,29 +691,34 @@ impl Inner {
                     continue;
                 }
             }
+            // A stopped run's stored queue still runs, on a fresh run (a running one took it above).
+            let waiting = interrupted && {
+                let (inner, session) = (self.clone(), session.clone());
+                off_runtime(move || inner.has_queued(&session))
+                    .await
+                    .is_ok_and(|queued| queued.unwrap_or(false))
+            };
             // Decided under the map's lock: a steer or wake that arrived meanwhile gets its follow-up.
             let successor = {
                 let mut sessions = self.lock();
-                if !interrupted
-                    && !entry.stopping.load(Ordering::SeqCst)
-                    && (entry.pending_wake.swap(false, Ordering::SeqCst) || !entry.inbox.is_empty())
-                {
+                let stopped = entry.stopping.load(Ordering::SeqCst);
+                if !stopped && (entry.pending_wake.swap(false, Ordering::SeqCst) || !entry.inbox.is_empty()) {
                     drop(sessions);
                     answer(reply.take());
                     continue;
                 }
                 entry.stopping.store(true, Ordering::SeqCst);
                 queue.closed = true;
-                if interrupted {
-                    // Queued turns (and input steered meanwhile) still run, on a fresh run.
+                let first = FirstTurn {
+                    steered: entry.inbox.take(),
+                    replies: std::mem::take(&mut queue.replies),
+                    always: entry.pending_wake.load(Ordering::SeqCst),
+                    input: None,
+                };
+                if !first.steered.is_empty() || !first.replies.is_empty() || first.always || waiting {
+                    // Input steered or queued meanwhile (an interrupt cut the run short) runs on a fresh run.
                     let (settled, rx) = watch::channel(());
                     sessions.insert(session.clone(), Slot::Claiming(rx));
-                    let first = FirstTurn {
-                        steered: entry.inbox.take(),
-                        replies: std::mem::take(&mut queue.replies),
-                        always: entry.pending_wake.load(Ordering::SeqCst),
-                        input: None,
-                    };
                     Some((first, settled))
                 } else {
                     None

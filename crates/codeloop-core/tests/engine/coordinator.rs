@@ -109,6 +109,9 @@ async fn interrupt_returns_after_the_running_tool_is_marked_interrupted() {
         })
         .await;
     h.engine.coordinator().interrupt(&h.session.id).await;
+    // Nothing was queued behind it: the session is idle again when interrupt returns (a delete or a
+    // revert right after it is not refused as busy).
+    assert!(!h.engine.coordinator().is_busy(&h.session.id));
     // Cleanup is done by the time interrupt returns: the stored part is already settled.
     let parts: Vec<_> = h.history().into_iter().flat_map(|m| m.parts).collect();
     let tool = parts.iter().find_map(|p| match &p.kind {
