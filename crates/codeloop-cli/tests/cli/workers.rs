@@ -49,6 +49,22 @@ fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, S
     (server, url, data)
 }
 
+/// Polls `check` (what other processes did, seen over HTTP) until it gives a value; fails with `what`
+/// after 20 s.
+async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+    what: &str,
+    mut check: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn messages(http: &reqwest::Client, base: &str, session: &str) -> Vec<Value> {
     let page: Vec<Value> =
         http.get(format!("{base}/session/{session}/message")).send().await.unwrap().json().await.unwrap();
@@ -268,31 +284,23 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
         .await
         .unwrap();
     assert_eq!(accepted.status(), 202);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let request = loop {
+    let request = eventually("worker B never saw worker A's permission request", || async {
         let pending: Vec<Value> =
             http.get(format!("{b_url}/permission")).send().await.unwrap().json().await.unwrap();
-        if let Some(request) = pending.into_iter().find(|p| p["session_id"] == id.as_str()) {
-            break request;
-        }
-        assert!(Instant::now() < deadline, "worker B never saw worker A's permission request");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+        pending.into_iter().find(|p| p["session_id"] == id.as_str())
+    })
+    .await;
     let statuses: Value =
         http.get(format!("{b_url}/session/status")).send().await.unwrap().json().await.unwrap();
     assert!(!statuses[id.as_str()].is_null(), "worker B shows A's run as busy: {statuses}");
     // A worker that starts now learns of it from the store's event log.
     let (_d, d_url, _d_data) = worker(&env, &config, &store);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually("a worker started later never listed the pending request", || async {
         let pending: Vec<Value> =
             http.get(format!("{d_url}/permission")).send().await.unwrap().json().await.unwrap();
-        if pending.iter().any(|p| p["id"] == request["id"]) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "a worker started later never listed the pending request");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        pending.iter().any(|p| p["id"] == request["id"]).then_some(())
+    })
+    .await;
     let replied = http
         .post(format!("{b_url}/permission/{}/reply", request["id"].as_str().unwrap()))
         .json(&json!({"reply": "once"}))
@@ -300,27 +308,23 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
         .await
         .unwrap();
     assert_eq!(replied.status(), 200, "{}", replied.text().await.unwrap());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while messages(&http, &a_url, &id).await.last().is_none_or(|m| text_of(m) != "done after the approval") {
-        assert!(Instant::now() < deadline, "the approved run never finished");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("the approved run never finished", || async {
+        let history = messages(&http, &a_url, &id).await;
+        history.last().is_some_and(|m| text_of(m) == "done after the approval").then_some(())
+    })
+    .await;
     assert!(env.project.path().join("approved.txt").exists());
 
     // A long answer streams on A; aborting it elsewhere stops it there, answered once it has stopped.
     let accepted =
         http.post(format!("{a_url}/session/{id}/prompt_async")).json(&prompt("talk")).send().await.unwrap();
     assert_eq!(accepted.status(), 202);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually("worker B never saw the second run start", || async {
         let statuses: Value =
             http.get(format!("{b_url}/session/status")).send().await.unwrap().json().await.unwrap();
-        if !statuses[id.as_str()].is_null() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "worker B never saw the second run start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        (!statuses[id.as_str()].is_null()).then_some(())
+    })
+    .await;
     // Aborted through worker C, started after the run began (so it never saw it start: the lease tells).
     let (_c, c_url, _c_data) = worker(&env, &config, &store);
     let aborted: Value =
