@@ -95,6 +95,8 @@ where
                 work = Some(unused);
             }
             (Err(error), _) => return Err(error.into()),
+            // `work` is put back whenever the loop goes round: never reached. (Matching on the tuple, not
+            // on `begun` alone, ends the borrow of `client` before it is replaced below.)
             (Ok(_), None) => break,
         }
         client = db.client().await?;
