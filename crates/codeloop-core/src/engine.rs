@@ -562,15 +562,8 @@ impl Engine {
 
     /// Pending questions: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_questions(&self, session: Option<&SessionId>) -> Vec<codeloop_types::QuestionRequest> {
-        let mut pending = self.services.questions.pending(session);
-        if let Some(peers) = &self.services.peers {
-            for request in peers.questions(session) {
-                if !pending.iter().any(|p| p.id == request.id) {
-                    pending.push(request);
-                }
-            }
-        }
-        pending
+        let remote = self.services.peers.as_ref().map(|p| p.questions(session)).unwrap_or_default();
+        with_remote(self.services.questions.pending(session), remote, |q| &q.id)
     }
 
     /// Answers (`Some`) or rejects (`None`) a pending question of this worker, or with many workers,
@@ -585,21 +578,14 @@ impl Engine {
             None => self.services.questions.reject(id),
         };
         let Err(crate::question::QuestionError::NotPending(_)) = local else { return local };
-        let Some(session) = self.services.peers.as_ref().and_then(|p| p.question_session(id)) else {
-            return local;
-        };
+        let session = self.services.peers.as_ref().and_then(|p| p.question_session(id));
         let answered = |p: &EventPayload| match p {
             EventPayload::QuestionReplied { request_id, .. }
             | EventPayload::QuestionRejected { request_id, .. } => request_id == id,
             _ => false,
         };
         let request = WorkerRequest::QuestionReply { request_id: id.clone(), answers };
-        match crate::peers::forward(&self.services, &session, request, crate::peers::ANSWER_TIMEOUT, answered)
-            .await
-        {
-            true => Ok(()),
-            false => local,
-        }
+        if self.forward_answer(session, request, answered).await { Ok(()) } else { local }
     }
 
     /// Answers a pending question: one list of answers per question asked.
@@ -620,15 +606,8 @@ impl Engine {
 
     /// Pending permission requests: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
-        let mut pending = self.services.permissions.pending(session);
-        if let Some(peers) = &self.services.peers {
-            for request in peers.permissions(session) {
-                if !pending.iter().any(|p| p.id == request.id) {
-                    pending.push(request);
-                }
-            }
-        }
-        pending
+        let remote = self.services.peers.as_ref().map(|p| p.permissions(session)).unwrap_or_default();
+        with_remote(self.services.permissions.pending(session), remote, |p| &p.id)
     }
 
     pub fn reply_permission(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
@@ -646,20 +625,30 @@ impl Engine {
                 .unwrap_or_else(|_| Err(ReplyError::Unknown(id.clone())))
         };
         let Err(ReplyError::Unknown(_)) = local else { return local };
-        let Some(session) = self.services.peers.as_ref().and_then(|p| p.permission_session(id)) else {
-            return local;
-        };
+        let session = self.services.peers.as_ref().and_then(|p| p.permission_session(id));
         let request = WorkerRequest::PermissionReply {
             request_id: id.clone(),
             reply: reply.reply,
             message: reply.message,
         };
         let replied = |p: &EventPayload| matches!(p, EventPayload::PermissionReplied { request_id, .. } if request_id == id);
-        match crate::peers::forward(&self.services, &session, request, crate::peers::ANSWER_TIMEOUT, replied)
-            .await
-        {
-            true => Ok(()),
-            false => local,
+        if self.forward_answer(session, request, replied).await { Ok(()) } else { local }
+    }
+
+    /// Forwards an answer to the worker whose run of `session` waits for it (`None`: no other worker's
+    /// run does); true once `taken` sees that worker took it.
+    async fn forward_answer(
+        &self,
+        session: Option<SessionId>,
+        request: WorkerRequest,
+        taken: impl Fn(&EventPayload) -> bool,
+    ) -> bool {
+        match session {
+            Some(session) => {
+                crate::peers::forward(&self.services, &session, request, crate::peers::ANSWER_TIMEOUT, taken)
+                    .await
+            }
+            None => false,
         }
     }
 
@@ -667,4 +656,14 @@ impl Engine {
     pub async fn flush(&self) -> Result<(), EngineError> {
         Ok(self.services.journal.flush().await?)
     }
+}
+
+/// `local` followed by the entries of `remote` (other workers' runs) it does not already list.
+fn with_remote<T, K: PartialEq>(mut local: Vec<T>, remote: Vec<T>, id: impl Fn(&T) -> &K) -> Vec<T> {
+    for entry in remote {
+        if !local.iter().any(|known| id(known) == id(&entry)) {
+            local.push(entry);
+        }
+    }
+    local
 }
