@@ -260,7 +260,11 @@ pub(crate) async fn run_session(
         tokio::task::spawn_blocking(move || services.project_policy(&directory))
             .await
             .map_err(|_| RunError::Lost)?
-            .map_err(|e| RunError::Input(format!("cannot use the session's project config: {e}")))?
+            .map_err(|e| {
+                RunError::Input(format!(
+                    "cannot use the config of the session's project ({e}); fix the file, or move it aside"
+                ))
+            })?
     };
     let snapshots = services.snapshots_for(&project);
     let paths = services.project_paths(&project, session_id);

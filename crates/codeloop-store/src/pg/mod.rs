@@ -101,7 +101,7 @@ where
         }
         client = db.client().await?;
     }
-    Err(StoreError::Interrupted("no connection to the PostgreSQL store could begin a transaction".into()))
+    Err(StoreError::Interrupted("no connection to the PostgreSQL store could begin a transaction: is the database up? `codeloop doctor` checks it".into()))
 }
 
 /// The driver's settings for `url` and the TLS connector its `sslmode` asks for. The driver knows neither
