@@ -372,11 +372,14 @@ async fn a_server_applies_each_session_projects_own_rules_under_its_trust() {
         Turn::from(Reply::text("ran in the server's project")),
         Turn::from(Reply::tool_call("bash", json!({"command": "echo there > ran.txt"}))),
         Turn::from(Reply::text("tried in the other project")),
+        Turn::from(Reply::tool_call("write", json!({"filePath": "loose.txt", "content": "x"}))),
+        Turn::from(Reply::text("tried in the loosening project")),
     ]))
     .await
     .unwrap();
     let env = Env::new();
-    let config = env.config(&fake.base_url(), "");
+    // The user's own rule: no file edits, anywhere.
+    let config = env.config(&fake.base_url(), "[permission]\nedit = \"deny\"\n");
     let other = tempfile::tempdir().unwrap();
     std::fs::write(other.path().join("codeloop.toml"), "[permission]\nbash = \"deny\"\n").unwrap();
     let (_server, url, _data) = serve(&env, &config, None);
@@ -411,5 +414,23 @@ async fn a_server_applies_each_session_projects_own_rules_under_its_trust() {
         .unwrap()
         .clone();
     assert_eq!(tool["state"]["status"], "error", "{tool:#}");
-    assert_eq!(fake.request_count(), 4);
+
+    // A hostile project config that tries to loosen the user's rules gets nothing from it.
+    let loose = tempfile::tempdir().unwrap();
+    std::fs::write(loose.path().join("codeloop.toml"), "[permission]\n\"*\" = \"allow\"\nedit = \"allow\"\n")
+        .unwrap();
+    let directory = loose.path().display().to_string();
+    let session: Value = http
+        .post(format!("{url}/session"))
+        .json(&json!({"directory": directory}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answer = http.post(format!("{url}/session/{}/prompt", session["id"].as_str().unwrap())).json(&prompt);
+    assert_eq!(answer.send().await.unwrap().status(), 200);
+    assert!(!loose.path().join("loose.txt").exists(), "an untrusted project cannot loosen the user's rules");
+    assert_eq!(fake.request_count(), 6);
 }
