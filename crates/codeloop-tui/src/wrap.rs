@@ -36,12 +36,7 @@ pub fn wrap(
             }
             // Longer than a whole row: break it by characters.
             for c in token.chars() {
-                let cw = c.width().unwrap_or(0);
-                if cw > row.room() && !row.at_start() {
-                    out.push(row.finish());
-                    row = Row::new(rest, width);
-                }
-                row.push(&c.to_string(), style);
+                push_char(&mut out, &mut row, (rest, width), c, style);
             }
         }
     }
@@ -62,16 +57,25 @@ pub fn wrap_chars(
     for span in spans {
         for c in span.content.chars() {
             let c = if c == '\t' { ' ' } else { c };
-            let cw = c.width().unwrap_or(0);
-            if cw > row.room() && !row.at_start() {
-                out.push(row.finish());
-                row = Row::new(rest, width);
-            }
-            row.push(&c.to_string(), span.style);
+            push_char(&mut out, &mut row, (rest, width), c, span.style);
         }
     }
     out.push(row.finish());
     out
+}
+
+/// Adds `c` to `row`, first moving on to a new row (starting with `rest`) when it does not fit.
+fn push_char(
+    out: &mut Vec<Line<'static>>,
+    row: &mut Row,
+    (rest, width): (&[Span<'static>], usize),
+    c: char,
+    style: Style,
+) {
+    if c.width().unwrap_or(0) > row.room() && !row.at_start() {
+        out.push(std::mem::replace(row, Row::new(rest, width)).finish());
+    }
+    row.push(&c.to_string(), style);
 }
 
 /// Cuts `text` to `width` columns, ending with `…` when cut.
