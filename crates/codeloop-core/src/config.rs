@@ -360,7 +360,7 @@ pub struct ProjectConfig {
     pub root: PathBuf,
     pub files: Vec<PathBuf>,
     pub trust: TrustState,
-    /// `sha256:` of the security-relevant part (what `codeloop trust` records).
+    /// `sha256:` of its config files, every byte (what `codeloop trust` records).
     pub hash: String,
     /// What the config asks for beyond the allow-list, in words (`start \`npx server\` (mcp.fs)`).
     /// Ignored unless trusted.
@@ -434,8 +434,8 @@ impl ConfigSources {
             merge(&mut table, read_file(path, warnings)?);
         }
         let relevant = security_relevant(&table);
-        let hash = crate::trust::config_hash(&relevant);
         let root = self.project_root.clone().or_else(|| self.project_dir.clone()).unwrap_or_default();
+        let hash = crate::trust::config_hash(&root, &files);
         let trust = match &self.trust {
             Some(store) => store.state(&root, &hash)?,
             None => TrustState::Untrusted,

@@ -1,8 +1,10 @@
 //! Project trust (DESIGN.md §5a): which repositories' own config the user has accepted.
 //!
-//! A record is the project's canonical root plus a hash of the security-relevant part of its config (every
-//! key outside the allow-list that an untrusted project may set). A changed hash means untrusted again, so
-//! a `git pull` that adds an MCP server to a trusted repository is asked about before it runs.
+//! A record is the project's canonical root plus a hash of every file the project layer reads, every byte
+//! of them (DESIGN.md §5c "Trust covers the whole project config"). A trusted project applies all of its
+//! keys, the allow-listed ones included, so any change — a pull that adds an MCP server, an instructions
+//! entry outside the project or an allow-all rule, or a command that rewrites `[permission]` — means
+//! untrusted again, and is asked about before it counts.
 //!
 //! Owns: the trust file in the user's config dir (`trusted.toml`), written atomically with mode 0600.
 //! Must not: decide what a project's config may do; [`crate::config`] applies the records.
@@ -18,7 +20,7 @@ use sha2::{Digest, Sha256};
 pub struct TrustRecord {
     /// The project's canonical root.
     pub path: PathBuf,
-    /// `sha256:` of the project config outside the allow-list, as it was when trusted.
+    /// `sha256:` of the project's config files, as they were when trusted.
     pub hash: String,
     /// When it was trusted (ms since the epoch).
     pub trusted_at: i64,
@@ -52,7 +54,7 @@ pub enum TrustState {
     Trusted,
     /// Never trusted (or revoked).
     Untrusted,
-    /// Trusted once, but the security-relevant part of its config changed since.
+    /// Trusted once, but its config files changed since.
     Changed,
 }
 
@@ -129,17 +131,35 @@ impl TrustStore {
     }
 }
 
-/// The hash a trust record keeps for a project's security-relevant config.
-pub fn config_hash(security_relevant: &toml::Table) -> String {
-    let text = toml::to_string(security_relevant).unwrap_or_default();
-    let digest = Sha256::digest(text.as_bytes());
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+/// The hash a trust record keeps: every file the project layer reads (`codeloop.toml`, `.codeloop/`
+/// config, imported `.claude/settings*.json`), by its path relative to `root` and its whole contents, in
+/// the order given. A file that cannot be read hashes as its error, so it never matches a trusted state.
+pub fn config_hash(root: &Path, files: &[PathBuf]) -> String {
+    let mut hasher = Sha256::new();
+    for file in files {
+        let name = file.strip_prefix(root).unwrap_or(file);
+        let name = name.to_string_lossy();
+        // Lengths first, so no two different lists of (name, contents) feed the same bytes.
+        hasher.update((name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        match std::fs::read(file) {
+            Ok(bytes) => {
+                hasher.update((bytes.len() as u64).to_le_bytes());
+                hasher.update(&bytes);
+            }
+            Err(e) => {
+                hasher.update(u64::MAX.to_le_bytes());
+                hasher.update(e.to_string().as_bytes());
+            }
+        }
+    }
+    let hex: String = hasher.finalize().iter().map(|b| format!("{b:02x}")).collect();
     format!("sha256:{hex}")
 }
 
 /// The hash of a project with no config of its own.
 pub fn empty_config_hash() -> String {
-    config_hash(&toml::Table::new())
+    config_hash(Path::new(""), &[])
 }
 
 /// The canonical form of a project root (the path itself when it cannot be resolved).
@@ -157,7 +177,7 @@ mod tests {
         let store = TrustStore::in_config_dir(&dir.path().join("config"));
         let project = dir.path().join("project");
         std::fs::create_dir_all(&project).unwrap();
-        let hash = config_hash(&toml::Table::new());
+        let hash = empty_config_hash();
         assert_eq!(store.state(&project, &hash).unwrap(), TrustState::Untrusted);
         store.trust(&project.join("."), &hash, 1).unwrap();
         assert_eq!(store.state(&project, &hash).unwrap(), TrustState::Trusted);
@@ -166,6 +186,26 @@ mod tests {
         assert!(store.revoke(&project).unwrap());
         assert!(!store.revoke(&project).unwrap());
         assert_eq!(store.state(&project, &hash).unwrap(), TrustState::Untrusted);
+    }
+
+    #[test]
+    fn every_byte_of_every_file_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let file = root.join("codeloop.toml");
+        std::fs::write(&file, "model = \"a/b\"\n").unwrap();
+        let files = vec![file.clone()];
+        let before = config_hash(root, &files);
+        assert_eq!(config_hash(root, &files), before);
+        std::fs::write(&file, "model = \"a/b\"\n[permission]\nsandbox_escalate = \"allow\"\n").unwrap();
+        assert_ne!(config_hash(root, &files), before, "an allow-listed key changes the hash");
+        std::fs::write(&file, "model = \"a/b\"\n# comment\n").unwrap();
+        assert_ne!(config_hash(root, &files), before, "any byte changes it");
+        std::fs::write(&file, "model = \"a/b\"\n").unwrap();
+        let moved = root.join(".codeloop/config.toml");
+        std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+        std::fs::rename(&file, &moved).unwrap();
+        assert_ne!(config_hash(root, &[moved]), before, "the same text in another file is another config");
     }
 
     #[test]
