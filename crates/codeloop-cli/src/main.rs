@@ -5,6 +5,7 @@ mod acp;
 mod config_cmd;
 mod demo;
 mod doctor;
+mod door;
 mod env;
 mod models;
 mod permissions;

@@ -1,8 +1,8 @@
 //! `codeloop serve` (the HTTP API and `/event` stream of codeloop-server) and `codeloop run --attach URL`
 //! (the same `run` output, driven through a running server instead of an in-process engine).
 //!
-//! Owns: the command-line edges of both — binding, signals, the token from the environment, and the
-//! HTTP client side of `run --attach`.
+//! Owns: the command-line edges of both — binding, signals, the token (given, or made and left for local
+//! clients, see [`crate::door`]), and the HTTP client side of `run --attach`.
 //! Must not: re-implement the server or the renderer; it calls `codeloop_server::serve` and
 //! `crate::render::Renderer`.
 
@@ -27,29 +27,29 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::door::{self, ServerFile, TOKEN_ENV, TokenSource};
 use crate::render::Renderer;
 use crate::run::{RunArgs, exit_code};
 use crate::terminal::for_stderr;
 use crate::{OnAsk, env, project_dir};
-
-/// Environment variable holding the server token (both for `serve` and `run --attach`).
-const TOKEN_ENV: &str = "CODELOOP_SERVER_TOKEN";
 /// How long `run --attach` keeps reading events after the run ended, to render its last ones.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// Address to bind; anything but loopback requires a token.
+    /// Address to bind; anything but loopback requires a token you give (--token or CODELOOP_SERVER_TOKEN).
     #[arg(long, default_value = "127.0.0.1")]
     pub hostname: String,
     /// Port to listen on (0 picks a free one; the address is printed once listening).
     #[arg(long, default_value_t = 4096)]
     pub port: u16,
-    /// Bearer token required on every request (or CODELOOP_SERVER_TOKEN).
+    /// Bearer token required on every request. Prefer CODELOOP_SERVER_TOKEN: a command line can be read
+    /// by any local process. Without either, serve makes one and writes it to
+    /// $CODELOOP_DATA_DIR/server/<port>.json (0600), where `run --attach` and `tui --attach` find it.
     #[arg(long, env = TOKEN_ENV, hide_env_values = true)]
     pub token: Option<String>,
     /// Allow browser requests from this origin (repeatable; `*` for any). CORS is off without it, and
-    /// needs --token.
+    /// needs a token you give (--token or CODELOOP_SERVER_TOKEN).
     #[arg(long = "cors", value_name = "ORIGIN")]
     pub cors: Vec<String>,
     /// The store shared by every worker, e.g. `postgres://user:password@host/db` (wins over
@@ -60,16 +60,28 @@ pub struct ServeArgs {
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let dir = project_dir(None)?;
-    let token = args.token.filter(|t| !t.is_empty());
-    // Before binding or opening anything: a refused start leaves no trace.
-    codeloop_server::check_cors(&args.cors, token.as_deref())?;
+    let given = args.token.filter(|t| !t.is_empty());
+    let source = match &given {
+        None => TokenSource::Generated,
+        Some(token) if std::env::var(TOKEN_ENV).is_ok_and(|env| env == *token) => TokenSource::Environment,
+        Some(_) => TokenSource::Flag,
+    };
+    // Before binding or opening anything: a refused start leaves no trace. Only a token the user gave
+    // opens CORS or a public address; a generated one is for clients on this machine.
+    codeloop_server::check_cors(&args.cors, given.as_deref())?;
+    if source == TokenSource::Flag {
+        eprintln!(
+            "warning: a --token on the command line can be read by any local process (/proc/<pid>/cmdline); \
+             set CODELOOP_SERVER_TOKEN instead, or give none and let serve make one"
+        );
+    }
     raise_open_file_limit();
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
         .await
         .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?
         .collect();
     for addr in &addrs {
-        codeloop_server::check_bind(*addr, token.as_deref())?;
+        codeloop_server::check_bind(*addr, given.as_deref())?;
     }
     let listener = tokio::net::TcpListener::bind(addrs.as_slice())
         .await
@@ -80,14 +92,35 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let engine = env::open_engine_on(config, AskPolicy::Wait, store, EventIds::Store, env::Watchers::Remote)?;
     // Queued input and runs that a dead process or worker left are picked up here.
     let _failover = engine.spawn_failover();
+    let url = format!("http://{addr}");
+    let token = match given {
+        Some(token) => token,
+        None => door::generate_token()?,
+    };
+    let server_file = match source {
+        TokenSource::Generated => {
+            let path = door::server_file_path(&env::data_dir()?, addr.port());
+            let file = ServerFile { url: url.clone(), token: token.clone(), pid: std::process::id() };
+            door::write_server_file(&path, &file)?;
+            Some(path)
+        }
+        TokenSource::Flag | TokenSource::Environment => None,
+    };
     let mut options = ServerOptions::new(&dir);
-    options.token = token;
+    options.token = Some(token);
     options.cors_origins = args.cors;
-    let auth = if options.token.is_some() { " (Authorization: Bearer <token> required)" } else { "" };
-    eprintln!("codeloop server listening on http://{addr}{auth}");
-    codeloop_server::serve(engine, listener, options, shutdown_signal())
-        .await
-        .context("the server failed")?;
+    eprintln!("codeloop server listening on {url} (Authorization: Bearer <token> required)");
+    if let Some(path) = &server_file {
+        eprintln!(
+            "its token is in {} (clients on this machine find it there; or set CODELOOP_SERVER_TOKEN)",
+            path.display()
+        );
+    }
+    let served = codeloop_server::serve(engine, listener, options, shutdown_signal()).await;
+    if let Some(path) = &server_file {
+        door::remove_server_file(path);
+    }
+    served.context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)
 }
@@ -133,7 +166,7 @@ struct Remote {
 
 impl Remote {
     fn new(url: &str) -> anyhow::Result<Remote> {
-        let token = std::env::var(TOKEN_ENV).ok();
+        let token = door::client_token(url, env::data_dir().ok().as_deref());
         Ok(Remote { http: ServerHttp::new(url, token.as_deref(), TOKEN_ENV)? })
     }
 

@@ -54,7 +54,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
     let mut engine = None;
     let (client, on_quit): (Arc<dyn Client>, OnQuit) = match &args.attach {
         Some(url) => {
-            let token = std::env::var(codeloop_tui::TOKEN_ENV).ok();
+            let token = crate::door::client_token(url, crate::env::data_dir().ok().as_deref());
             (Arc::new(RemoteClient::new(url, token.as_deref())?), OnQuit::Leave)
         }
         None => {

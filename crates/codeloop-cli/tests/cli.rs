@@ -83,6 +83,17 @@ impl Env {
     }
 }
 
+/// The token the tests give `codeloop serve` (in `CODELOOP_SERVER_TOKEN`, as a user would).
+const TEST_TOKEN: &str = "test-token";
+
+/// An HTTP client that sends [`TEST_TOKEN`] on every request.
+fn http_client() -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {TEST_TOKEN}")).unwrap();
+    headers.insert(reqwest::header::AUTHORIZATION, value);
+    reqwest::Client::builder().default_headers(headers).build().unwrap()
+}
+
 fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),

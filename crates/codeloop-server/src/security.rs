@@ -1,7 +1,8 @@
-//! Who may talk to the server (DESIGN.md §5, issue 7 item 4): loopback-only unless a token is set; with a
-//! token, `Authorization: Bearer <token>` on every route (compared in constant time); without one, a
-//! request must name a loopback host (a DNS-rebinding guard); CORS only for configured origins, and only
-//! with a token.
+//! Who may talk to the server (DESIGN.md §5, §5c "The server's own door"): loopback-only unless a token
+//! is set; with a token, `Authorization: Bearer <token>` on every route but `/health` (compared in
+//! constant time); without one, a request must name a loopback host (a DNS-rebinding guard); CORS only
+//! for configured origins, and only with a token. `codeloop serve` always sets a token (it makes one when
+//! the user gives none); the tokenless mode is for embedding the router in tests.
 //!
 //! Owns: the bind check, the request guard and the CORS layer.
 //! Must not: know any route.
@@ -76,9 +77,14 @@ fn is_loopback_host(host: &str) -> bool {
         || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+/// Paths served without the token: liveness only (DESIGN.md §5c).
+const OPEN_PATHS: [&str; 1] = ["/health"];
+
 /// Checks the token on every request; without a token, only loopback `Host`s are served.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let open = OPEN_PATHS.contains(&request.uri().path());
     match &state.options.token {
+        Some(_) if open => {}
         Some(token) => {
             let given = bearer(request.headers()).unwrap_or("");
             if !constant_time_eq(given.as_bytes(), token.as_bytes()) {

@@ -307,6 +307,8 @@ impl Server {
             .env("CODELOOP_CONFIG", config)
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
+            // No token given: the server makes one and the UIs find it in the shared data dir.
+            .env_remove("CODELOOP_SERVER_TOKEN")
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();

@@ -33,6 +33,7 @@ fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, S
         .env("CODELOOP_CONFIG", config)
         .env_remove("XDG_CONFIG_HOME")
         .env_remove("CODELOOP_DATABASE_URL")
+        .env("CODELOOP_SERVER_TOKEN", super::TEST_TOKEN)
         .stdin(Stdio::null())
         .stderr(Stdio::piped());
     let mut server = Killed(serve.spawn().unwrap());
@@ -98,7 +99,7 @@ async fn a_killed_workers_run_is_settled_and_its_queued_prompt_run_by_another_wo
     let config = env.config(&fake.base_url(), "[store]\nlease_secs = 2\n");
     let (mut a, a_url, _a_data) = worker(&env, &config, &store);
     let (_b, b_url, _b_data) = worker(&env, &config, &store);
-    let http = reqwest::Client::new();
+    let http = super::http_client();
 
     // A session created on one worker is served by the other.
     let session: Value =
@@ -196,7 +197,7 @@ async fn sse_on_one_worker_streams_another_workers_run_and_replays_it_by_store_i
     let config = env.config(&fake.base_url(), "");
     let (_a, a_url, _a_data) = worker(&env, &config, &store);
     let (_b, b_url, _b_data) = worker(&env, &config, &store);
-    let http = reqwest::Client::new();
+    let http = super::http_client();
     let session: Value =
         http.post(format!("{a_url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
     let id = session["id"].as_str().unwrap().to_owned();
@@ -270,7 +271,7 @@ async fn a_client_of_one_worker_sees_and_answers_and_aborts_another_workers_run(
     let config = env.config(&fake.base_url(), "[permission]\nbash = \"ask\"\n");
     let (_a, a_url, _a_data) = worker(&env, &config, &store);
     let (_b, b_url, _b_data) = worker(&env, &config, &store);
-    let http = reqwest::Client::new();
+    let http = super::http_client();
     let session: Value =
         http.post(format!("{a_url}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
     let id = session["id"].as_str().unwrap().to_owned();
@@ -383,7 +384,7 @@ async fn a_server_applies_each_session_projects_own_rules_under_its_trust() {
     let other = tempfile::tempdir().unwrap();
     std::fs::write(other.path().join("codeloop.toml"), "[permission]\nbash = \"deny\"\n").unwrap();
     let (_server, url, _data) = serve(&env, &config, None);
-    let http = reqwest::Client::new();
+    let http = super::http_client();
     let prompt = json!({"parts": [{"type": "text", "text": "run it"}]});
 
     let here: Value =

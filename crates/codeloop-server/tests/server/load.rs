@@ -73,7 +73,10 @@ async fn client_with(
     progress: Arc<AtomicUsize>,
 ) -> JoinHandle<Counted> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET /event{query} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    // The token of a spawned `codeloop serve`; the in-process harness has none and ignores it.
+    let request = format!(
+        "GET /event{query} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {LOAD_TOKEN}\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut buf = vec![0u8; 256 * 1024];
     // Wait for server.connected so nothing published afterwards is missed.
@@ -189,7 +192,12 @@ async fn load_runs_watched_by_100_clients() {
             (harness.base.clone(), "self".to_owned(), Some(harness), None)
         }
     };
-    let http = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {LOAD_TOKEN}")).unwrap(),
+    );
+    let http = reqwest::Client::builder().default_headers(headers).build().unwrap();
     let session: serde_json::Value =
         http.post(format!("{base}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
     let session = session["id"].as_str().unwrap().to_owned();
@@ -233,6 +241,9 @@ async fn load_runs_watched_by_100_clients() {
     eprintln!("memory ({whose}): RSS {rss_before:.1} MiB before, {rss:.1} MiB after, peak {hwm:.1} MiB");
 }
 
+/// The token a spawned server is given.
+const LOAD_TOKEN: &str = "load-token";
+
 type Spawned = (String, tokio::process::Child, FakeProvider, tempfile::TempDir);
 
 /// `codeloop serve --port 0` in its own process, configured for the fake provider.
@@ -247,6 +258,7 @@ async fn spawn_server(bin: &str, script: Script) -> Spawned {
     std::fs::write(&config, toml).unwrap();
     let mut child = tokio::process::Command::new(bin)
         .args(["serve", "--port", "0"])
+        .env("CODELOOP_SERVER_TOKEN", LOAD_TOKEN)
         .current_dir(dirs.path())
         .env("CODELOOP_CONFIG", &config)
         .env("CODELOOP_DATA_DIR", dirs.path().join("data"))
