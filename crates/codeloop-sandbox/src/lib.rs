@@ -21,9 +21,11 @@ mod policy;
 mod probe;
 
 pub use check::{CheckKind, CheckLine, CheckReport, check};
-pub use command::{HELPER_ARG, looks_secret, wrap_command};
+pub use command::{
+    CallChannel, CallReport, HELPER_ARG, ProcessLimit, carries_url_credentials, looks_secret, wrap_command,
+};
 pub use explain::explain_failure;
 pub use fingerprint::{Fingerprint, fingerprint};
 pub use helper::{EXIT_SETUP_FAILED, helper_main};
-pub use policy::{SandboxMode, SandboxPolicy};
+pub use policy::{CacheOverlay, DEFAULT_MAX_PROCESSES, SandboxMode, SandboxPolicy};
 pub use probe::{Support, probe};

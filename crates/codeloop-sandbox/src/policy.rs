@@ -52,11 +52,32 @@ pub struct SandboxPolicy {
     pub protected: Vec<PathBuf>,
     /// Hidden (empty) where the mount namespace is available: `~/.ssh`, `~/.aws`, …
     pub masked: Vec<PathBuf>,
-    /// Writable package caches (workspace-write only).
+    /// Package caches written through to the user's own (workspace-write only; `[sandbox] cache_dirs`
+    /// names them on purpose).
     pub cache_dirs: Vec<PathBuf>,
-    /// Environment variables kept even though their names look secret.
+    /// Package caches seen through an overlay (workspace-write only): a command writes to a layer of its
+    /// own, so nothing it puts there runs later in the user's unwalled builds (DESIGN.md §5c). Read-only
+    /// where overlays cannot be made.
+    pub cache_overlays: Vec<CacheOverlay>,
+    /// Environment variables kept even though they look secret or reach an agent (`SSH_AUTH_SOCK`, …).
     pub env_keep: Vec<String>,
+    /// UNIX sockets (or directories of them) outside the writable roots that stay reachable; every other
+    /// one is masked where the mount namespace is available.
+    pub allow_unix_sockets: Vec<PathBuf>,
+    /// At most this many processes at once in a call's tree (`[sandbox] max_processes`).
+    pub max_processes: u32,
 }
+
+/// A package cache behind an overlay: `path` is what commands see; writes land in `state/upper`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CacheOverlay {
+    pub path: PathBuf,
+    /// A directory of codeloop's own (in its data dir, per project) holding `upper/` and `work/`.
+    pub state: PathBuf,
+}
+
+/// The default of `[sandbox] max_processes`.
+pub const DEFAULT_MAX_PROCESSES: u32 = 1024;
 
 impl SandboxPolicy {
     /// A workspace-write policy for `project_root` with the network open and nothing else configured.
@@ -70,12 +91,15 @@ impl SandboxPolicy {
             protected: Vec::new(),
             masked: Vec::new(),
             cache_dirs: Vec::new(),
+            cache_overlays: Vec::new(),
             env_keep: Vec::new(),
+            allow_unix_sockets: Vec::new(),
+            max_processes: DEFAULT_MAX_PROCESSES,
         }
     }
 
-    /// The package caches DESIGN.md §5a keeps writable so builds and installs work (`cache_dirs = []` closes
-    /// them). Missing ones are listed too: the walls skip paths that do not exist.
+    /// The package caches DESIGN.md §5a keeps writable so builds and installs work, as overlays (§5c).
+    /// Missing ones are listed too: the walls skip paths that do not exist.
     pub fn default_cache_dirs(home: &Path) -> Vec<PathBuf> {
         [".cargo/registry", ".cargo/git", ".npm", ".cache/pip", ".cache/go-build", "go/pkg/mod"]
             .iter()
@@ -97,6 +121,7 @@ impl SandboxPolicy {
                 out.push(self.project_root.as_path());
                 out.extend(self.writable_roots.iter().map(PathBuf::as_path));
                 out.extend(self.cache_dirs.iter().map(PathBuf::as_path));
+                out.extend(self.cache_overlays.iter().map(|c| c.path.as_path()));
             }
             SandboxMode::ReadOnly | SandboxMode::Off => {}
         }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use codeloop_sandbox::{
-    EXIT_SETUP_FAILED, SandboxMode, SandboxPolicy, check, explain_failure, probe, wrap_command,
+    CacheOverlay, CallChannel, CallReport, EXIT_SETUP_FAILED, ProcessLimit, SandboxMode, SandboxPolicy,
+    check, explain_failure, probe, wrap_command,
 };
 use pretty_assertions::assert_eq;
 use tempfile::TempDir;
@@ -335,6 +336,10 @@ fn secret_looking_env_vars_are_dropped_unless_kept() {
         .env("DB_PASSWORD", "p")
         .env("KEPT_TOKEN", "kept")
         .env("PLAIN_SETTING", "plain")
+        .env("SSH_AUTH_SOCK", "/tmp/ssh-agent.sock")
+        .env("DISPLAY", ":0")
+        .env("DATABASE_URL", "postgres://app:hunter2@db/app")
+        .env("PUBLIC_URL", "https://example.com/x")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -352,10 +357,17 @@ fn env_filter_in_child() {
     policy.env_keep = vec!["KEPT_TOKEN".to_owned()];
     let out = fx.bash_with(&policy, "env");
     let env = String::from_utf8_lossy(&out.stdout);
-    for gone in ["SERVICE_API_KEY=", "github_token=", "DB_PASSWORD="] {
+    for gone in
+        ["SERVICE_API_KEY=", "github_token=", "DB_PASSWORD=", "SSH_AUTH_SOCK=", "DISPLAY=", "DATABASE_URL="]
+    {
         assert!(!env.lines().any(|l| l.starts_with(gone)), "{gone} kept:\n{env}");
     }
-    for kept in ["KEPT_TOKEN=kept", "PLAIN_SETTING=plain", "CODELOOP_SANDBOX_ENV_TEST=1"] {
+    for kept in [
+        "KEPT_TOKEN=kept",
+        "PLAIN_SETTING=plain",
+        "CODELOOP_SANDBOX_ENV_TEST=1",
+        "PUBLIC_URL=https://example.com/x",
+    ] {
         assert!(env.lines().any(|l| l == kept), "{kept} dropped:\n{env}");
     }
     let tmpdir = format!("TMPDIR={}", fx.temp.path().display());
@@ -432,4 +444,180 @@ fn git_reads_work_and_a_commit_is_refused_with_a_note() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("?? victim"), "{}", text(&out));
     let note = explain_failure(&fx.policy, &String::from_utf8_lossy(&out.stderr)).unwrap();
     assert!(note.contains("git_write = true"), "{note}");
+}
+
+/// Runs `script` in the walls of `policy` with a [`CallChannel`] as the helper's stdin, and returns the
+/// output with what the helper reported.
+fn bash_reported(fx: &Fixture, policy: &SandboxPolicy, script: &str) -> (Output, Option<CallReport>) {
+    let mut channel = CallChannel::new().unwrap();
+    let args = [OsString::from("-c"), OsString::from(script)];
+    let out = wrap_command(Path::new(HELPER), policy, OsStr::new("bash"), &args)
+        .current_dir(fx.root())
+        .stdin(channel.stdin())
+        .output()
+        .unwrap();
+    (out, channel.report())
+}
+
+#[test]
+fn a_call_sees_only_its_own_processes() {
+    if !namespaces_here("a_call_sees_only_its_own_processes") {
+        return;
+    }
+    let fx = Fixture::new();
+    let me = std::process::id();
+    let out = fx.bash(&format!(
+        "ls /proc | grep -c '^[0-9]'; cat /proc/{me}/cmdline 2>/dev/null && echo SEEN; echo pid=$$"
+    ));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let count: usize = stdout.lines().next().unwrap().trim().parse().unwrap();
+    assert!(count <= 4, "only the init, bash and its pipeline: {}", text(&out));
+    assert!(!stdout.contains("SEEN"), "{}", text(&out));
+    assert!(stdout.contains("pid=2"), "bash is the init's first child: {}", text(&out));
+}
+
+#[test]
+fn a_call_owns_its_tree_leftovers_are_ended_and_counted() {
+    if !namespaces_here("a_call_owns_its_tree_leftovers_are_ended_and_counted") {
+        return;
+    }
+    let fx = Fixture::new();
+    let marker = fx.outside.path().join("still-running");
+    let mut policy = fx.policy.clone();
+    policy.writable_roots.push(fx.outside.path().to_owned());
+    let started = std::time::Instant::now();
+    // A plain background job, one that leaves the session, and a double fork: none outlive the call.
+    let script = format!(
+        "sleep 30 & setsid sleep 31 & (sh -c 'sleep 2; touch \"$1\"' sh '{}' &) ; echo main-done",
+        marker.display()
+    );
+    let (out, report) = bash_reported(&fx, &policy, &script);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "the call waited for its leftovers");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "main-done\n", "{}", text(&out));
+    assert!(out.status.success(), "{}", text(&out));
+    let report = report.expect("the helper reports how the tree ended");
+    assert_eq!(report.leftovers, 3, "{report:?}");
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(!marker.exists(), "the double-forked child was ended with the call");
+
+    let (_, report) = bash_reported(&fx, &policy, "true");
+    assert_eq!(report.map(|r| r.leftovers), Some(0));
+}
+
+#[test]
+fn the_process_count_is_bounded_also_for_root() {
+    if !namespaces_here("the_process_count_is_bounded_also_for_root") {
+        return;
+    }
+    let mut policy = Fixture::new().policy;
+    policy.max_processes = 300;
+    // A copy of this test binary forks until it cannot (a shell would retry or give up on the first
+    // failure) and says how many it started.
+    let args = ["--exact", "fork_probe", "--ignored", "--nocapture"].map(OsString::from);
+    let mut channel = CallChannel::new().unwrap();
+    let out = wrap_command(Path::new(HELPER), &policy, std::env::current_exe().unwrap().as_os_str(), &args)
+        .env("CODELOOP_FORK_PROBE", "400")
+        .stdin(channel.stdin())
+        .output()
+        .unwrap();
+    let report = channel.report().unwrap_or_else(|| panic!("no report: {}", text(&out)));
+    if report.process_limit != ProcessLimit::PidNamespace {
+        skip("the_process_count_is_bounded_also_for_root", "this kernel has no per-namespace pid_max");
+        return;
+    }
+    let started: usize = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("STARTED "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count: {}", text(&out)));
+    assert!(started < 300, "{started} processes started: {}", text(&out));
+    assert!(started > 100, "the limit is not far below the setting: {started}");
+    assert!(report.leftovers as usize >= started, "every one was ended with the call: {report:?}");
+}
+
+#[test]
+#[ignore = "run inside the walls by the_process_count_is_bounded_also_for_root"]
+fn fork_probe() {
+    let Some(wanted) = std::env::var("CODELOOP_FORK_PROBE").ok().and_then(|n| n.parse::<usize>().ok()) else {
+        return;
+    };
+    let mut children = Vec::new();
+    for _ in 0..wanted {
+        match Command::new("sleep").arg("30").stdin(Stdio::null()).spawn() {
+            Ok(child) => children.push(child),
+            Err(_) => break,
+        }
+    }
+    println!("STARTED {}", children.len());
+    // Left running on purpose: the call's init ends them.
+    std::mem::forget(children);
+}
+
+#[test]
+fn unix_sockets_outside_the_writable_roots_are_masked() {
+    if !namespaces_here("unix_sockets_outside_the_writable_roots_are_masked") {
+        return;
+    }
+    let fx = Fixture::new();
+    let outside = fx.outside("daemon.sock");
+    let _daemon = std::os::unix::net::UnixListener::bind(&outside).unwrap();
+    let inside = fx.root().join("app.sock");
+    let _app = std::os::unix::net::UnixListener::bind(&inside).unwrap();
+    let allowed_dir = TempDir::new().unwrap();
+    let allowed = allowed_dir.path().join("allowed.sock");
+    let _allowed = std::os::unix::net::UnixListener::bind(&allowed).unwrap();
+    let mut policy = fx.policy.clone();
+    policy.network = false;
+    policy.allow_unix_sockets = vec![allowed.clone()];
+    let probe = |socket: &Path| {
+        let args = ["--exact", "unix_connect_probe", "--ignored", "--nocapture"].map(OsString::from);
+        let out =
+            wrap_command(Path::new(HELPER), &policy, std::env::current_exe().unwrap().as_os_str(), &args)
+                .env("CODELOOP_SOCKET_PROBE", socket)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+        String::from_utf8_lossy(&out.stdout).contains("CONNECTED")
+    };
+    assert!(!probe(&outside), "a daemon's socket outside the project is out of reach");
+    assert!(probe(&inside), "a socket inside the project works with network = false");
+    assert!(probe(&allowed), "allow_unix_sockets opens one on purpose");
+}
+
+#[test]
+#[ignore = "run inside the walls by unix_sockets_outside_the_writable_roots_are_masked"]
+fn unix_connect_probe() {
+    let Some(path) = std::env::var_os("CODELOOP_SOCKET_PROBE") else { return };
+    match std::os::unix::net::UnixStream::connect(&path) {
+        Ok(_) => println!("CONNECTED"),
+        Err(e) => println!("REFUSED {e}"),
+    }
+}
+
+#[test]
+fn a_package_cache_is_an_overlay_that_never_writes_through() {
+    if !namespaces_here("a_package_cache_is_an_overlay_that_never_writes_through") {
+        return;
+    }
+    let fx = Fixture::new();
+    let cache = TempDir::new().unwrap();
+    fs::write(cache.path().join("build.rs"), "fn main() {}\n").unwrap();
+    let state = TempDir::new().unwrap();
+    let mut policy = fx.policy.clone();
+    policy.cache_overlays =
+        vec![CacheOverlay { path: cache.path().to_owned(), state: state.path().join("registry") }];
+    let out = fx.bash_with(
+        &policy,
+        &format!(
+            "echo 'payload' >> '{0}/build.rs' && echo new > '{0}/added' && cat '{0}/build.rs'",
+            cache.path().display()
+        ),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "fn main() {}\npayload\n");
+    assert_eq!(fs::read_to_string(cache.path().join("build.rs")).unwrap(), "fn main() {}\n");
+    assert!(!cache.path().join("added").exists(), "nothing reaches the user's own cache");
+    // The next call of the same project sees what the last one put there.
+    let out = fx.bash_with(&policy, &format!("cat '{}/added'", cache.path().display()));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "new\n", "{}", text(&out));
 }

@@ -1,18 +1,33 @@
 //! The helper mode: a fresh single-threaded process (`HELPER __sandbox <plan> -- PROGRAM ARGS…`) that puts
-//! up the walls on itself in order (namespace and mounts, Landlock, seccomp) and then execs PROGRAM, which
-//! inherits them along with everything it spawns. It must not run anything before the walls are up, and it
+//! up the walls and runs PROGRAM inside them. It must not run anything before the walls are up, and it
 //! never falls back to running PROGRAM unwalled when a wall it was asked for fails.
 //!
-//! Exit codes when it does not exec: [`EXIT_SETUP_FAILED`] (125) when a wall could not be put up,
-//! 126 when PROGRAM exists but cannot be executed, 127 when PROGRAM is not found (as shells do).
+//! With user namespaces (the usual case) there are three processes:
+//! - the **outer helper** makes a user + mount + PID namespace, mounts the read-only, overlay and masking
+//!   layers, and starts the init below; it stays as its parent, watches its stdin (a socket from codeloop)
+//!   for the owner's end, and passes the init's report and exit code on;
+//! - the **init** (`__sandbox --init …`, PID 1 of the new namespace) mounts the namespace's own `/proc`,
+//!   bounds the process count, applies Landlock and seccomp to itself and starts PROGRAM; when PROGRAM
+//!   exits it counts and ends whatever else is left, so a call owns its whole tree (DESIGN.md §5f);
+//! - **PROGRAM**, which sees only its own processes.
+//!
+//! Without them, the outer helper applies Landlock and seccomp to itself and execs PROGRAM.
+//!
+//! Exit codes when PROGRAM does not run: [`EXIT_SETUP_FAILED`] (125) when a wall could not be put up,
+//! 126 when PROGRAM exists but cannot be executed, 127 when PROGRAM is not found (as shells do). PROGRAM
+//! killed by a signal exits 128 + the signal, as in a shell.
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
 #[cfg(target_os = "linux")]
+mod init;
+#[cfg(target_os = "linux")]
 mod landlock_rules;
 #[cfg(target_os = "linux")]
 mod mounts;
+#[cfg(target_os = "linux")]
+mod outer;
 #[cfg(target_os = "linux")]
 mod seccomp;
 
@@ -23,14 +38,18 @@ pub const EXIT_SETUP_FAILED: u8 = 125;
 /// What stderr lines from the helper start with, so they are easy to tell from the program's own output.
 pub(crate) const MESSAGE_PREFIX: &str = "codeloop sandbox:";
 
-/// Entry of the helper mode: `args` are the arguments after `__sandbox`. Never returns on success (the
-/// process becomes PROGRAM); otherwise prints one line to stderr and returns 125, 126 or 127.
+/// The first argument of the init process the outer helper starts.
+#[cfg(target_os = "linux")]
+const INIT_ARG: &str = "--init";
+
+/// Entry of the helper mode: `args` are the arguments after `__sandbox`. Returns PROGRAM's exit code, or
+/// prints one line to stderr and returns 125, 126 or 127.
 ///
 /// Call it first thing in `main`, before any runtime, logger thread or other thread starts: the kernel
 /// refuses a user namespace to a multi-threaded process.
 pub fn helper_main(args: Vec<OsString>) -> ExitCode {
     match run(args) {
-        Ok(never) => match never {},
+        Ok(code) => ExitCode::from(code),
         Err(failure) => {
             eprintln!("{MESSAGE_PREFIX} {}", failure.message);
             ExitCode::from(failure.code)
@@ -47,20 +66,29 @@ impl Failure {
     fn setup(message: impl Into<String>) -> Self {
         Self { code: EXIT_SETUP_FAILED, message: message.into() }
     }
+
+    /// PROGRAM could not be started.
+    #[cfg(target_os = "linux")]
+    fn spawn(program: &std::ffi::OsStr, err: &std::io::Error) -> Self {
+        let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+        Self { code, message: format!("cannot run {}: {err}", program.to_string_lossy()) }
+    }
 }
 
-enum Never {}
+/// The parsed arguments: the plan (also as its text, to hand to the init) and the command.
+#[cfg(target_os = "linux")]
+struct Invocation {
+    plan_text: OsString,
+    plan: crate::command::HelperPlan,
+    program: OsString,
+    args: Vec<OsString>,
+}
 
 #[cfg(target_os = "linux")]
-fn run(args: Vec<OsString>) -> Result<Never, Failure> {
-    use std::os::unix::process::CommandExt;
-
-    use crate::command::{HelperPlan, Namespace};
-    use crate::policy::SandboxMode;
-
-    let mut args = args.into_iter();
-    let plan = args.next().ok_or_else(|| Failure::setup("missing policy argument"))?;
-    let plan: HelperPlan = plan
+fn parse(args: impl Iterator<Item = OsString>) -> Result<Invocation, Failure> {
+    let mut args = args;
+    let plan_text = args.next().ok_or_else(|| Failure::setup("missing policy argument"))?;
+    let plan = plan_text
         .to_str()
         .and_then(|s| serde_json::from_str(s).ok())
         .ok_or_else(|| Failure::setup("the policy could not be read (are all sandbox paths UTF-8?)"))?;
@@ -68,26 +96,20 @@ fn run(args: Vec<OsString>) -> Result<Never, Failure> {
         return Err(Failure::setup("expected `--` after the policy"));
     }
     let program = args.next().ok_or_else(|| Failure::setup("missing program after `--`"))?;
-    let policy = &plan.policy;
+    Ok(Invocation { plan_text, plan, program, args: args.collect() })
+}
 
-    if policy.mode != SandboxMode::Off {
-        if plan.namespace == Namespace::Private {
-            mounts::enter_namespace().map_err(Failure::setup)?;
-            mounts::protect(&policy.protected).map_err(Failure::setup)?;
-            mounts::mask(&policy.masked).map_err(Failure::setup)?;
-        }
-        landlock_rules::restrict(policy).map_err(Failure::setup)?;
-        if !policy.network {
-            seccomp::deny_sockets().map_err(Failure::setup)?;
-        }
+#[cfg(target_os = "linux")]
+fn run(args: Vec<OsString>) -> Result<u8, Failure> {
+    let mut args = args.into_iter().peekable();
+    if args.peek().is_some_and(|a| a == INIT_ARG) {
+        args.next();
+        return init::run(parse(args)?);
     }
-
-    let err = std::process::Command::new(&program).args(args).exec();
-    let code = if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-    Err(Failure { code, message: format!("cannot run {}: {err}", program.to_string_lossy()) })
+    outer::run(parse(args)?)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn run(_args: Vec<OsString>) -> Result<Never, Failure> {
+fn run(_args: Vec<OsString>) -> Result<u8, Failure> {
     Err(Failure::setup(format!("no sandbox on {}; run with [sandbox] mode = \"off\"", std::env::consts::OS)))
 }
