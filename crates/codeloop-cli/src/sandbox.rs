@@ -36,6 +36,7 @@ pub fn sandbox(command: SandboxCommand) -> anyhow::Result<ExitCode> {
         helper: Some(std::env::current_exe().context("cannot find the codeloop executable")?),
         home: std::env::home_dir(),
         masked: env::config_dir().into_iter().chain(env::data_dir().ok()).collect(),
+        cache_layers: env::data_dir().ok().map(|d| d.join("sandbox").join("caches")),
     };
     let walls = walls_for(&setup, &config.sandbox, &paths, &agent).context("no sandbox helper")?;
     let report = codeloop_sandbox::check(&walls.helper, &walls.policy);

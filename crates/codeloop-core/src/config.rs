@@ -258,11 +258,13 @@ impl Default for RetryConfig {
 pub struct ToolOutputConfig {
     pub max_lines: usize,
     pub max_bytes: usize,
+    /// The most of one call's output saved to a file (DESIGN.md §5c); past it a "cut" note.
+    pub max_saved_bytes: u64,
 }
 
 impl Default for ToolOutputConfig {
     fn default() -> Self {
-        Self { max_lines: 2000, max_bytes: 50 * 1024 }
+        Self { max_lines: 2000, max_bytes: 50 * 1024, max_saved_bytes: 64 * 1024 * 1024 }
     }
 }
 
@@ -298,10 +300,18 @@ pub struct SandboxConfig {
     pub writable_roots: Vec<String>,
     /// Let commands write the project's `.git` (commits, branches); otherwise it stays read-only.
     pub git_write: bool,
-    /// Writable package caches; `None` = the usual ones (`~/.cargo/registry`, `~/.npm`, …), `[]` closes them.
+    /// Package caches written through to the user's own on purpose (`~/` expanded). The usual caches
+    /// (`~/.cargo/registry`, `~/.npm`, …) not named here are overlays: commands read them and write to a
+    /// layer of codeloop's own, per project, so nothing they put there runs in the user's later builds.
     pub cache_dirs: Option<Vec<String>>,
-    /// Environment variables kept although their names look secret (`*KEY*`, `*TOKEN*`, …).
+    /// Environment variables kept although they look secret (`*KEY*`, `*TOKEN*`, URL credentials) or
+    /// lead to an agent (`SSH_AUTH_SOCK`, `DISPLAY`, …).
     pub env_keep: Vec<String>,
+    /// UNIX sockets (or their directories) outside the project that commands may still reach (`~/`
+    /// expanded): agents, buses, daemons and every other socket outside the writable roots are masked.
+    pub allow_unix_sockets: Vec<String>,
+    /// At most this many processes at once in one call's tree.
+    pub max_processes: u32,
 }
 
 impl Default for SandboxConfig {
@@ -313,6 +323,8 @@ impl Default for SandboxConfig {
             git_write: false,
             cache_dirs: None,
             env_keep: Vec::new(),
+            allow_unix_sockets: Vec::new(),
+            max_processes: codeloop_sandbox::DEFAULT_MAX_PROCESSES,
         }
     }
 }

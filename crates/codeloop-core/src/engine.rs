@@ -173,6 +173,7 @@ impl Engine {
             walls: crate::walls::WallsSetup {
                 helper: options.sandbox_helper,
                 home: options.home,
+                cache_layers: Some(data_dir.join("sandbox").join("caches")),
                 masked: options.protected_dirs.iter().cloned().chain([data_dir]).collect(),
             },
             protected_dirs: options.protected_dirs,

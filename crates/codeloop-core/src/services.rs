@@ -162,6 +162,7 @@ impl Services {
         OutputLimits {
             max_lines: self.config.tool_output.max_lines,
             max_bytes: self.config.tool_output.max_bytes,
+            max_saved_bytes: self.config.tool_output.max_saved_bytes,
         }
     }
 }

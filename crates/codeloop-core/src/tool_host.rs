@@ -60,14 +60,27 @@ impl ToolGate {
     /// Asks under the turn's rules: a tool's ask, or the processor's own (the doom-loop guard).
     pub async fn ask(&self, tool: Option<ToolCallRef>, ask: PermissionAsk) -> Result<(), PermissionError> {
         let layers: [&[PermissionRule]; 1] = [&self.layers];
-        let ctx = AskContext {
+        self.services.permissions.ask(self.context(&layers, tool), ask).await
+    }
+
+    /// Whether the turn's rules allow `ask` without asking anyone.
+    pub fn allows(&self, ask: &PermissionAsk) -> bool {
+        let layers: [&[PermissionRule]; 1] = [&self.layers];
+        self.services.permissions.allows(&self.context(&layers, None), ask)
+    }
+
+    fn context<'a>(
+        &'a self,
+        layers: &'a [&'a [PermissionRule]],
+        tool: Option<ToolCallRef>,
+    ) -> AskContext<'a> {
+        AskContext {
             session_id: &self.session_id,
             project: &self.project,
-            layers: &layers,
+            layers,
             narrowing: &self.narrowing,
             tool,
-        };
-        self.services.permissions.ask(ctx, ask).await
+        }
     }
 
     /// The host a processor's tools run with; their progress and results go to `events`.
@@ -86,6 +99,16 @@ impl ToolHost for RunToolHost {
     async fn ask(&self, call: &CallInfo, ask: PermissionAsk) -> Result<(), PermissionError> {
         let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
         self.gate.ask(Some(tool), ask).await
+    }
+
+    fn allows(&self, _call: &CallInfo, permission: &str, pattern: &str) -> bool {
+        self.gate.allows(&PermissionAsk {
+            permission: permission.to_owned(),
+            patterns: vec![pattern.to_owned()],
+            always: Vec::new(),
+            metadata: Value::Null,
+            grant: Default::default(),
+        })
     }
 
     fn progress(&self, call: &CallInfo, title: Option<String>, metadata: Option<Value>) {

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use codeloop_sandbox::{SandboxMode, SandboxPolicy};
+use codeloop_sandbox::{CacheOverlay, SandboxMode, SandboxPolicy};
 use codeloop_tools::{ProjectPaths, Walls};
 
 use crate::config::{SandboxConfig, expand_home};
@@ -22,6 +22,9 @@ pub struct WallsSetup {
     pub home: Option<PathBuf>,
     /// Hidden from commands besides `~/.ssh` and friends: the user's config dir and the data dir.
     pub masked: Vec<PathBuf>,
+    /// Where the package caches' overlay layers live (`<data dir>/sandbox/caches`); `None` makes the
+    /// caches read-only.
+    pub cache_layers: Option<PathBuf>,
 }
 
 /// The walls for one agent's commands in a project; `None` when there is no helper.
@@ -41,11 +44,26 @@ pub fn walls_for(
     policy.writable_roots = config.writable_roots.iter().map(|r| PathBuf::from(expand_home(r))).collect();
     policy.protected = protected_paths(paths, config.git_write);
     policy.env_keep = config.env_keep.clone();
+    policy.allow_unix_sockets =
+        config.allow_unix_sockets.iter().map(|s| PathBuf::from(expand_home(s))).collect();
+    policy.max_processes = config.max_processes;
+    // Named caches write through on purpose; the usual ones are overlays, per project.
+    policy.cache_dirs = config.cache_dirs.iter().flatten().map(|d| PathBuf::from(expand_home(d))).collect();
     if let Some(home) = &setup.home {
-        policy.cache_dirs = match &config.cache_dirs {
-            None => SandboxPolicy::default_cache_dirs(home),
-            Some(dirs) => dirs.iter().map(|d| PathBuf::from(expand_home(d))).collect(),
-        };
+        let layers = setup.cache_layers.as_ref().map(|dir| dir.join(project_key(&root)));
+        for cache in SandboxPolicy::default_cache_dirs(home) {
+            if policy.cache_dirs.contains(&cache) || !cache.is_dir() {
+                continue;
+            }
+            let name = cache.strip_prefix(home).unwrap_or(&cache).to_string_lossy().replace('/', "_");
+            match &layers {
+                Some(layers) => {
+                    policy.cache_overlays.push(CacheOverlay { path: cache, state: layers.join(name) })
+                }
+                // No place for an upper layer: read-only (never written through).
+                None => policy.protected.push(cache),
+            }
+        }
         policy.masked = SandboxPolicy::default_masked(home);
     }
     policy.masked.extend(setup.masked.iter().cloned());
@@ -56,25 +74,26 @@ pub fn walls_for(
     });
     policy.cache_dirs.retain(|d| d.exists());
     policy.writable_roots.retain(|d| d.exists());
-    Some(Walls { helper, policy })
+    Some(Walls { helper, policy, git_write: config.git_write })
 }
 
-/// `codeloop.toml` and `.codeloop/` from the session directory up to the root, and the git dir (unless
-/// `git_write`): the ones that exist, by their real paths (a bind mount follows links).
+/// A file name for a project's own cache layers: its root's last name and a hash of the whole path.
+fn project_key(root: &Path) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(root.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let name = root.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{name}-{hex}")
+}
+
+/// `codeloop.toml`, `.codeloop/` and `.claude/settings*.json` from the session directory up to the root,
+/// and the git dir (unless `git_write`): the ones that exist, by their real paths (a bind mount follows
+/// links). Nested repositories are found per call (`codeloop_tools::guard`).
 fn protected_paths(paths: &ProjectPaths, git_write: bool) -> Vec<PathBuf> {
     let root = real(&paths.root);
-    let directory = real(&paths.directory);
-    let mut out = Vec::new();
-    for dir in directory.ancestors() {
-        out.push(dir.join("codeloop.toml"));
-        out.push(dir.join(".codeloop"));
-        if dir == root || !dir.starts_with(&root) {
-            break;
-        }
-    }
+    let mut out = codeloop_tools::guard::protected_candidates(paths, git_write);
     if !git_write {
         let dot_git = root.join(".git");
-        out.push(dot_git.clone());
         // A worktree or submodule: `.git` is a file naming the real git dir.
         if let Ok(text) = std::fs::read_to_string(&dot_git)
             && let Some(dir) = text.trim().strip_prefix("gitdir:")

@@ -103,6 +103,12 @@ pub trait ToolHost: Send + Sync {
     async fn ask(&self, call: &CallInfo, ask: PermissionAsk) -> Result<(), PermissionError>;
     /// Live progress of a running call (title and metadata of the running part).
     fn progress(&self, call: &CallInfo, title: Option<String>, metadata: Option<Value>);
+    /// Whether the rules allow `permission` for `pattern` without asking anyone (nothing is shown or
+    /// published). Hosts without rules allow nothing.
+    fn allows(&self, call: &CallInfo, permission: &str, pattern: &str) -> bool {
+        let _ = (call, permission, pattern);
+        false
+    }
     /// Replaces the session's todo list.
     async fn set_todos(&self, call: &CallInfo, todos: Vec<Todo>) -> Result<(), String>;
     /// Asks the person at the keyboard; resolves with one list of answers per question.
@@ -168,11 +174,13 @@ impl ProjectPaths {
 pub struct OutputLimits {
     pub max_lines: usize,
     pub max_bytes: usize,
+    /// The most of one output saved to a spill file (DESIGN.md §5c `[tool_output] max_saved_bytes`).
+    pub max_saved_bytes: u64,
 }
 
 impl Default for OutputLimits {
     fn default() -> Self {
-        Self { max_lines: 2000, max_bytes: 50 * 1024 }
+        Self { max_lines: 2000, max_bytes: 50 * 1024, max_saved_bytes: 64 * 1024 * 1024 }
     }
 }
 
@@ -182,6 +190,8 @@ pub struct Walls {
     /// The executable whose `__sandbox` mode puts the walls up and execs the command (codeloop itself).
     pub helper: PathBuf,
     pub policy: codeloop_sandbox::SandboxPolicy,
+    /// `[sandbox] git_write`: commands may write `.git` (so a repository they create stays).
+    pub git_write: bool,
 }
 
 /// Everything one call gets.

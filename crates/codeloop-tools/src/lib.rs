@@ -6,6 +6,7 @@
 //! the project directory without an `external_directory` permission.
 
 mod context;
+pub mod guard;
 mod lenient;
 mod locks;
 mod paths;

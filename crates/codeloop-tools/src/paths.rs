@@ -100,8 +100,8 @@ pub(crate) fn is_inside_project(ctx: &ToolContext, path: &Path) -> bool {
 }
 
 /// Whether a tool may write `path` only with an explicit grant (DESIGN.md §5a): codeloop's and git's
-/// config inside the project (`codeloop.toml`, `.codeloop/`, `.git/` at any depth), and the user's config
-/// and data dirs wherever they are.
+/// config inside the project (`codeloop.toml`, `.codeloop/`, `.git/` at any depth, and
+/// `.claude/settings*.json`, which can carry hooks), and the user's config and data dirs wherever they are.
 pub fn is_protected(project: &crate::ProjectPaths, path: &Path) -> bool {
     let path = normalize(path);
     if project.protected.iter().any(|dir| path.starts_with(dir) || path.starts_with(real_path(dir))) {
@@ -112,8 +112,12 @@ pub fn is_protected(project: &crate::ProjectPaths, path: &Path) -> bool {
         .find_map(|dir| path.strip_prefix(real_path(dir)).ok().or_else(|| path.strip_prefix(dir).ok()));
     let Some(rel) = inside else { return false };
     let names: Vec<&std::ffi::OsStr> = rel.iter().collect();
+    let claude_settings = names.len() >= 2
+        && names[names.len() - 2] == ".claude"
+        && crate::guard::CLAUDE_SETTINGS.iter().any(|s| names[names.len() - 1] == *s);
     names.iter().any(|n| *n == ".git" || *n == ".codeloop")
         || names.last().is_some_and(|n| *n == "codeloop.toml")
+        || claude_settings
 }
 
 /// The session's own temp dir, `<system temp>/codeloop-<uid>/<session>`, created with mode 0700. The

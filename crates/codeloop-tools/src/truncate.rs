@@ -41,7 +41,7 @@ pub async fn truncate_output(text: &str, limits: OutputLimits, dir: &Path, keep:
         return Truncation { content: text.to_string(), truncated: false, output_path: None };
     }
     let (preview, removed) = cut(text, limits, keep);
-    let (path, hint) = match spill(dir, text).await {
+    let (path, hint) = match spill(dir, text, limits.max_saved_bytes).await {
         Ok(path) => {
             let hint = format!(
                 "The tool call succeeded but the output was truncated. Full output saved to: {}\n\
@@ -67,11 +67,21 @@ pub async fn truncate_output(text: &str, limits: OutputLimits, dir: &Path, keep:
     Truncation { content, truncated: true, output_path: path }
 }
 
-/// Writes `text` to a new spill file in `dir`.
-pub(crate) async fn spill(dir: &Path, text: &str) -> std::io::Result<PathBuf> {
+/// Writes `text` to a new spill file in `dir`: at most `cap` bytes of it, then a "cut" note.
+pub(crate) async fn spill(dir: &Path, text: &str, cap: u64) -> std::io::Result<PathBuf> {
     tokio::fs::create_dir_all(dir).await?;
     let path = spill_path(dir);
-    tokio::fs::write(&path, text).await?;
+    if text.len() as u64 <= cap {
+        tokio::fs::write(&path, text).await?;
+    } else {
+        let kept = cut_at_byte(text, usize::try_from(cap).unwrap_or(usize::MAX));
+        let note = format!(
+            "\n\n[cut: the output was {} bytes; only the first {} are saved ([tool_output] max_saved_bytes)]\n",
+            text.len(),
+            kept.len()
+        );
+        tokio::fs::write(&path, [kept, &note].concat()).await?;
+    }
     Ok(path)
 }
 
@@ -158,7 +168,7 @@ pub fn sweep_tool_output(dir: &Path, max_age: Duration) -> std::io::Result<usize
 mod tests {
     use super::*;
 
-    const LIMITS: OutputLimits = OutputLimits { max_lines: 3, max_bytes: 20 };
+    const LIMITS: OutputLimits = OutputLimits { max_lines: 3, max_bytes: 20, max_saved_bytes: 1 << 20 };
 
     #[test]
     fn head_cut_keeps_whole_lines_within_line_limit() {

@@ -172,6 +172,11 @@ impl PermissionEngine {
         decide_patterns(ask, &layers, ctx.narrowing)
     }
 
+    /// Whether the rules allow every pattern of `ask` as they stand, without asking anyone.
+    pub fn allows(&self, ctx: &AskContext<'_>, ask: &PermissionAsk) -> bool {
+        self.decide(ctx, ask).0 == PermissionAction::Allow
+    }
+
     /// Resolves when the call may go ahead, following the rules and, when they say ask, the reply.
     pub async fn ask(&self, ctx: AskContext<'_>, ask: PermissionAsk) -> Result<(), PermissionError> {
         match self.decide(&ctx, &ask) {

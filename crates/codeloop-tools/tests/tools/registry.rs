@@ -113,7 +113,7 @@ async fn the_invalid_tool_explains_the_error() {
 async fn long_outputs_are_cut_and_spilled_to_a_file() {
     let mut env = Env::new();
     env.registry.register(Arc::new(Lines { schema: json!({"type": "object"}) }));
-    env.limits = OutputLimits { max_lines: 10, max_bytes: 1_000 };
+    env.limits = OutputLimits { max_lines: 10, max_bytes: 1_000, ..OutputLimits::default() };
     let out = env.ok("lines", json!({"lines": 25})).await;
     assert_eq!(out.metadata["truncated"], json!(true));
     let path = out.metadata["outputPath"].as_str().unwrap().to_string();

@@ -86,7 +86,11 @@ async fn a_closed_network_refuses_before_asking() {
     let mut ctx = env.ctx();
     let mut policy = codeloop_sandbox::SandboxPolicy::new(env.root(), env.root());
     policy.network = false;
-    ctx.walls = Some(std::sync::Arc::new(codeloop_tools::Walls { helper: "/bin/false".into(), policy }));
+    ctx.walls = Some(std::sync::Arc::new(codeloop_tools::Walls {
+        helper: "/bin/false".into(),
+        policy,
+        git_write: false,
+    }));
     let result = env.registry.execute("webfetch", json!({"url": "http://127.0.0.1:9/"}), &ctx).await;
     match result {
         Err(ToolFailure::Failed(message)) => assert!(message.contains("network = false"), "{message}"),

@@ -1,6 +1,9 @@
 //! File arguments of the commands of a script: which paths a command names, where they really are
-//! (symlinks resolved through the deepest existing ancestor), and the `external_directory` and `read`
-//! patterns that follow. The tool asks; the rules decide (`*.env` asks by default).
+//! (symlinks resolved through the deepest existing ancestor; globs expanded against the file system), and
+//! the `external_directory`, `read` and protected-path `edit` patterns that follow. The tool asks; the
+//! rules decide (`*.env` asks by default). Reading commands whose operand is only known at run time
+//! (`cat $(…)`, `head "$f"`) and `REV:PATH` operands of `git show` / `git cat-file` are asked as reads too
+//! (DESIGN.md §5c "Secrets are hidden from processes").
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -17,6 +20,21 @@ const FILE_COMMANDS: &[&str] = &[
     "realpath", "rm", "rmdir", "shred", "source", "stat", "strings", "tac", "tail", "tee", "touch",
     "truncate", "vi", "vim", "wc", "xxd",
 ];
+/// File commands that change what they name: an operand that is a protected path asks `edit` with an
+/// explicit-only grant (DESIGN.md §5c).
+const WRITING_COMMANDS: &[&str] = &[
+    "chgrp", "chmod", "chown", "cp", "install", "ln", "mkdir", "mv", "nano", "rm", "rmdir", "shred", "tee",
+    "touch", "truncate", "vi", "vim",
+];
+/// File commands that print what they read: an operand known only at run time asks `read` as written.
+const READING_COMMANDS: &[&str] = &[
+    "base64", "bat", "cat", "cmp", "cp", "diff", "head", "hexdump", "less", "more", "nl", "od", "strings",
+    "tac", "tail", "xxd",
+];
+/// `git` subcommands whose `REV:PATH` operands print a file's stored contents.
+const GIT_OBJECT_READERS: &[&str] = &["cat-file", "show"];
+/// A glob operand expands to at most this many paths for the asks (the shell may expand it to more).
+const MAX_GLOB_MATCHES: usize = 1000;
 /// Commands whose first operand is a mode or an owner, not a path.
 const MODE_FIRST: &[&str] = &["chgrp", "chmod", "chown"];
 /// Commands that name no file (their redirections still count).
@@ -40,6 +58,8 @@ pub(crate) struct FileAsks {
     pub external: BTreeSet<String>,
     /// `read` patterns: each path relative to the project root, or absolute outside it.
     pub read: Vec<String>,
+    /// `edit` patterns (explicit grant only) for protected paths a command writes or a redirect names.
+    pub protected: Vec<String>,
 }
 
 /// One path a command names.
@@ -50,6 +70,8 @@ pub(crate) struct PathArg {
     /// Where the shell will look for the file: `path` up to its first glob character.
     pub literal: PathBuf,
     pub kind: PathKind,
+    /// Named by a redirection (`> file`), which may create or overwrite it.
+    pub redirect: bool,
 }
 
 /// The `external_directory` and `read` asks for every path argument of every command.
@@ -57,7 +79,10 @@ pub(crate) fn file_asks(ctx: &ToolContext, cwd: &Path, commands: &[Command]) -> 
     let project = Project::new(ctx);
     let mut asks = FileAsks::default();
     for command in commands {
-        for arg in path_arguments(&command_dir(cwd, command), command) {
+        let base = command_dir(cwd, command);
+        let name = command.words.first().map(|w| w.value.as_str()).unwrap_or("");
+        let writes = WRITING_COMMANDS.contains(&name);
+        for arg in path_arguments(&base, command) {
             let real = real_path(&arg.path);
             let literal_real = real_path(&arg.literal);
             for literal in [&arg.literal, &literal_real] {
@@ -66,15 +91,101 @@ pub(crate) fn file_asks(ctx: &ToolContext, cwd: &Path, commands: &[Command]) -> 
                     asks.external.insert(paths::external_pattern(literal, kind));
                 }
             }
-            for path in [&arg.path, &real] {
-                let pattern = project.relative(path);
-                if !asks.read.contains(&pattern) {
-                    asks.read.push(pattern);
+            let mut named = vec![arg.path.clone(), real];
+            if arg.literal != arg.path {
+                named.extend(expand_glob(&arg.path));
+            }
+            for path in &named {
+                push_unique(&mut asks.read, project.relative(path));
+                // `.git` is left to the walls (and `git_write`): git itself writes it without naming it.
+                let in_git = path.iter().any(|c| c == ".git");
+                if (writes || arg.redirect) && !in_git && paths::is_protected(&ctx.project, path) {
+                    push_unique(&mut asks.protected, project.relative(path));
                 }
             }
         }
+        for operand in run_time_operands(command) {
+            push_unique(&mut asks.read, operand);
+        }
+        for path in git_object_paths(&ctx.project.root, command) {
+            push_unique(&mut asks.read, project.relative(&path));
+        }
     }
     asks
+}
+
+fn push_unique(list: &mut Vec<String>, item: String) {
+    if !list.contains(&item) {
+        list.push(item);
+    }
+}
+
+/// The paths a glob operand names now (`cat .en?` reads `.env`), so the rules see real names.
+fn expand_glob(pattern: &Path) -> Vec<PathBuf> {
+    let text = pattern.to_string_lossy();
+    let Ok(glob) = globset::GlobBuilder::new(&text).literal_separator(true).build() else {
+        return Vec::new();
+    };
+    let matcher = glob.compile_matcher();
+    let Some(idx) = text.find(['*', '?', '[', '{']) else { return Vec::new() };
+    let dir =
+        PathBuf::from(text[..idx].rsplit_once('/').map_or(".", |(d, _)| if d.is_empty() { "/" } else { d }));
+    let depth = text[idx..].matches('/').count() + 1;
+    let recursive = text.contains("**");
+    let mut out = Vec::new();
+    let mut stack = vec![(dir, 1usize)];
+    while let Some((dir, level)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else { continue };
+        for entry in entries.filter_map(Result::ok) {
+            let path = entry.path();
+            if matcher.is_match(&path) {
+                out.push(path.clone());
+                if out.len() >= MAX_GLOB_MATCHES {
+                    return out;
+                }
+            }
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && (recursive || level < depth) {
+                stack.push((path, level + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Operands of a reading command that are only known at run time (`$(…)`, `$var`, backticks), as
+/// written: the rules cannot see what they will name, so they are asked as they are.
+fn run_time_operands(command: &Command) -> Vec<String> {
+    let Some((name, args)) = command.words.split_first() else { return Vec::new() };
+    if !READING_COMMANDS.contains(&name.value.as_str()) {
+        return Vec::new();
+    }
+    args.iter()
+        .filter(|w| w.form == Form::Dynamic && known_text(w).is_none())
+        .map(|w| w.source.clone())
+        .collect()
+}
+
+/// `PATH` of each `REV:PATH` operand of `git show` / `git cat-file`, relative to the repository root
+/// (`REV:./PATH` relative to the command's directory).
+fn git_object_paths(root: &Path, command: &Command) -> Vec<PathBuf> {
+    let words: Vec<&str> = command.words.iter().map(|w| w.value.as_str()).collect();
+    let Some(sub) = words.iter().skip(1).find(|w| !w.starts_with('-')) else { return Vec::new() };
+    if words.first() != Some(&"git") || !GIT_OBJECT_READERS.contains(sub) {
+        return Vec::new();
+    }
+    words
+        .iter()
+        .filter(|w| !w.starts_with('-') && !w.contains("://"))
+        .filter_map(|w| w.split_once(':').map(|(_, path)| path))
+        .filter(|path| !path.is_empty())
+        .map(|path| match path.strip_prefix("./") {
+            Some(rel) => {
+                command.dirs.iter().fold(root.to_path_buf(), |b, d| paths::resolve_from(&b, d)).join(rel)
+            }
+            None => root.join(path),
+        })
+        .collect()
 }
 
 /// `path` and its real path, those of them outside the project.
@@ -98,7 +209,7 @@ pub(crate) fn command_dir(cwd: &Path, command: &Command) -> PathBuf {
 /// `~`, `./`, `../`, or naming something that exists), `--opt=PATH` values, and redirection targets.
 /// Flags, `chmod`'s mode and words only known at run time are skipped (`$HOME` is expanded).
 pub(crate) fn path_arguments(base: &Path, command: &Command) -> Vec<PathArg> {
-    let mut raw: Vec<(String, PathKind)> = Vec::new();
+    let mut raw: Vec<(String, PathKind, bool)> = Vec::new();
     if let Some((name, args)) = command.words.split_first()
         && !NO_FILES.contains(&name.value.as_str())
     {
@@ -120,7 +231,7 @@ pub(crate) fn path_arguments(base: &Path, command: &Command) -> Vec<PathArg> {
                 if let Some((_, value)) = text.split_once('=')
                     && looks_like_path(base, value)
                 {
-                    raw.push((value.to_string(), PathKind::File));
+                    raw.push((value.to_string(), PathKind::File, false));
                 }
                 continue;
             }
@@ -128,7 +239,7 @@ pub(crate) fn path_arguments(base: &Path, command: &Command) -> Vec<PathArg> {
                 continue;
             }
             if file_command || looks_like_path(base, &text) {
-                raw.push((text, kind));
+                raw.push((text, kind, false));
             }
         }
     }
@@ -137,21 +248,22 @@ pub(crate) fn path_arguments(base: &Path, command: &Command) -> Vec<PathArg> {
             && !DEVICES.contains(&text.as_str())
             && !text.starts_with("/dev/fd/")
         {
-            raw.push((text, PathKind::File));
+            raw.push((text, PathKind::File, true));
         }
     }
     raw.into_iter()
-        .filter(|(text, _)| !text.is_empty() && !DEVICES.contains(&text.as_str()))
-        .map(|(text, kind)| {
+        .filter(|(text, _, _)| !text.is_empty() && !DEVICES.contains(&text.as_str()))
+        .map(|(text, kind, redirect)| {
             let path = paths::resolve_from(base, &text);
             match text.find(['*', '?', '[', '{']) {
                 Some(idx) => {
                     let dir = text[..idx]
                         .rsplit_once('/')
                         .map_or(".", |(dir, _)| if dir.is_empty() { "/" } else { dir });
-                    PathArg { path, literal: paths::resolve_from(base, dir), kind: PathKind::Directory }
+                    let literal = paths::resolve_from(base, dir);
+                    PathArg { path, literal, kind: PathKind::Directory, redirect }
                 }
-                None => PathArg { literal: path.clone(), path, kind },
+                None => PathArg { literal: path.clone(), path, kind, redirect },
             }
         })
         .collect()

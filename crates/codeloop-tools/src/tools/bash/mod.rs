@@ -8,6 +8,7 @@
 
 mod arity;
 mod files;
+mod guarded;
 mod output;
 mod parse;
 mod process;
@@ -122,7 +123,7 @@ impl Tool for BashTool {
             None => ctx.project.directory.clone(),
         };
         let commands = analyse(&params.command);
-        ask_permissions(ctx, &cwd, &commands, params.workdir.is_some()).await?;
+        let granted_reads = ask_permissions(ctx, &cwd, &commands, params.workdir.is_some()).await?;
         if !cwd.is_dir() {
             return Err(ToolFailure::Failed(format!("Working directory does not exist: {}", cwd.display())));
         }
@@ -137,16 +138,27 @@ impl Tool for BashTool {
                 Some(json!({"output": sink.live(), "description": description})),
             );
         };
-        let walls = walls_for(ctx, &params).await?;
+        let session_walls = walls_for(ctx, &params).await?;
+        let (before, call_walls) = guarded::before(ctx, session_walls, &granted_reads);
+        let walls = call_walls.as_ref();
         // Without a mount namespace the protected paths are not read-only mounts: check them afterwards.
         let watched = walls
             .filter(|w| w.policy.mode != SandboxMode::Off && !codeloop_sandbox::probe().user_namespaces)
             .map(|w| (w, codeloop_sandbox::fingerprint(&w.policy.protected)));
         let timeout = Duration::from_millis(timeout_ms);
-        let ending = process::run(&params.command, &cwd, timeout, ctx, walls, &mut sink, report)
+        let finished = process::run(&params.command, &cwd, timeout, ctx, walls, &mut sink, report)
             .await
             .map_err(|e| ToolFailure::Failed(format!("Failed to run command: {e}")))?;
+        let ending = finished.ending;
         let mut out = sink.finish().await;
+        let leftovers = finished.report.map_or(0, |r| r.leftovers);
+        if leftovers > 0 && matches!(ending, Ending::Exited(_)) {
+            let noun = if leftovers == 1 { "process" } else { "processes" };
+            out.text.push_str(&format!(
+                "\n\n<shell_metadata>\n{leftovers} leftover {noun} ended: use run_in_background for servers \
+                 and watchers (a call's processes end with it)\n</shell_metadata>"
+            ));
+        }
         if let Some((walls, before)) = watched {
             let changed = before.changed(&codeloop_sandbox::fingerprint(&walls.policy.protected));
             if !changed.is_empty() {
@@ -161,9 +173,16 @@ impl Tool for BashTool {
         }
         if let (Some(walls), Ending::Exited(Some(code))) = (walls, ending)
             && code != 0
-            && let Some(note) = codeloop_sandbox::explain_failure(&walls.policy, &out.text)
         {
-            out.text.push_str(&format!("\n\n<sandbox>\n{note}\n</sandbox>"));
+            if let Some(note) = codeloop_sandbox::explain_failure(&walls.policy, &out.text) {
+                out.text.push_str(&format!("\n\n<sandbox>\n{note}\n</sandbox>"));
+            }
+            if let Some(note) = before.hidden_note(ctx) {
+                out.text.push_str(&format!("\n\n{note}"));
+            }
+        }
+        if let Some(note) = before.after(ctx) {
+            out.text.push_str(&format!("\n\n{note}"));
         }
         let mut output = render(title, description, ending, timeout_ms, out);
         output.metadata["sandbox"] = json!(walls.map_or("off", |w| w.policy.mode.as_str()));
@@ -224,14 +243,15 @@ fn render(
     ToolOutput { title, output: text, metadata, attachments: Vec::new() }
 }
 
-/// `external_directory` for paths outside the project, `read` for every path argument, then `bash` for
-/// every command of the script; each in one ask, so one denied pattern denies the call.
+/// `external_directory` for paths outside the project, `read` for every path argument, `edit` (explicit
+/// grant only) for protected paths it writes, then `bash` for every command of the script; each in one
+/// ask, so one denied pattern denies the call. Returns the `read` patterns granted.
 async fn ask_permissions(
     ctx: &ToolContext,
     cwd: &Path,
     commands: &[Command],
     explicit_workdir: bool,
-) -> Result<(), ToolFailure> {
+) -> Result<Vec<String>, ToolFailure> {
     let files = files::file_asks(ctx, cwd, commands);
     let mut external = files.external;
     if explicit_workdir {
@@ -241,7 +261,7 @@ async fn ask_permissions(
     }
     paths::ask_external_patterns(ctx, external.into_iter().collect()).await?;
     if !files.read.is_empty() {
-        let patterns = files.read;
+        let patterns = files.read.clone();
         ctx.ask(PermissionAsk {
             grant: Default::default(),
             permission: "read".to_string(),
@@ -251,11 +271,22 @@ async fn ask_permissions(
         })
         .await?;
     }
+    if !files.protected.is_empty() {
+        let patterns = files.protected;
+        ctx.ask(PermissionAsk {
+            grant: Grant::Explicit,
+            permission: "edit".to_string(),
+            always: patterns.clone(),
+            patterns,
+            metadata: json!({"protected": true}),
+        })
+        .await?;
+    }
 
     if let Some(ask) = bash_ask(commands) {
         ctx.ask(ask).await?;
     }
-    Ok(())
+    Ok(files.read)
 }
 
 /// The `bash` ask for the commands of a script: one pattern per command, deduplicated; `None` when

@@ -1,5 +1,6 @@
 //! The bash output buffer: keeps a rolling tail of about twice the byte limit in memory and, once the
-//! output outgrows the limit, streams everything to a spill file, so a chatty command never grows memory.
+//! output outgrows the limit, streams it to a spill file up to `max_saved_bytes` (then a "cut" note), so a
+//! chatty command never grows memory or fills the disk.
 
 use std::path::PathBuf;
 
@@ -27,6 +28,8 @@ pub(crate) struct OutputSink {
     total: usize,
     spill: Option<(PathBuf, tokio::fs::File)>,
     spill_failed: bool,
+    /// Bytes written to the spill file; past `max_saved_bytes` the rest is only counted.
+    saved: u64,
 }
 
 /// The final text for the model.
@@ -38,7 +41,7 @@ pub(crate) struct FinalOutput {
 
 impl OutputSink {
     pub(crate) fn new(limits: OutputLimits, dir: PathBuf) -> Self {
-        Self { limits, dir, tail: Vec::new(), total: 0, spill: None, spill_failed: false }
+        Self { limits, dir, tail: Vec::new(), total: 0, spill: None, spill_failed: false, saved: 0 }
     }
 
     pub(crate) async fn push(&mut self, chunk: &[u8]) {
@@ -48,11 +51,15 @@ impl OutputSink {
             // output so far.
             self.start_spill().await;
         }
-        if let Some((_, file)) = &mut self.spill
-            && file.write_all(chunk).await.is_err()
-        {
-            self.spill = None;
-            self.spill_failed = true;
+        if let Some((_, file)) = &mut self.spill {
+            let room =
+                usize::try_from(self.limits.max_saved_bytes.saturating_sub(self.saved)).unwrap_or(usize::MAX);
+            let part = &chunk[..chunk.len().min(room)];
+            if !part.is_empty() && file.write_all(part).await.is_err() {
+                self.spill = None;
+                self.spill_failed = true;
+            }
+            self.saved += part.len() as u64;
         }
         self.tail.extend_from_slice(chunk);
         let cap = self.limits.max_bytes.saturating_mul(2).max(LIVE_CHARS * 4);
@@ -67,12 +74,17 @@ impl OutputSink {
         let opened = async {
             tokio::fs::create_dir_all(&self.dir).await?;
             let mut file = tokio::fs::File::create(&path).await?;
-            file.write_all(&self.tail).await?;
-            std::io::Result::Ok(file)
+            let head =
+                usize::try_from(self.limits.max_saved_bytes).unwrap_or(usize::MAX).min(self.tail.len());
+            file.write_all(&self.tail[..head]).await?;
+            std::io::Result::Ok((file, head))
         }
         .await;
         match opened {
-            Ok(file) => self.spill = Some((path, file)),
+            Ok((file, head)) => {
+                self.saved = head as u64;
+                self.spill = Some((path, file));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not spill bash output");
                 self.spill_failed = true;
@@ -92,20 +104,35 @@ impl OutputSink {
         if self.spill.is_none() && !exceeds(&text, self.limits) {
             return FinalOutput { text, truncated: false, output_path: None };
         }
+        let cut_at = (self.total as u64 > self.limits.max_saved_bytes).then_some(self.limits.max_saved_bytes);
         let path = match self.spill.take() {
             Some((path, mut file)) => {
+                if let Some(cap) = cut_at {
+                    let note = format!(
+                        "\n\n[cut: the output went on for {} bytes in all; only the first {cap} are saved \
+                         ([tool_output] max_saved_bytes)]\n",
+                        self.total
+                    );
+                    let _ = file.write_all(note.as_bytes()).await;
+                }
                 let _ = file.flush().await;
                 Some(path)
             }
             None if self.spill_failed => None,
-            None => spill(&self.dir, &text).await.ok(),
+            None => spill(&self.dir, &text, self.limits.max_saved_bytes).await.ok(),
         };
         let (preview, _) = cut(&text, self.limits, Keep::Tail);
-        let text = match &path {
-            Some(path) => {
+        let text = match (&path, cut_at) {
+            (Some(path), None) => {
                 format!("...output truncated...\n\nFull output saved to: {}\n\n{preview}", path.display())
             }
-            None => format!("...output truncated...\n\n{preview}"),
+            (Some(path), Some(cap)) => format!(
+                "...output truncated...\n\nThe output was {} bytes; its first {cap} are saved to: {} (cut at \
+                 [tool_output] max_saved_bytes). The last part is below.\n\n{preview}",
+                self.total,
+                path.display()
+            ),
+            (None, _) => format!("...output truncated...\n\n{preview}"),
         };
         FinalOutput { text, truncated: true, output_path: path }
     }
@@ -128,7 +155,7 @@ mod tests {
     #[tokio::test]
     async fn large_output_spills_everything_and_keeps_the_tail() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let limits = OutputLimits { max_lines: 10, max_bytes: 100 };
+        let limits = OutputLimits { max_lines: 10, max_bytes: 100, ..OutputLimits::default() };
         let mut sink = OutputSink::new(limits, dir.path().to_path_buf());
         let mut full = String::new();
         for i in 0..500 {
@@ -142,5 +169,22 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).expect("spill file"), full);
         assert!(out.text.starts_with("...output truncated...\n\nFull output saved to: "));
         assert!(out.text.ends_with("line 499\n"), "{}", out.text);
+    }
+
+    #[tokio::test]
+    async fn saved_output_is_capped_with_a_cut_note() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let limits = OutputLimits { max_lines: 10, max_bytes: 100, max_saved_bytes: 1000 };
+        let mut sink = OutputSink::new(limits, dir.path().to_path_buf());
+        for _ in 0..100 {
+            sink.push(&[b'x'; 99]).await;
+            sink.push(b"\n").await;
+        }
+        let out = sink.finish().await;
+        let saved = std::fs::read_to_string(out.output_path.expect("spilled")).expect("spill file");
+        assert!(saved.starts_with(&"x".repeat(99)), "{saved}");
+        assert!(saved.len() < 1200, "{} bytes saved", saved.len());
+        assert!(saved.contains("[cut: the output went on for 10000 bytes"), "{saved}");
+        assert!(out.text.contains("max_saved_bytes"), "{}", out.text);
     }
 }

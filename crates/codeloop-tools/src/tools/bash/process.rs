@@ -1,6 +1,8 @@
 //! Running a script: `bash -c` (or `sh`) in its own process group, stdin closed, stdout and stderr on one
 //! pipe, raced against exit, timeout and cancellation. Timeout and cancellation kill the whole group
-//! (SIGTERM, then SIGKILL after [`KILL_GRACE`]) so grandchildren die too.
+//! (SIGTERM, then SIGKILL after [`KILL_GRACE`]) so grandchildren die too. Inside the walls the call has a
+//! PID namespace of its own, whose init ends whatever the script left running and says how many there
+//! were (through the helper's stdin, a [`codeloop_sandbox::CallChannel`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -12,6 +14,8 @@ use nix::unistd::Pid;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, Command};
 use tokio::time::{Instant, MissedTickBehavior};
+
+use codeloop_sandbox::{CallChannel, CallReport};
 
 use super::output::OutputSink;
 use crate::{ToolContext, Walls};
@@ -32,6 +36,12 @@ pub(crate) enum Ending {
     Aborted,
 }
 
+/// How a run ended, with what the walls' helper reported of the tree (`None` without a PID namespace).
+pub(crate) struct Finished {
+    pub ending: Ending,
+    pub report: Option<CallReport>,
+}
+
 /// Runs `script` in `cwd` (inside `walls` when given), feeding output into `sink` and live progress into
 /// `progress`.
 pub(crate) async fn run(
@@ -42,31 +52,31 @@ pub(crate) async fn run(
     walls: Option<&Walls>,
     sink: &mut OutputSink,
     mut progress: impl FnMut(&OutputSink),
-) -> std::io::Result<Ending> {
+) -> std::io::Result<Finished> {
     let (reader, writer) = std::io::pipe()?;
+    let mut channel = None;
     let mut command = match walls {
-        Some(walls) => Command::from(codeloop_sandbox::wrap_command(
-            &walls.helper,
-            &walls.policy,
-            shell().as_os_str(),
-            &["-c".into(), script.into()],
-        )),
+        Some(walls) => {
+            let channel = channel.insert(CallChannel::new()?);
+            let mut command = Command::from(codeloop_sandbox::wrap_command(
+                &walls.helper,
+                &walls.policy,
+                shell().as_os_str(),
+                &["-c".into(), script.into()],
+            ));
+            command.stdin(channel.stdin());
+            command
+        }
         None => {
             let mut command = Command::new(shell());
-            command.arg("-c").arg(script);
+            command.arg("-c").arg(script).stdin(Stdio::null());
             if let Some(temp) = &ctx.project.temp_dir {
                 command.env("TMPDIR", temp);
             }
             command
         }
     };
-    command
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(writer.try_clone()?)
-        .stderr(writer)
-        .process_group(0)
-        .kill_on_drop(false);
+    command.current_dir(cwd).stdout(writer.try_clone()?).stderr(writer).process_group(0).kill_on_drop(false);
     let mut child = command.spawn()?;
     // The command keeps our copies of the pipe's write end: drop it, or the read side never sees EOF.
     drop(command);
@@ -118,7 +128,10 @@ pub(crate) async fn run(
     if dirty {
         progress(sink);
     }
-    Ok(ending.unwrap_or(Ending::Exited(None)))
+    // The helper has exited (or the drain gave up on it): its report, if any, is waiting.
+    let _ = child.wait().await;
+    let report = channel.as_ref().and_then(CallChannel::report);
+    Ok(Finished { ending: ending.unwrap_or(Ending::Exited(None)), report })
 }
 
 /// SIGTERM to the group, up to [`KILL_GRACE`] for the shell to exit, then SIGKILL to whatever is left of
