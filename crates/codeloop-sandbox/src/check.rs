@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use crate::command::wrap_command;
+use crate::command::{CallChannel, ProcessLimit, wrap_command};
 use crate::policy::{SandboxMode, SandboxPolicy};
 use crate::probe::probe;
 
@@ -81,7 +81,68 @@ pub fn check(helper: &Path, policy: &SandboxPolicy) -> CheckReport {
     if !policy.network {
         test_network(&mut report, &runner);
     }
+    test_tree(&mut report, &runner);
     report
+}
+
+/// The call's own process tree: what bounds it, and which UNIX sockets outside the project it can reach.
+fn test_tree(report: &mut CheckReport, runner: &Runner<'_>) {
+    let Ok(mut channel) = CallChannel::new() else { return };
+    // Sockets the command can still connect to: what `/proc/net/unix` lists that is a socket in there.
+    let script = "while read -r _ _ _ _ _ _ _ path; do case $path in /*) [ -S \"$path\" ] && echo \"$path\";; esac; \
+                  done < /proc/net/unix 2>/dev/null; exit 0";
+    let args: Vec<OsString> = ["-c", script].iter().map(OsString::from).collect();
+    let outcome = wrap_command(runner.helper, runner.policy, OsStr::new("sh"), &args)
+        .stdin(channel.stdin())
+        .stdout(Stdio::piped())
+        .output();
+    let Ok(out) = outcome else { return };
+    match channel.report() {
+        Some(r) => {
+            let ok = r.process_limit == ProcessLimit::PidNamespace || !nix_root();
+            report.fact(
+                ok,
+                format!(
+                    "processes: at most {} per call, by {}; each call has its own PID namespace and /proc",
+                    runner.policy.max_processes,
+                    r.process_limit.describe()
+                ),
+            );
+        }
+        None => report.fact(
+            false,
+            format!(
+                "processes: at most {} per call by RLIMIT_NPROC (no PID namespace here: calls see other \
+                 processes, and the limit does not bind root)",
+                runner.policy.max_processes
+            ),
+        ),
+    }
+    // Sockets are listed by the host's /proc; what the command sees of them after the masks is what counts.
+    let mut reachable: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
+    reachable.sort();
+    reachable.dedup();
+    let writable = runner.policy.writable_paths();
+    reachable.retain(|s| !writable.iter().any(|w| Path::new(s).starts_with(w)));
+    if reachable.is_empty() {
+        report.fact(true, "UNIX sockets outside the writable roots: none reachable");
+    } else {
+        report.fact(
+            true,
+            format!(
+                "UNIX sockets outside the writable roots still reachable ([sandbox] allow_unix_sockets): {}",
+                reachable.join(", ")
+            ),
+        );
+    }
+}
+
+fn nix_root() -> bool {
+    #[cfg(target_os = "linux")]
+    return nix::unistd::geteuid().is_root();
+    #[cfg(not(target_os = "linux"))]
+    return false;
 }
 
 fn facts(report: &mut CheckReport, policy: &SandboxPolicy) {
@@ -115,11 +176,26 @@ fn facts(report: &mut CheckReport, policy: &SandboxPolicy) {
             format!("network: closed ({tcp}sockets other than AF_UNIX refused by seccomp)")
         },
     );
+    let overlays: Vec<&Path> = policy.cache_overlays.iter().map(|c| c.path.as_path()).collect();
     let writable = match policy.mode {
         SandboxMode::Off => "everything".to_owned(),
-        SandboxMode::WorkspaceWrite | SandboxMode::ReadOnly => list(&policy.writable_paths()),
+        SandboxMode::WorkspaceWrite | SandboxMode::ReadOnly => {
+            let direct: Vec<&Path> =
+                policy.writable_paths().into_iter().filter(|p| !overlays.contains(p)).collect();
+            list(&direct)
+        }
     };
     report.fact(true, format!("writable: {writable}"));
+    if policy.mode == SandboxMode::WorkspaceWrite && !overlays.is_empty() {
+        report.fact(
+            true,
+            format!(
+                "package caches (overlays: writes stay in codeloop's layer, never in yours; [sandbox] cache_dirs \
+                 writes through): {}",
+                list(&overlays)
+            ),
+        );
+    }
     let protected: Vec<&Path> = policy.protected.iter().map(PathBuf::as_path).collect();
     report.fact(true, format!("protected (read-only): {}", list(&protected)));
     let masked: Vec<&Path> = policy.masked.iter().map(PathBuf::as_path).collect();
