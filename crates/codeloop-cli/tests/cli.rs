@@ -16,6 +16,8 @@ mod first_run;
 mod tui;
 #[path = "cli/walls.rs"]
 mod walls;
+#[path = "cli/walls_round3.rs"]
+mod walls_round3;
 #[path = "cli/workers.rs"]
 mod workers;
 

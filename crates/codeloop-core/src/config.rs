@@ -533,6 +533,16 @@ impl ConfigSources {
                 ignored.join("; "),
                 project.root.display()
             ));
+        } else if project.trust == TrustState::Changed {
+            // Nothing beyond the allow-list, but the trust record no longer covers these files: say so
+            // once, since a trusted project would have applied every key in full.
+            warnings.push(format!(
+                "the project config ({}) changed since you trusted it: until you trust it again it may only \
+                 narrow yours (its permission rules are the stricter of yours and its). Review the file, then \
+                 run `codeloop trust {}`.",
+                project.files.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", "),
+                project.root.display()
+            ));
         }
         Ok(kept)
     }

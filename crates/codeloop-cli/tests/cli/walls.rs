@@ -12,18 +12,18 @@ use super::{Env, text};
 
 /// Runs the binary off the async threads (the fake provider lives on them), with `config` as
 /// `$CODELOOP_CONFIG`.
-async fn codeloop(env: &Env, config: &Path, args: &[&str]) -> Output {
+pub(super) async fn codeloop(env: &Env, config: &Path, args: &[&str]) -> Output {
     codeloop_as(env, Some(config), args).await
 }
 
 /// Like [`codeloop`]; `None` leaves the user's config in `~/.config/codeloop/config.toml` only.
-async fn codeloop_as(env: &Env, config: Option<&Path>, args: &[&str]) -> Output {
+pub(super) async fn codeloop_as(env: &Env, config: Option<&Path>, args: &[&str]) -> Output {
     let mut command = env.command(config, args);
     tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap()
 }
 
 /// What the tool returned, as the model saw it in request `n`.
-fn tool_result(fake: &FakeProvider, n: usize) -> String {
+pub(super) fn tool_result(fake: &FakeProvider, n: usize) -> String {
     let messages = fake.requests()[n].body["messages"].clone();
     let results: Vec<String> = messages
         .as_array()
@@ -35,7 +35,7 @@ fn tool_result(fake: &FakeProvider, n: usize) -> String {
     results.join("\n")
 }
 
-fn landlock() -> bool {
+pub(super) fn landlock() -> bool {
     let support = codeloop_sandbox::probe();
     if !support.landlock() || !support.user_namespaces {
         assert!(
@@ -198,7 +198,7 @@ async fn a_glob_with_a_star_runs_unasked_under_the_default_rules() {
 }
 
 /// One bash call under `--on-ask allow` (every rule allows it); returns what the model saw.
-async fn bash_under_walls(env: &Env, extra_config: &str, command: &str, args: &[&str]) -> String {
+pub(super) async fn bash_under_walls(env: &Env, extra_config: &str, command: &str, args: &[&str]) -> String {
     let fake = FakeProvider::start(Script::new([
         Turn::from(Reply::tool_call("bash", json!({"command": command}))),
         Turn::from(Reply::text("done")),
