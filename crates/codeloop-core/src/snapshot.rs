@@ -4,6 +4,8 @@
 //! Owns: the shadow repository (`<data>/snapshot/<hash of the worktree>`), with the project as its work
 //! tree. Must not: touch the user's `.git` — every command names the shadow `--git-dir` explicitly.
 //! Untracked files over 2 MiB are left out; the shadow repository is garbage-collected after runs.
+//! Nested repositories (a vendored clone, an example project) are snapshotted file by file: `git add`
+//! would record each as one opaque entry, or fail on one without a commit and lose every snapshot.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -58,7 +60,13 @@ impl Snapshots {
     }
 
     async fn git(&self, args: &[&str]) -> Result<String, SnapshotError> {
-        let output = Command::new("git")
+        self.git_with_input(args, Vec::new()).await
+    }
+
+    /// `git` on the shadow repository with `input` on its stdin.
+    async fn git_with_input(&self, args: &[&str], input: Vec<u8>) -> Result<String, SnapshotError> {
+        use tokio::io::AsyncWriteExt as _;
+        let mut child = Command::new("git")
             .arg("--git-dir")
             .arg(&self.git_dir)
             .arg("--work-tree")
@@ -69,11 +77,16 @@ impl Snapshots {
             .env_remove("GIT_DIR")
             .env_remove("GIT_WORK_TREE")
             .env_remove("GIT_INDEX_FILE")
-            .stdin(Stdio::null())
+            .stdin(if input.is_empty() { Stdio::null() } else { Stdio::piped() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .kill_on_drop(true)
-            .output()
-            .await
+            .spawn()
             .map_err(SnapshotError::Spawn)?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(&input).await.map_err(SnapshotError::Spawn)?;
+        }
+        let output = child.wait_with_output().await.map_err(SnapshotError::Spawn)?;
         if !output.status.success() {
             return Err(SnapshotError::Git {
                 command: args.first().copied().unwrap_or("").to_owned(),
@@ -132,8 +145,40 @@ impl Snapshots {
         let _gate = self.gate.lock().await;
         self.init().await?;
         self.exclude_large_untracked().await?;
-        self.git(&["add", "--all", "--", "."]).await?;
+        let root = self.work_tree.clone();
+        let nested =
+            tokio::task::spawn_blocking(move || nested_repositories(&root)).await.unwrap_or_default();
+        let excluded: Vec<String> = nested.iter().map(|rel| format!(":(exclude,literal){rel}")).collect();
+        let mut add = vec!["add", "--all", "--", "."];
+        add.extend(excluded.iter().map(String::as_str));
+        self.git(&add).await?;
+        if !nested.is_empty() {
+            self.track_nested(&nested).await?;
+        }
         Ok(self.git(&["write-tree"]).await?.trim().to_owned())
+    }
+
+    /// Puts the files of nested repositories (relative dirs) into the shadow index one by one, and takes
+    /// out the ones gone since the last snapshot.
+    async fn track_nested(&self, nested: &[String]) -> Result<(), SnapshotError> {
+        let mut ls = vec!["ls-files", "-z", "--"];
+        ls.extend(nested.iter().map(String::as_str));
+        let mut paths: Vec<String> =
+            self.git(&ls).await?.split('\0').filter(|f| !f.is_empty()).map(str::to_owned).collect();
+        let (root, dirs) = (self.work_tree.clone(), nested.to_vec());
+        let files = tokio::task::spawn_blocking(move || {
+            dirs.iter()
+                .flat_map(|dir| codeloop_tools::guard::nested_files(&root.join(dir), MAX_UNTRACKED_BYTES))
+                .filter_map(|file| file.strip_prefix(&root).ok().map(|r| r.to_string_lossy().into_owned()))
+                .collect::<Vec<String>>()
+        })
+        .await
+        .unwrap_or_default();
+        paths.extend(files);
+        paths.sort();
+        paths.dedup();
+        let input: Vec<u8> = paths.iter().flat_map(|p| p.bytes().chain([0])).collect();
+        self.git_with_input(&["update-index", "--add", "--remove", "-z", "--stdin"], input).await.map(|_| ())
     }
 
     /// Files (absolute paths) that differ between two snapshots.
@@ -179,6 +224,20 @@ impl Snapshots {
     }
 }
 
+/// The nested repositories of a work tree, as paths relative to it (`/`-separated).
+fn nested_repositories(root: &Path) -> Vec<String> {
+    let own = root.join(".git");
+    codeloop_tools::guard::scan(root)
+        .git
+        .into_iter()
+        .filter(|git| *git != own)
+        .filter_map(|git| {
+            git.parent()?.strip_prefix(root).ok().map(|r| r.to_string_lossy().replace('\\', "/"))
+        })
+        .filter(|rel| !rel.is_empty())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,5 +275,48 @@ mod tests {
         assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "one\n");
         assert!(!root.join("b.txt").exists());
         assert_eq!(std::fs::read_dir(root.join(".git")).unwrap().count(), 0, "the user's .git is untouched");
+    }
+
+    #[tokio::test]
+    async fn a_nested_repository_is_snapshotted_file_by_file_even_without_a_commit() {
+        assert!(git_available(), "snapshots need git: install it (.ci/run does)");
+        let data = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("a.txt"), "one\n").unwrap();
+        std::fs::create_dir_all(root.join("vendor/lib/src")).unwrap();
+        let init = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(root.join("vendor/lib"))
+            .output();
+        assert!(init.unwrap().status.success());
+        std::fs::write(root.join("vendor/lib/src/x.rs"), "old\n").unwrap();
+        std::fs::write(root.join("vendor/lib/.gitignore"), "build/\n").unwrap();
+        std::fs::create_dir_all(root.join("vendor/lib/build")).unwrap();
+        std::fs::write(root.join("vendor/lib/build/out"), "artifact\n").unwrap();
+        let snapshots = Snapshots::for_project(data.path(), &ProjectInfo::discover(&root)).unwrap();
+
+        let before = snapshots.track().await.unwrap();
+        std::fs::write(root.join("vendor/lib/src/x.rs"), "new\n").unwrap();
+        std::fs::write(root.join("vendor/lib/src/y.rs"), "added\n").unwrap();
+        std::fs::write(root.join("a.txt"), "two\n").unwrap();
+        let after = snapshots.track().await.unwrap();
+        let mut changed = snapshots.changed_files(&before, &after).await.unwrap();
+        changed.sort();
+        let expect: Vec<String> = ["a.txt", "vendor/lib/src/x.rs", "vendor/lib/src/y.rs"]
+            .iter()
+            .map(|f| root.join(f).display().to_string())
+            .collect();
+        assert_eq!(changed, expect);
+        snapshots.restore(&before, &changed).await.unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("vendor/lib/src/x.rs")).unwrap(), "old\n");
+        assert!(!root.join("vendor/lib/src/y.rs").exists());
+
+        // A file removed inside the nested repository leaves the next snapshot too.
+        std::fs::remove_file(root.join("vendor/lib/src/x.rs")).unwrap();
+        let gone = snapshots.track().await.unwrap();
+        let changed = snapshots.changed_files(&before, &gone).await.unwrap();
+        assert_eq!(changed, vec![root.join("vendor/lib/src/x.rs").display().to_string()]);
     }
 }

@@ -77,6 +77,23 @@ pub fn scan(root: &Path) -> Scan {
     found
 }
 
+/// The files of a nested repository as plain files (for snapshots, which git would otherwise record as
+/// one opaque entry, or refuse): its `.gitignore` rules honoured without running its git, `.git`
+/// directories skipped, files over `max_bytes` left out.
+pub fn nested_files(dir: &Path, max_bytes: u64) -> Vec<PathBuf> {
+    ignore::WalkBuilder::new(dir)
+        .hidden(false)
+        .parents(false)
+        .require_git(false)
+        .filter_entry(|entry| entry.file_name() != ".git")
+        .build()
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_some_and(|t| t.is_file()))
+        .filter(|entry| entry.metadata().is_ok_and(|m| m.len() <= max_bytes))
+        .map(ignore::DirEntry::into_path)
+        .collect()
+}
+
 /// A path a call created that it may not have, and where it went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Moved {
