@@ -99,7 +99,13 @@ read = { "*.env" = "ask", "*.env.*" = "ask", "*.env.example" = "allow", "*.pem" 
 # network = true
 # writable_roots = ["~/scratch"]
 # git_write = false                   # true lets commands commit
-# env_keep = []                       # variables kept although their names look secret
+# env_keep = []                       # variables kept although they look secret or lead to an agent
+# cache_dirs = []                     # package caches written through (the usual ones are overlays)
+# allow_unix_sockets = []             # sockets outside the project commands may still reach
+# max_processes = 1024                # at most this many processes at once per command
+
+# [tool_output]
+# max_saved_bytes = 67108864          # the most of one output saved to a file (64 MiB)
 
 # [compaction]
 # auto = true
