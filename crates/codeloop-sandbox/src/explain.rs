@@ -25,6 +25,10 @@ const NETWORK_ERRORS: [&str; 7] = [
     "failed to lookup address",
 ];
 
+/// What shells and runtimes print when a fork is refused (the process limit).
+const FORK_ERRORS: [&str; 4] =
+    ["fork: Resource temporarily unavailable", "fork: retry", "Cannot fork", "can't fork"];
+
 /// Words that make a "Permission denied" line a network one.
 const SOCKET_WORDS: [&str; 6] = ["connect", "socket", "/dev/tcp/", "/dev/udp/", "bind", "Errno 13"];
 
@@ -42,6 +46,14 @@ fn explain_line(policy: &SandboxPolicy, line: &str) -> Option<String> {
         return Some(format!(
             "codeloop's sandbox could not be set up, so the command did not run:{message}. \
              Run `codeloop sandbox check`, or set [sandbox] mode = \"off\" to run without walls"
+        ));
+    }
+    if FORK_ERRORS.iter().any(|e| line.contains(e)) {
+        return Some(format!(
+            "codeloop's sandbox allows at most {} processes at once per command and the command hit that \
+             limit (\"{}\"); start fewer processes, or raise [sandbox] max_processes",
+            policy.max_processes,
+            line.trim()
         ));
     }
     if !policy.network && is_network_error(line) {
@@ -74,6 +86,16 @@ fn classify(policy: &SandboxPolicy, candidate: &str) -> Option<String> {
     let writable = policy.writable_paths().into_iter().any(|w| path.starts_with(normalize(w)));
     let mode = policy.mode;
     if writable {
+        if let Some(cache) = policy.cache_overlays.iter().find(|c| path.starts_with(normalize(&c.path))) {
+            // An overlay takes every write; a failure there means the cache fell back to read-only.
+            return Some(format!(
+                "codeloop's sandbox ({mode}) keeps the package cache {} read-only here (overlays are not \
+                 available), so nothing a command writes there reaches your own builds; `[sandbox] cache_dirs = \
+                 [\"{}\"]` writes it through on purpose",
+                cache.path.display(),
+                cache.path.display()
+            ));
+        }
         let protected = policy.protected.iter().find(|p| path.starts_with(normalize(p)))?;
         let opens = if protected.file_name().is_some_and(|n| n == ".git") {
             format!(
@@ -225,6 +247,17 @@ mod tests {
         assert!(note.contains("`[sandbox] network = true` opens it"), "{note}");
         let note = explain_failure(&closed, "curl: (6) Could not resolve host: example.com").unwrap();
         assert!(note.contains("network"), "{note}");
+    }
+
+    #[test]
+    fn a_refused_fork_names_max_processes_and_a_read_only_cache_names_cache_dirs() {
+        let note = explain_failure(&policy(), "bash: fork: retry: Resource temporarily unavailable").unwrap();
+        assert!(note.contains("max_processes") && note.contains("1024"), "{note}");
+        let mut policy = policy();
+        policy.cache_overlays =
+            vec![crate::CacheOverlay { path: "/home/u/.npm".into(), state: "/data/layers/npm".into() }];
+        let note = explain_failure(&policy, "touch: cannot touch '/home/u/.npm/x': Read-only file system").unwrap();
+        assert!(note.contains("cache_dirs"), "{note}");
     }
 
     #[test]
