@@ -121,7 +121,9 @@ impl Processor {
                     let message = match &failure {
                         PermissionError::Corrected { .. } | PermissionError::Denied { .. } => None,
                         _ => Some(format!(
-                            "Stopped: doom loop detected, {}. Allow it with [permission] doom_loop = \"allow\" if this is intended.",
+                            "Stopped: doom loop detected: {}. The model keeps repeating itself; fix what it keeps \
+                             running into or say more precisely what to do, then continue the session \
+                             (codeloop run --continue). If the repetition is intended, add [permission] doom_loop = \"allow\".",
                             found.describe()
                         )),
                     };
@@ -162,7 +164,8 @@ impl Processor {
         let call_id = self.parts[index].as_tool().map(|t| t.call_id.clone()).unwrap_or_default();
         let call = codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id };
         let ask = PermissionAsk {
-            grant: Default::default(),
+            // A brake, not a question: `--on-ask allow` does not answer it (DESIGN.md §4 "Doom loop").
+            grant: codeloop_tools::Grant::Brake,
             permission: "doom_loop".into(),
             patterns: vec![tool.clone()],
             always: vec![tool.clone()],
