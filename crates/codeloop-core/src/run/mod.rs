@@ -218,7 +218,7 @@ pub(crate) struct Run<'a> {
     inbox: &'a Inbox,
     doom: DoomLoopGuard,
     step: u32,
-    systems: HashMap<String, Vec<String>>,
+    systems: HashMap<String, crate::instructions::SystemPrompt>,
     /// Each agent's OS walls, worked out once per run (they stat the protected paths).
     walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,

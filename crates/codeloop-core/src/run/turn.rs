@@ -13,11 +13,11 @@ use codeloop_types::{
 use super::{Flow, Run, RunError, StopReason};
 use crate::agents::Agent;
 use crate::compaction::{max_output, overflow_threshold, request_size, usable};
-use crate::instructions::{instruction_files, system_prompt};
+use crate::instructions::{SystemPrompt, instruction_files, system_prompt};
 use crate::models::ResolvedModel;
 use crate::permission::offered;
 use crate::processor::{AttemptEnd, Finished, Next, Processor, TurnContext};
-use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
+use crate::projection::{ProjectionOptions, lead_with_context, to_provider_messages, visible_history};
 use crate::retry::{RetryDecision, RetryPolicy};
 use crate::tool_host::ToolGate;
 
@@ -87,8 +87,9 @@ impl Run<'_> {
         })
     }
 
-    /// The system blocks for an agent, computed once per run so every step sends the same prefix.
-    fn system(&mut self, agent: &Agent, model: &ResolvedModel) -> Vec<String> {
+    /// The system prompt and context for an agent, computed once per run so every step sends the same
+    /// prefix.
+    fn system(&mut self, agent: &Agent, model: &ResolvedModel) -> SystemPrompt {
         let key = format!("{}\u{0}{}", agent.name, model.reference);
         if let Some(system) = self.systems.get(&key) {
             return system.clone();
@@ -145,7 +146,8 @@ impl Run<'_> {
         if last_step {
             messages.push(ChatMessage::User(vec![UserContent::Text(MAX_STEPS_TEXT.into())]));
         }
-        let mut system = self.system(agent, model);
+        let SystemPrompt { stable: mut system, context } = self.system(agent, model);
+        lead_with_context(&mut messages, context);
         if let Some(extra) = &user.system {
             system.push(extra.clone());
         }

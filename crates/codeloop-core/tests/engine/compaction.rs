@@ -34,6 +34,11 @@ fn redact(value: &mut Value, project: &str) {
     match value {
         Value::String(s) => {
             let mut replaced = s.replace(project, "[PROJECT]");
+            // The date of the session's first day.
+            if let Some(at) = replaced.find("Today's date: ") {
+                let start = at + "Today's date: ".len();
+                replaced.replace_range(start..(start + 10).min(replaced.len()), "[DATE]");
+            }
             // The session's temp dir holds the uid and session id.
             if let Some(at) = replaced.find("($TMPDIR): ") {
                 let start = at + "($TMPDIR): ".len();
@@ -392,12 +397,14 @@ async fn prune_does_nothing_when_less_than_the_minimum_would_be_freed() {
     assert!(!any_pruned, "three turns: only ~12 000 tokens beyond the protected turns");
 }
 
-/// The provider messages of `history` encoded from scratch (no memo), as the fake provider records them.
-fn encoded_from_scratch(history: &[codeloop_store::MessageWithParts]) -> Vec<Value> {
+/// The provider messages of `history` encoded from scratch (no memo), as the fake provider records them,
+/// led by the run's `context` block.
+fn encoded_from_scratch(history: &[codeloop_store::MessageWithParts], context: &str) -> Vec<Value> {
     let visible = projection::visible_history(history);
     let model = codeloop_types::ModelRef::new("fake", "test");
-    let messages =
+    let mut messages =
         projection::to_provider_messages(&visible, &model, projection::ProjectionOptions::default());
+    projection::lead_with_context(&mut messages, context.to_owned());
     let request = codeloop_provider::ProviderRequest { messages, ..Default::default() };
     let body = codeloop_provider::openai_chat::build_body(&request, codeloop_provider::Endpoint::Compatible);
     body["messages"].as_array().cloned().unwrap_or_default()
@@ -436,7 +443,13 @@ async fn every_step_sends_what_encoding_its_history_from_scratch_would_after_pru
             let seen: Vec<_> = before.iter().chain(&new[..1 + step]).cloned().collect();
             // The recorded messages start with the system message.
             let sent = h.request_messages(first_request + step)[1..].to_vec();
-            pretty_assertions::assert_eq!(sent, encoded_from_scratch(&seen), "run {run} step {step}");
+            let context = sent[0]["content"][0]["text"].as_str().unwrap();
+            assert!(context.starts_with("<context>"), "{context}");
+            pretty_assertions::assert_eq!(
+                sent,
+                encoded_from_scratch(&seen, context),
+                "run {run} step {step}"
+            );
             checked += 1;
         }
     }
