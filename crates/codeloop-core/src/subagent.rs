@@ -65,6 +65,10 @@ impl Tool for TaskTool {
         "task"
     }
 
+    fn needs(&self) -> codeloop_tools::Needs {
+        codeloop_tools::Needs::Subagents
+    }
+
     fn description(&self) -> &str {
         &self.description
     }

@@ -109,7 +109,7 @@ impl Processor {
             let message = format!(
                 "Unknown tool \"{}\". Available tools: {}. Call one of these instead.",
                 call.name,
-                self.offered_tools().join(", ")
+                self.ctx.offered.join(", ")
             );
             self.settle(index, Err(ToolFailure::Failed(message)));
             return Ok(());
@@ -138,20 +138,6 @@ impl Processor {
         }
         self.spawn_tool(call.call_id, call.name, input);
         Ok(())
-    }
-
-    /// The tools this turn offered the model: those its permission rules do not switch off (the same
-    /// filter as the request's tool list), so an "Unknown tool" answer never suggests one it cannot call.
-    fn offered_tools(&self) -> Vec<&str> {
-        self.ctx
-            .tools
-            .names()
-            .into_iter()
-            .filter(|name| {
-                let tool = self.ctx.tools.get(name);
-                self.ctx.gate.offers(tool.as_deref().map_or(*name, |t| t.permission()))
-            })
-            .collect()
     }
 
     pub(super) async fn ask_doom_loop(

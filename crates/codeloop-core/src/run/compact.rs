@@ -118,12 +118,15 @@ impl Run<'_> {
             tool_choice: ToolChoice::None,
             max_output_tokens: Some(max_output(&model.limits)),
             temperature: None,
+            top_p: None,
+            // No tools: nothing to turn into a call.
+            tool_call_text: codeloop_provider::ToolCallText::Off,
             session_id: Some(self.session.id.to_string()),
             // A summary is sent once: nothing to reuse.
             cache: None,
         };
         let estimate = estimate_request_tokens(&request);
-        let ctx = self.turn_context(&agent, &model, false, true, estimate);
+        let ctx = self.turn_context(&agent, &model, false, true, estimate, Vec::new());
         let mut summary = self.new_assistant(&request_user, &agent.name, &model);
         summary.summary = true;
         let mut processor = Processor::new(ctx, summary);

@@ -11,6 +11,7 @@ mod loop_rules;
 mod permissions;
 mod prompt_cache;
 mod providers;
+mod real_models;
 mod snapshots;
 mod stores;
 mod turns;

@@ -91,6 +91,10 @@ impl Tool for ApplyPatchTool {
         "edit"
     }
 
+    fn profile(&self) -> Option<crate::ToolProfile> {
+        Some(crate::ToolProfile::Patch)
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }

@@ -61,6 +61,10 @@ impl Tool for EditTool {
         "edit"
     }
 
+    fn profile(&self) -> Option<crate::ToolProfile> {
+        Some(crate::ToolProfile::Edit)
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }
