@@ -463,3 +463,71 @@ async fn every_step_sends_what_encoding_its_history_from_scratch_would_after_pru
         .count();
     assert!(pruned > 0, "prune changed earlier outputs between runs");
 }
+
+#[tokio::test]
+async fn a_summary_of_a_history_where_no_tool_ran_says_no_tool_ran() {
+    // A small model summarising this invented progress from the template's placeholders.
+    let h = Harness::with(
+        Script::new([
+            text("I will plan the feature first.", 47_000),
+            text(
+                "## Objective\nPlan the feature.\n\n## Work state\n### Completed\n- No tool ran yet.",
+                5_000,
+            ),
+            text("Continuing with the plan.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    assert_eq!(h.prompt("plan the feature").await.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 3);
+    let summary_request = h.request_messages(1);
+    let prompt = summary_request.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        prompt.contains("Tool results in the conversation above: none. No tool ran"),
+        "the summariser is told that nothing ran: {prompt}"
+    );
+    assert!(prompt.contains("## Work state (with ### Completed"), "{prompt}");
+    assert!(!prompt.contains('<'), "no <placeholder> to copy: {prompt}");
+    // The summary keeps codeloop's own record next to what the model wrote, and the model sees it.
+    let history = h.history();
+    let summary = history.iter().find(|m| m.info.as_assistant().is_some_and(|a| a.summary)).unwrap();
+    let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
+    assert_eq!(note.text, "\n\n(codeloop's record: no tool ran in the conversation this summary replaces.)");
+    let after = Value::Array(h.request_messages(2)).to_string();
+    assert!(after.contains("no tool ran in the conversation this summary replaces"), "{after}");
+}
+
+#[tokio::test]
+async fn the_summariser_is_told_which_tools_ran_and_how_they_ended() {
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"}))),
+            Turn::from(Reply::tool_call("read", json!({"filePath": "missing.txt"}))),
+            text("Read one of them.", 47_000),
+            text(SUMMARY, 5_000),
+            text("Continuing.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        |config| {
+            small_window(config);
+            config.compaction.tail_turns = 0;
+        },
+    )
+    .await;
+    h.write("a.txt", "notes\n");
+    assert_eq!(h.prompt("read both files").await.stop, StopReason::Completed);
+    let summary_request = h.request_messages(3);
+    let prompt = summary_request.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        prompt.ends_with(
+            "Tool results in the conversation above (codeloop's record, oldest first):\n- read a.txt: completed\n- read missing.txt: failed"
+        ),
+        "{prompt}"
+    );
+    let history = h.history();
+    let summary = history.iter().find(|m| m.info.as_assistant().is_some_and(|a| a.summary)).unwrap();
+    let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
+    assert!(note.text.contains("2 tool call(s), 1 completed, 1 failed, 0 interrupted"), "{}", note.text);
+}
