@@ -61,7 +61,7 @@ enum Command {
     ///   model's family (Qwen t=0.55 p=1, Gemini t=1 p=0.95, Kimi K2 t=0.6…); `-` sends none.
     /// Set them per model in your config:
     ///
-    ///   [provider.local.models.qwen2.5-coder]
+    ///   [provider.local.models."qwen2.5-coder"]
     ///   tools = "edit"              # or "patch"
     ///   temperature = 0.55
     ///   top_p = 1.0
@@ -103,7 +103,9 @@ pub enum Format {
 /// What `run` does with permission questions when no terminal can answer them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnAsk {
+    /// Refuse what would be asked: the run stops and says which rule would allow it.
     Deny,
+    /// Allow what would be asked, except protected paths, sandbox escapes and the doom-loop brake.
     Allow,
 }
 

@@ -269,3 +269,19 @@ async fn with_tool_call_text_parse_prose_stays_prose() {
     let text = h.history()[1].parts.iter().find_map(|p| p.as_text().map(|t| t.text.clone())).unwrap();
     assert_eq!(text, "{Braces} in prose are not a call.");
 }
+
+#[tokio::test]
+async fn a_task_call_with_an_invented_id_is_told_to_leave_it_out() {
+    let h = Harness::new(Script::new([
+        Turn::from(Reply::tool_call(
+            "task",
+            json!({"description": "look", "prompt": "look", "subagent_type": "explore", "task_id": "ses_invented"}),
+        )),
+        Turn::from(Reply::text("ok")),
+    ]))
+    .await;
+    assert_eq!(h.prompt("look around").await.stop, StopReason::Completed);
+    let tools = h.tool_parts();
+    let ToolState::Error(error) = state(&tools[0]) else { panic!("{:?}", state(&tools[0])) };
+    assert!(error.error.contains("leave task_id out to start a new task"), "{}", error.error);
+}
