@@ -427,7 +427,8 @@ mod tests {
             },
         );
         config.provider.insert("local".into(), local);
-        let models = Models::new(config.clone(), Arc::new(|_| Some("sk".into())));
+        let models =
+            Models::new(config.clone(), Arc::new(|name| name.ends_with("_API_KEY").then(|| "sk".into())));
         let coder = models.resolve(&ModelRef::new("local", "coder")).unwrap();
         assert_eq!((coder.temperature, coder.top_p, coder.tools), (Some(0.55), Some(1.0), ToolProfile::Edit));
         assert_eq!(coder.tool_call_text, ToolCallText::Parse, "the provider's setting");
