@@ -47,7 +47,7 @@ pub use request::{
     UserContent,
 };
 pub use stream::{Decoder, decode_sse};
-pub use text_calls::{TextCall, ToolCallText, text_tool_call};
+pub use text_calls::{TextCall, ToolCallText, text_tool_call, text_tool_call_inside};
 
 /// The events of one provider call. An `Err` item ends the stream.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;

@@ -69,6 +69,21 @@ pub fn text_tool_call(text: &str, offered: &[&str]) -> Option<Vec<TextCall>> {
     calls.filter(|calls| !calls.is_empty())
 }
 
+/// The first call written as text anywhere in `text`: a ```` ```json ```` fence or a `<tool_call>` block
+/// inside other text that names an offered tool. Not a call to make (the text around it may say
+/// anything), but enough to tell the user that the model tried one.
+pub fn text_tool_call_inside(text: &str, offered: &[&str]) -> Option<TextCall> {
+    if let Some(calls) = text_tool_call(text, offered) {
+        return calls.into_iter().next();
+    }
+    let fenced = text.split("```").skip(1).step_by(2).filter_map(|block| {
+        let (language, body) = block.split_once('\n')?;
+        matches!(language.trim(), "" | "json" | "tool_call").then_some(body.trim())
+    });
+    let tagged = text.split(TAG_OPEN).skip(1).map(|rest| rest.split(TAG_CLOSE).next().unwrap_or(rest).trim());
+    fenced.chain(tagged).find_map(|block| call(block, offered))
+}
+
 const TAG_OPEN: &str = "<tool_call>";
 const TAG_CLOSE: &str = "</tool_call>";
 
@@ -262,6 +277,18 @@ mod tests {
         assert_eq!(text_tool_call(openai, OFFERED), read_a());
         let two = "<tool_call>{\"name\": \"read\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}</tool_call>";
         assert_eq!(text_tool_call(two, OFFERED).map(|c| c.len()), Some(2));
+    }
+
+    #[test]
+    fn a_call_inside_other_text_is_found_but_is_not_an_answer_of_calls() {
+        let mixed = "To see the file, I call the tool:\n```json\n{\"name\": \"read\", \"arguments\": {\"filePath\": \"a.txt\"}}\n```\nThen I fix it.";
+        assert_eq!(text_tool_call(mixed, OFFERED), None);
+        assert_eq!(text_tool_call_inside(mixed, OFFERED), read_a().map(|c| c[0].clone()));
+        let tagged =
+            "Reading.\n<tool_call>{\"name\": \"read\", \"arguments\": {\"filePath\": \"a.txt\"}}</tool_call>";
+        assert_eq!(text_tool_call_inside(tagged, OFFERED), read_a().map(|c| c[0].clone()));
+        assert_eq!(text_tool_call_inside("```python\nprint(1)\n```", OFFERED), None);
+        assert_eq!(text_tool_call_inside("plain words", OFFERED), None);
     }
 
     #[test]

@@ -185,7 +185,7 @@ impl Run<'_> {
             });
         }
         let Finished { message, parts, next } = processor.finish(error.clone(), end.halted);
-        if model.tool_call_text == ToolCallText::Warn && next == Next::Continue {
+        if model.tool_call_text != ToolCallText::Off && next == Next::Continue {
             self.warn_if_call_written_as_text(&model, &parts, &offered);
         }
         let tokens = message.tokens;
@@ -226,8 +226,8 @@ impl Run<'_> {
         }
     }
 
-    /// An answer that is nothing but a tool call written as text ends the run as if the model were done:
-    /// say so, and what to configure (DESIGN.md §1: the provider parses, the loop decides).
+    /// An answer with a tool call written as text in it ends the run as if the model were done: say so,
+    /// and what to configure (DESIGN.md §1: the provider parses, the loop decides).
     fn warn_if_call_written_as_text(&self, model: &ResolvedModel, parts: &[Part], offered: &[String]) {
         if parts.iter().any(|p| p.as_tool().is_some()) {
             return;
@@ -240,15 +240,24 @@ impl Run<'_> {
             })
             .collect();
         let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
-        let Some(calls) = codeloop_provider::text_tool_call(&text, &offered) else { return };
-        let tool = calls.first().map(|c| c.name.as_str()).unwrap_or_default();
+        let Some(call) = codeloop_provider::text_tool_call_inside(&text, &offered) else { return };
+        let tool = &call.name;
         let ModelRef { provider_id, model_id } = &model.reference;
-        let message = format!(
-            "the answer looks like a call to `{tool}` written as text, so nothing ran and the run ended. The \
-             server did not turn it into a tool call: start it with its tool-call parser (llama.cpp: --jinja; \
-             vLLM: --enable-auto-tool-choice --tool-call-parser hermes), or let codeloop parse such answers with \
-             tool_call_text = \"parse\" in [provider.{provider_id}.models.\"{model_id}\"] (or [provider.{provider_id}])"
-        );
+        let message = match model.tool_call_text {
+            // An answer of calls alone would have been one: this one has other text around it.
+            ToolCallText::Parse => format!(
+                "the answer has a call to `{tool}` written as text among other text, so nothing ran: \
+                 tool_call_text = \"parse\" takes only an answer that is nothing but calls. Continue the session \
+                 and ask for the call alone, or start the server with its tool-call parser"
+            ),
+            ToolCallText::Warn | ToolCallText::Off => format!(
+                "the answer looks like a call to `{tool}` written as text, so nothing ran and the run ended. The \
+                 server did not turn it into a tool call: start it with its tool-call parser (llama.cpp: --jinja; \
+                 vLLM: --enable-auto-tool-choice --tool-call-parser hermes), or let codeloop parse such answers \
+                 with tool_call_text = \"parse\" in [provider.{provider_id}.models.\"{model_id}\"] (or \
+                 [provider.{provider_id}])"
+            ),
+        };
         self.services
             .bus
             .publish(EventPayload::SessionWarning { session_id: self.session.id.clone(), message });

@@ -285,3 +285,22 @@ async fn a_task_call_with_an_invented_id_is_told_to_leave_it_out() {
     let ToolState::Error(error) = state(&tools[0]) else { panic!("{:?}", state(&tools[0])) };
     assert!(error.error.contains("leave task_id out to start a new task"), "{}", error.error);
 }
+
+#[tokio::test]
+async fn a_call_written_among_other_text_is_warned_about_but_never_run() {
+    // How Qwen2.5-Coder 1.5B often answers: a sentence, then the call as a fenced JSON block.
+    let mixed = || {
+        let text = "I will read the file first.\n```json\n{\"name\": \"read\", \"arguments\": {\"filePath\": \"a.txt\"}}\n```";
+        Script::new([Turn::from(Reply::text(text))])
+    };
+    for (mode, expected) in [
+        (ToolCallText::Warn, "looks like a call to `read` written as text"),
+        (ToolCallText::Parse, "takes only an answer that is nothing but calls"),
+    ] {
+        let h = Harness::with(mixed(), AskPolicy::Deny, |c| set_tool_call_text(c, mode)).await;
+        let (stop, warnings) = prompt_with_warnings(&h, "what is in a.txt?").await;
+        assert_eq!(stop, StopReason::Completed);
+        assert!(h.tool_parts().is_empty(), "{mode:?}: prose around it, so no call is made");
+        assert!(matches!(warnings.as_slice(), [w] if w.contains(expected)), "{mode:?}: {warnings:?}");
+    }
+}
