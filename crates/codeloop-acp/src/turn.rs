@@ -235,6 +235,9 @@ impl<'a> Turn<'a> {
 
     async fn event(&mut self, payload: &EventPayload) {
         match payload {
+            EventPayload::SessionWarning { session_id, message } if self.ours(session_id) => {
+                self.agent.notice(&self.session.id, &format!("warning: {message}")).await;
+            }
             EventPayload::PermissionAsked(request) if self.ours(&request.session_id) => {
                 self.permission(request.clone()).await;
             }

@@ -80,6 +80,9 @@ fn template() -> String {
 # [provider.local.models.qwen3-coder]
 # context = 131072
 # output = 8192
+# tools = "edit"                      # or "patch" (apply_patch); default by family, see `codeloop models --help`
+# temperature = 0.55                  # and top_p: the family's defaults unless set here
+# tool_call_text = "parse"            # "off" | "warn" (default) | "parse": for a server without a tool-call parser
 
 # Permissions: the last matching rule wins; a script runs unasked only if every command in it is allowed.
 # These are the built-in defaults, spelled out:

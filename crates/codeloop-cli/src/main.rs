@@ -53,7 +53,22 @@ enum Command {
     /// List, show, export, delete, compact, revert or unrevert stored sessions.
     #[command(subcommand)]
     Session(session::SessionCommand),
-    /// List the model catalogue with context limits and prices.
+    /// List the model catalogue: context limits, prices, edit tools (patch | edit) and sampling per model.
+    ///
+    /// Prices are in USD per million tokens.
+    /// tools: `patch` = apply_patch, for the models trained on it (GPT-5 and codex families, as OpenCode
+    ///   does); `edit` = edit and write, for the others.
+    /// sampling: the temperature (t) and top_p (p) sent unless an agent sets its own temperature, from the
+    ///   model's family (Qwen t=0.55 p=1, Gemini t=1 p=0.95, Kimi K2 t=0.6…); `-` sends none.
+    /// Set them per model in your config:
+    ///
+    ///   [provider.local.models."qwen2.5-coder"]
+    ///   tools = "edit"              # or "patch"
+    ///   temperature = 0.55
+    ///   top_p = 1.0
+    ///   tool_call_text = "parse"    # "off" | "warn" (default) | "parse": an answer that is a tool call
+    ///                               # written as text (a server without a tool-call parser) becomes a call
+    #[command(verbatim_doc_comment)]
     Models(models::ModelsArgs),
     /// Run an offline demo: a scripted model fixes a small project through the real pipeline.
     Demo(demo::DemoArgs),
@@ -89,7 +104,9 @@ pub enum Format {
 /// What `run` does with permission questions when no terminal can answer them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OnAsk {
+    /// Refuse what would be asked: the run stops and says which rule would allow it.
     Deny,
+    /// Allow what would be asked, except protected paths, sandbox escapes and the doom-loop brake.
     Allow,
 }
 

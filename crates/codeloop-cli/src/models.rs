@@ -1,4 +1,5 @@
-//! `codeloop models`: the model catalogue with limits and prices.
+//! `codeloop models`: the model catalogue with limits, prices, the file-editing tools each model is
+//! offered and the sampling sent to it.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -42,6 +43,9 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
                     "limit": {"context": e.limits.context, "input": e.limits.input, "output": e.limits.output},
                     "cost": {"input": e.pricing.input, "output": e.pricing.output,
                              "cache_read": e.pricing.cache_read, "cache_write": e.pricing.cache_write},
+                    "tools": e.tools.as_str(),
+                    "temperature": e.temperature.map(decimal),
+                    "top_p": e.top_p.map(decimal),
                 })
             })
             .collect();
@@ -50,20 +54,37 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         out,
-        "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  (USD per 1M tokens)",
-        "model", "context", "output", "input", "output", "cached"
+        "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  {:<5}  sampling",
+        "model", "context", "output", "input", "output", "cached", "tools"
     )?;
     for e in entries {
         writeln!(
             out,
-            "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}",
+            "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}  {:<5}  {}",
             e.reference.to_string(),
             group(e.limits.context),
             group(e.limits.output),
             e.pricing.input,
             e.pricing.output,
-            e.pricing.cache_read
+            e.pricing.cache_read,
+            e.tools.as_str(),
+            sampling(e.temperature, e.top_p),
         )?;
     }
+    writeln!(out, "prices in USD per 1M tokens; tools and sampling: see `codeloop models --help`")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `t=0.55 p=1`, or `-` when nothing is sent.
+fn sampling(temperature: Option<f32>, top_p: Option<f32>) -> String {
+    let parts: Vec<String> = [("t", temperature), ("p", top_p)]
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| format!("{name}={v}")))
+        .collect();
+    if parts.is_empty() { "-".into() } else { parts.join(" ") }
+}
+
+/// A sampling value as its shortest decimal (`0.55`, not the `f64` widening of the `f32`).
+fn decimal(value: f32) -> f64 {
+    value.to_string().parse().unwrap_or(f64::from(value))
 }

@@ -104,6 +104,7 @@ impl Renderer {
             EventPayload::SessionCompacted { .. } => {
                 self.note("context compacted: older messages were summarised")
             }
+            EventPayload::SessionWarning { message, .. } => self.note(&format!("warning: {message}")),
             _ => {}
         }
     }

@@ -23,6 +23,8 @@ mod workers;
 
 #[path = "cli/defects.rs"]
 mod defects;
+#[path = "cli/real_models.rs"]
+mod real_models;
 
 struct Env {
     data: tempfile::TempDir,

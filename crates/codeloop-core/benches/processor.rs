@@ -71,6 +71,7 @@ fn bench(c: &mut Criterion) {
         summary: false,
         estimated_input_tokens: 0,
         tools: engine.services().tools.clone(),
+        offered: engine.services().tools.names().iter().map(|n| n.to_string()).collect(),
         continue_on_reject: false,
         walls: None,
     });

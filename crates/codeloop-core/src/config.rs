@@ -70,6 +70,9 @@ pub struct ProviderSettings {
     pub headers_timeout_ms: Option<u64>,
     /// Time a stream may stay silent between chunks, in milliseconds.
     pub idle_timeout_ms: Option<u64>,
+    /// What to do with an answer that is a tool call written as text: `"off"`, `"warn"` (default),
+    /// `"parse"` (for servers started without a tool-call parser). A model's own setting wins.
+    pub tool_call_text: Option<codeloop_provider::ToolCallText>,
     pub models: BTreeMap<String, ModelSettings>,
 }
 
@@ -82,6 +85,7 @@ impl Default for ProviderSettings {
             headers: BTreeMap::new(),
             headers_timeout_ms: None,
             idle_timeout_ms: None,
+            tool_call_text: None,
             models: BTreeMap::new(),
         }
     }
@@ -99,7 +103,15 @@ pub struct ModelSettings {
     pub cost: Option<CostSettings>,
     pub reasoning: Option<bool>,
     pub tool_call: Option<bool>,
+    /// Replaces the family's default (e.g. 0.55 for Qwen); dropped for models that take none.
     pub temperature: Option<f32>,
+    /// Nucleus sampling; replaces the family's default (e.g. 1.0 for Qwen, 0.95 for Gemini).
+    pub top_p: Option<f32>,
+    /// The file-editing tools offered: `"patch"` (`apply_patch`) or `"edit"` (`edit` and `write`);
+    /// default by family (`patch` for GPT-5 and codex models, as OpenCode does).
+    pub tools: Option<codeloop_types::ToolProfile>,
+    /// Overrides the provider's `tool_call_text` for this model.
+    pub tool_call_text: Option<codeloop_provider::ToolCallText>,
 }
 
 /// USD per million tokens.

@@ -1,6 +1,13 @@
-//! The system prompt (reference §2.5): the agent prompt, an environment block frozen per session (so the
-//! provider's prompt cache is not broken by a date change mid-session), and project instruction files
-//! (`AGENTS.md`, else `CLAUDE.md`) found walking up from the working directory to the repository root.
+//! The system prompt (reference §2.5): the agent prompt, and a context block (model, environment frozen
+//! per session, project instruction files — `AGENTS.md`, else `CLAUDE.md` — found walking up from the
+//! working directory to the repository root, skills, date, scratch dir).
+//!
+//! Split for prompt caches: the system prompt is the same bytes for every session of an agent, and the
+//! context, which varies by project, session and day, leads the conversation instead. Every wire format
+//! renders the tool list before the conversation (chat templates put it in the system turn, Anthropic
+//! before the system), so two sessions' requests share system prompt and tools as a cacheable prefix;
+//! with the date and scratch dir inside the system prompt, a server such as llama.cpp recomputed the
+//! whole tool list for every new session.
 //!
 //! Must not: change between steps of a session; everything here is computed once per run.
 
@@ -9,11 +16,23 @@ use std::path::{Path, PathBuf};
 use codeloop_types::{Millis, date_of};
 
 const BASE_PROMPT: &str = "You are codeloop, an autonomous coding agent working in the user's project.
-- Use the tools to inspect the code before changing it; prefer small, exact edits (edit, apply_patch) over rewriting files.
+- Use the tools to inspect the code before changing it; prefer small, exact edits over rewriting whole files.
 - Run the project's tests or commands with bash to check your work when it is practical.
 - Paths may be absolute or relative to the working directory. Stay inside the project unless asked.
 - When the task is done, answer briefly: what you changed and how you verified it. If you are blocked, say what you need.
-- Do not invent file contents, command output or results you have not seen.";
+- Do not invent file contents, command output or results you have not seen.
+- The first user message starts with a <context> block from codeloop (environment, project instructions, date): follow it, but it is not the user's request.";
+
+/// What a run sends as its system prompt, and what leads its conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemPrompt {
+    /// The system prompt blocks: the agent's prompt alone, the same bytes in every session.
+    pub stable: Vec<String>,
+    /// The `<context>` block, sent as the first text of the conversation: what is true of this project
+    /// (model, environment, instructions, skills) first, then of this session and day (date, scratch dir),
+    /// so even the context shares its beginning with other sessions of the project.
+    pub context: String,
+}
 
 /// The project's location, found once per run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,8 +91,7 @@ pub fn instruction_files(project: &ProjectInfo, global: Option<&Path>, extra: &[
     files
 }
 
-/// The system blocks of every request in a run: `[agent prompt, environment + instructions]`. The first
-/// block never changes for an agent, which keeps it cacheable.
+/// The system prompt and context block of every request in a run.
 pub fn system_prompt(
     agent_prompt: Option<&str>,
     model: &str,
@@ -82,35 +100,38 @@ pub fn system_prompt(
     instruction_files: &[PathBuf],
     skills: &[codeloop_tools::SkillInfo],
     scratch: Option<&Path>,
-) -> Vec<String> {
-    // The session's own temp dir is the only place outside the project the model may use unasked.
-    let scratch = scratch
-        .map(|dir| format!("Scratch directory for temporary files ($TMPDIR): {}\n", dir.display()))
-        .unwrap_or_default();
-    let mut env = format!(
-        "You are powered by the model {model}.\n<env>\nWorking directory: {}\nWorkspace root: {}\nIs a git repository: {}\nPlatform: {}\nToday's date: {}\n{scratch}</env>",
+) -> SystemPrompt {
+    let mut context = format!(
+        "<context>\nYou are powered by the model {model}.\n<env>\nWorking directory: {}\nWorkspace root: {}\nIs a git repository: {}\nPlatform: {}\n</env>",
         project.directory.display(),
         project.root.display(),
         if project.is_git { "yes" } else { "no" },
         std::env::consts::OS,
-        date_of(session_created),
     );
     for path in instruction_files {
         match std::fs::read_to_string(path) {
             Ok(text) => {
-                env.push_str(&format!("\n\nInstructions from: {}\n{}", path.display(), text.trim_end()));
+                context.push_str(&format!("\n\nInstructions from: {}\n{}", path.display(), text.trim_end()));
             }
             Err(e) => tracing::warn!("cannot read instruction file {}: {e}", path.display()),
         }
     }
     if !skills.is_empty() {
-        env.push_str("\n\n<available_skills>\nLoad a skill with the skill tool when the task matches it.\n");
+        context
+            .push_str("\n\n<available_skills>\nLoad a skill with the skill tool when the task matches it.\n");
         for skill in skills {
-            env.push_str(&format!("- {}: {}\n", skill.name, skill.description));
+            context.push_str(&format!("- {}: {}\n", skill.name, skill.description));
         }
-        env.push_str("</available_skills>");
+        context.push_str("</available_skills>");
     }
-    vec![agent_prompt.unwrap_or(BASE_PROMPT).to_owned(), env]
+    // Last: what differs between two sessions of the project. The session's own temp dir is the only
+    // place outside the project the model may use unasked.
+    context.push_str(&format!("\n\n<session>\nToday's date: {}\n", date_of(session_created)));
+    if let Some(dir) = scratch {
+        context.push_str(&format!("Scratch directory for temporary files ($TMPDIR): {}\n", dir.display()));
+    }
+    context.push_str("</session>\n</context>");
+    SystemPrompt { stable: vec![agent_prompt.unwrap_or(BASE_PROMPT).to_owned()], context }
 }
 
 #[cfg(test)]
@@ -133,13 +154,14 @@ mod tests {
         let files = instruction_files(&project, None, &[]);
         assert_eq!(files, vec![root.join("AGENTS.md"), sub.join("AGENTS.md")]);
         let skills = [codeloop_tools::SkillInfo { name: "deploy".into(), description: "Ship it.".into() }];
-        let system =
+        let prompt =
             system_prompt(None, "fake/model", &project, 0, &files, &skills, Some(Path::new("/tmp/s")));
-        assert!(system[1].contains("($TMPDIR): /tmp/s\n</env>"), "{}", system[1]);
-        assert!(system[1].contains("- deploy: Ship it."));
-        assert!(system[1].contains("Today's date: 1970-01-01"));
-        assert!(system[1].find("root rules").unwrap() < system[1].find("app rules").unwrap());
-        assert!(!system[1].contains("claude rules"));
+        assert_eq!(prompt.stable, vec![BASE_PROMPT.to_owned()], "the system prompt is the agent's alone");
+        let context = &prompt.context;
+        assert!(context.ends_with("Today's date: 1970-01-01\nScratch directory for temporary files ($TMPDIR): /tmp/s\n</session>\n</context>"), "{context}");
+        assert!(context.contains("- deploy: Ship it."));
+        assert!(context.find("root rules").unwrap() < context.find("app rules").unwrap());
+        assert!(!context.contains("claude rules"));
     }
 
     #[test]

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codeloop_provider::catalogue::{Catalogue, ModelInfo, ModelOverride};
-use codeloop_provider::{Provider, ProviderConfig, ProviderError, WireApi};
-use codeloop_types::ModelRef;
+use codeloop_provider::families::{self, FamilyDefaults};
+use codeloop_provider::{Provider, ProviderConfig, ProviderError, ToolCallText, WireApi};
+use codeloop_types::{ModelRef, ToolProfile};
 
 use crate::config::{Config, ModelSettings, ProviderSettings};
 
@@ -29,9 +30,16 @@ pub struct ResolvedModel {
     pub pricing: ModelPricing,
     /// False when neither the catalogue nor config describes the model.
     pub known: bool,
+    /// Config's, else the family's default (Qwen 0.55…); `None` for a model that takes none.
     pub temperature: Option<f32>,
     /// The model takes a temperature (agents' temperatures are dropped otherwise).
     pub accepts_temperature: bool,
+    /// Nucleus sampling: config's, else the family's default.
+    pub top_p: Option<f32>,
+    /// The file-editing tools it is offered.
+    pub tools: ToolProfile,
+    /// What an answer that is a tool call written as text becomes.
+    pub tool_call_text: ToolCallText,
     pub wire: WireApi,
     pub provider: Arc<dyn Provider>,
 }
@@ -250,12 +258,17 @@ impl Models {
         let known = resolved.is_known();
         let info: ModelInfo = resolved.model;
         let provider = self.connect(&model.provider_id, &settings)?;
+        let api_id = overrides.id.clone().unwrap_or_else(|| model.model_id.clone());
+        let family = family_of(&api_id, &model.model_id);
         Ok(ResolvedModel {
             reference: model.clone(),
-            api_id: overrides.id.clone().unwrap_or_else(|| model.model_id.clone()),
             limits: info.limit,
-            // Never send a temperature to a model that refuses one (o3, gpt-5, reasoners).
-            temperature: overrides.temperature.filter(|_| info.temperature),
+            // Never send a temperature (or top_p) to a model that refuses one (o3, gpt-5, reasoners).
+            temperature: overrides.temperature.or(family.temperature).filter(|_| info.temperature),
+            top_p: overrides.top_p.or(family.top_p).filter(|_| info.temperature),
+            tools: overrides.tools.unwrap_or(family.tools),
+            tool_call_text: overrides.tool_call_text.or(settings.tool_call_text).unwrap_or_default(),
+            api_id,
             accepts_temperature: info.temperature,
             pricing: info.cost,
             known,
@@ -263,6 +276,14 @@ impl Models {
             provider,
         })
     }
+}
+
+/// The family defaults of a model: by the id sent to the API, else by its key in config (an alias such
+/// as `coder` with `id = "qwen2.5-coder-1.5b"` is known by its id; a local server's arbitrary id by the
+/// key).
+fn family_of(api_id: &str, model_id: &str) -> FamilyDefaults {
+    let by_id = families::defaults(api_id);
+    if by_id.is_specific() { by_id } else { families::defaults(model_id) }
 }
 
 /// The built-in catalogue with `[provider.NAME.models.ID]` entries applied.
@@ -297,16 +318,35 @@ pub struct CatalogueEntry {
     pub reference: ModelRef,
     pub limits: ModelLimits,
     pub pricing: ModelPricing,
+    /// The file-editing tools offered (config, else family).
+    pub tools: ToolProfile,
+    /// Sampling sent unless an agent sets its own temperature (config, else family; none for a model
+    /// that takes no temperature).
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
 }
 
 /// Every model the built-in catalogue and the config know, sorted by provider then model.
 pub fn catalogue(config: &Config) -> Vec<CatalogueEntry> {
     with_config(config)
         .models()
-        .map(|(provider, info)| CatalogueEntry {
-            reference: ModelRef::new(provider, info.id.clone()),
-            limits: info.limit,
-            pricing: info.cost.clone(),
+        .map(|(provider, info)| {
+            let overrides = config
+                .provider
+                .get(provider)
+                .and_then(|p| p.models.get(&info.id))
+                .cloned()
+                .unwrap_or_default();
+            let api_id = overrides.id.clone().unwrap_or_else(|| info.id.clone());
+            let family = family_of(&api_id, &info.id);
+            CatalogueEntry {
+                reference: ModelRef::new(provider, info.id.clone()),
+                limits: info.limit,
+                pricing: info.cost.clone(),
+                tools: overrides.tools.unwrap_or(family.tools),
+                temperature: overrides.temperature.or(family.temperature).filter(|_| info.temperature),
+                top_p: overrides.top_p.or(family.top_p).filter(|_| info.temperature),
+            }
         })
         .collect()
 }
@@ -361,6 +401,46 @@ mod tests {
         let unknown = models.resolve(&ModelRef::new("ollama", "my-finetune")).unwrap();
         assert!(!unknown.known);
         assert_eq!(unknown.limits, DEFAULT_LIMITS);
+    }
+
+    #[test]
+    fn families_choose_edit_tools_and_sampling_and_config_overrides_them() {
+        let mut config = Config::default();
+        let mut local = crate::config::ProviderSettings {
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            tool_call_text: Some(ToolCallText::Parse),
+            ..Default::default()
+        };
+        local.models.insert(
+            "coder".into(),
+            ModelSettings { id: Some("qwen2.5-coder-1.5b-instruct".into()), ..Default::default() },
+        );
+        local.models.insert(
+            "tuned".into(),
+            ModelSettings {
+                id: Some("qwen2.5-coder".into()),
+                temperature: Some(0.2),
+                top_p: Some(0.9),
+                tools: Some(ToolProfile::Patch),
+                tool_call_text: Some(ToolCallText::Off),
+                ..Default::default()
+            },
+        );
+        config.provider.insert("local".into(), local);
+        let models =
+            Models::new(config.clone(), Arc::new(|name| name.ends_with("_API_KEY").then(|| "sk".into())));
+        let coder = models.resolve(&ModelRef::new("local", "coder")).unwrap();
+        assert_eq!((coder.temperature, coder.top_p, coder.tools), (Some(0.55), Some(1.0), ToolProfile::Edit));
+        assert_eq!(coder.tool_call_text, ToolCallText::Parse, "the provider's setting");
+        let tuned = models.resolve(&ModelRef::new("local", "tuned")).unwrap();
+        assert_eq!((tuned.temperature, tuned.top_p, tuned.tools), (Some(0.2), Some(0.9), ToolProfile::Patch));
+        assert_eq!(tuned.tool_call_text, ToolCallText::Off, "the model's setting wins");
+        let gpt5 = models.resolve(&ModelRef::new("openai", "gpt-5")).unwrap();
+        assert_eq!((gpt5.tools, gpt5.temperature), (ToolProfile::Patch, None));
+        assert_eq!(gpt5.tool_call_text, ToolCallText::Warn, "the default");
+        let rows = catalogue(&config);
+        let row = rows.iter().find(|r| r.reference == ModelRef::new("local", "tuned")).unwrap();
+        assert_eq!((row.tools, row.temperature, row.top_p), (ToolProfile::Patch, Some(0.2), Some(0.9)));
     }
 
     #[test]

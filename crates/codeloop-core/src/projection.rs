@@ -1,7 +1,8 @@
 //! Projection (reference §6.4, §7): stored history → the provider-neutral messages of the next request.
 //!
 //! Owns: the summary boundary (`[compaction question, summary, tail…, newer…]`, tail by explicit ids),
-//! skipping errored turns, pruned outputs, and giving every tool call exactly one result.
+//! skipping errored turns, pruned outputs, giving every tool call exactly one result, and the place of
+//! the run's context block (first in the conversation).
 //! Must not: write anything; it reads history and returns messages.
 
 use std::collections::HashSet;
@@ -57,6 +58,16 @@ pub fn visible_history(history: &[MessageWithParts]) -> Vec<&MessageWithParts> {
 pub fn hidden_ids(history: &[MessageWithParts]) -> HashSet<MessageId> {
     let visible: HashSet<&MessageId> = visible_history(history).iter().map(|m| m.info.id()).collect();
     history.iter().map(|m| m.info.id()).filter(|id| !visible.contains(id)).cloned().collect()
+}
+
+/// Puts the run's context block (see [`crate::instructions::SystemPrompt`]) first in the conversation:
+/// the first text of the first user message, or a user message of its own when the history starts
+/// otherwise. Every step of a session sends it in the same place, so a prefix cache keeps covering it.
+pub fn lead_with_context(messages: &mut Vec<ChatMessage>, context: String) {
+    match messages.first_mut() {
+        Some(ChatMessage::User(content)) => content.insert(0, UserContent::Text(context)),
+        _ => messages.insert(0, ChatMessage::User(vec![UserContent::Text(context)])),
+    }
 }
 
 /// Turns visible history into provider messages for `model`.

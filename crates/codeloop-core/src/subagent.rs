@@ -65,6 +65,10 @@ impl Tool for TaskTool {
         "task"
     }
 
+    fn needs(&self) -> codeloop_tools::Needs {
+        codeloop_tools::Needs::Subagents
+    }
+
     fn description(&self) -> &str {
         &self.description
     }
@@ -113,7 +117,7 @@ pub(crate) async fn run_subtask(
                 .map(|a| a.name.as_str())
                 .collect();
             return Err(failed(format!(
-                "Unknown subagent \"{}\". Available subagents: {}",
+                "Unknown subagent \"{}\". Available subagents: {}. Set subagent_type to one of these.",
                 task.agent,
                 available.join(", ")
             )));
@@ -175,7 +179,10 @@ fn child_session(
         let existing = services.store.get_session(&SessionId::from(id.as_str())).ok().flatten();
         return match existing {
             Some(session) if session.parent_id.as_ref() == Some(&parent.id) => Ok(session),
-            _ => Err(failed(format!("task_id {id} is not a task of this session"))),
+            _ => Err(failed(format!(
+                "task_id {id} is not a task of this session: leave task_id out to start a new task (only the \
+                 id in an earlier task result's <task id=\"…\"> continues one)"
+            ))),
         };
     }
     let mut child = Session::new(

@@ -12,7 +12,8 @@ use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, 
 
 use crate::stream::decode_sse;
 use crate::{
-    EventStream, Provider, ProviderConfig, ProviderError, ProviderRequest, WireApi, classify_http_error,
+    EventStream, Provider, ProviderConfig, ProviderError, ProviderRequest, ToolCallText, ToolChoice, WireApi,
+    classify_http_error,
 };
 
 /// Anthropic's API version header value.
@@ -96,7 +97,14 @@ impl HttpProvider {
             return Err(json_instead_of_stream(&body));
         }
         let bytes = response.bytes_stream().map_err(|e| chain(&e));
-        Ok(decode_sse(bytes, config.api.decoder(), config.idle_timeout))
+        let events = decode_sse(bytes, config.api.decoder(), config.idle_timeout);
+        let calls_allowed = request.tool_choice != ToolChoice::None && !request.tools.is_empty();
+        Ok(match request.tool_call_text {
+            ToolCallText::Parse if calls_allowed => {
+                crate::text_calls::parse_calls(events, request.tools.iter().map(|t| t.name.clone()).collect())
+            }
+            ToolCallText::Parse | ToolCallText::Warn | ToolCallText::Off => events,
+        })
     }
 
     async fn read_body(&self, response: reqwest::Response) -> Result<String, ProviderError> {

@@ -17,6 +17,7 @@ mod encode;
 mod endpoint;
 mod error;
 mod event;
+pub mod families;
 pub mod gemini;
 mod http;
 mod json;
@@ -25,6 +26,7 @@ pub mod openai_chat;
 pub mod openai_responses;
 mod request;
 mod stream;
+mod text_calls;
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -45,6 +47,7 @@ pub use request::{
     UserContent,
 };
 pub use stream::{Decoder, decode_sse};
+pub use text_calls::{TextCall, ToolCallText, text_tool_call, text_tool_call_inside};
 
 /// The events of one provider call. An `Err` item ends the stream.
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>;

@@ -15,6 +15,10 @@ pub struct ProviderRequest {
     pub tool_choice: ToolChoice,
     pub max_output_tokens: Option<u64>,
     pub temperature: Option<f32>,
+    /// Nucleus sampling (`top_p`, Gemini's `topP`), for the families that need it.
+    pub top_p: Option<f32>,
+    /// What the adapter does with an answer that is a tool call written as text.
+    pub tool_call_text: crate::ToolCallText,
     /// Used for session-affinity headers and prompt-cache keys.
     pub session_id: Option<String>,
     /// The run's memo of encoded messages, so a step encodes only what changed since the last one
@@ -90,4 +94,23 @@ pub struct ToolResult {
     pub is_error: bool,
     /// Media produced by the tool (e.g. an image read from disk).
     pub attachments: Vec<FileContent>,
+}
+
+/// A sampling value as JSON, written as its shortest decimal: `0.55_f32` goes out as `0.55`, not as the
+/// `0.550000011920929` its widening to `f64` would print.
+pub(crate) fn sampling(value: f32) -> Value {
+    match value.to_string().parse::<f64>() {
+        Ok(decimal) => serde_json::json!(decimal),
+        Err(_) => serde_json::json!(value),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sampling_values_go_out_as_written() {
+        assert_eq!(super::sampling(0.55).to_string(), "0.55");
+        assert_eq!(super::sampling(1.0).to_string(), "1.0");
+        assert_eq!(super::sampling(0.95).to_string(), "0.95");
+    }
 }

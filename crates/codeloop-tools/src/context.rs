@@ -85,6 +85,9 @@ pub enum Grant {
     /// Writes to protected paths and sandbox escapes: only a rule that names the permission and the path
     /// (a pattern that does not start with `*`) or an interactive answer, which is never saved.
     Explicit,
+    /// A brake (the doom-loop guard): the rules, saved approvals and a person's answer grant it as usual,
+    /// but `--on-ask allow` never does, so a headless run stops where someone at a terminal is asked.
+    Brake,
 }
 
 /// Identifies the call a tool is running for.

@@ -34,7 +34,19 @@ pub use tools::{
 pub use truncate::{Keep, TOOL_OUTPUT_RETENTION, Truncation, sweep_tool_output, truncate_output};
 
 use async_trait::async_trait;
+pub use codeloop_types::ToolProfile;
 use serde_json::Value;
+
+/// What a tool needs before it is worth offering to the model (a tool with nothing behind it invites
+/// calls that can only fail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    Nothing,
+    /// At least one installed skill (`skill`).
+    Skills,
+    /// At least one subagent the calling agent may start (`task`).
+    Subagents,
+}
 
 /// One tool. Implementations generate their JSON Schema once, at construction.
 #[async_trait]
@@ -46,6 +58,15 @@ pub trait Tool: Send + Sync {
     /// The permission this tool asks under and that disables it (`write` and `apply_patch` ask as `edit`).
     fn permission(&self) -> &str {
         self.name()
+    }
+    /// The file-editing style this tool belongs to: a model is offered the tools of its own
+    /// [`ToolProfile`] only (`apply_patch` is `Patch`, `edit` and `write` are `Edit`). `None`: every model.
+    fn profile(&self) -> Option<ToolProfile> {
+        None
+    }
+    /// What must exist for a call to do anything; the tool is not offered without it.
+    fn needs(&self) -> Needs {
+        Needs::Nothing
     }
     /// How long a call with these arguments may run before the engine's watchdog stops it. `None` means
     /// the engine's default; a tool with its own time limit (bash's `timeout`) answers past that limit.

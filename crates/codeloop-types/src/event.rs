@@ -46,6 +46,10 @@ pub enum EventPayload {
     },
     #[serde(rename = "session.compacted")]
     SessionCompacted { session_id: SessionId },
+    /// Something the user should know and can fix, that does not stop the run (e.g. the model wrote
+    /// a tool call as text); `message` says what to do.
+    #[serde(rename = "session.warning")]
+    SessionWarning { session_id: SessionId, message: String },
     #[serde(rename = "todo.updated")]
     TodoUpdated { session_id: SessionId, todos: Vec<Todo> },
     #[serde(rename = "permission.asked")]
@@ -96,6 +100,7 @@ impl EventPayload {
             EventPayload::SessionIdle { .. } => "session.idle",
             EventPayload::SessionError { .. } => "session.error",
             EventPayload::SessionCompacted { .. } => "session.compacted",
+            EventPayload::SessionWarning { .. } => "session.warning",
             EventPayload::TodoUpdated { .. } => "todo.updated",
             EventPayload::PermissionAsked(_) => "permission.asked",
             EventPayload::PermissionReplied { .. } => "permission.replied",
@@ -118,6 +123,7 @@ impl EventPayload {
             | EventPayload::SessionStatus { session_id, .. }
             | EventPayload::SessionIdle { session_id }
             | EventPayload::SessionCompacted { session_id }
+            | EventPayload::SessionWarning { session_id, .. }
             | EventPayload::TodoUpdated { session_id, .. }
             | EventPayload::PermissionReplied { session_id, .. }
             | EventPayload::QuestionReplied { session_id, .. }

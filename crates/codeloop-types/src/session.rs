@@ -101,6 +101,28 @@ impl std::fmt::Display for ModelRef {
     }
 }
 
+/// Which file-editing tools a model is offered (reference §8.2): `apply_patch` for the models trained on
+/// it (the GPT-5 and codex families), `edit` and `write` for the others. Set per model with
+/// `tools = "patch" | "edit"` in `[provider.NAME.models.ID]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolProfile {
+    /// `apply_patch` (a multi-file patch envelope).
+    Patch,
+    /// `edit` (exact string replacement) and `write` (whole files).
+    Edit,
+}
+
+impl ToolProfile {
+    /// The config value: `patch` or `edit`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolProfile::Patch => "patch",
+            ToolProfile::Edit => "edit",
+        }
+    }
+}
+
 /// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC) without a date crate.
 pub(crate) fn iso8601(ms: Millis) -> String {
     let secs = ms.div_euclid(1000);

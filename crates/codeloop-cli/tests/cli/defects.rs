@@ -9,7 +9,7 @@ use super::{Env, text};
 
 /// Runs the binary off the async threads (the fake provider lives on them); `config` becomes
 /// `$CODELOOP_CONFIG`.
-async fn codeloop(env: &Env, config: Option<&Path>, args: &[&str]) -> Output {
+pub(super) async fn codeloop(env: &Env, config: Option<&Path>, args: &[&str]) -> Output {
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
     let (data, home, project, config) = (
         env.data.path().to_owned(),

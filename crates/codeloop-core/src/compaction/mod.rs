@@ -14,6 +14,6 @@ pub use overflow::{
 pub use prune::{PRUNE_MINIMUM, PRUNE_PROTECT, estimate_tokens, prune_candidates};
 pub(crate) use summary::chat_chars;
 pub use summary::{
-    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, select_tail,
-    summary_prompt, summary_text, tail_budget,
+    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,
+    select_tail, summary_prompt, summary_text, tail_budget,
 };

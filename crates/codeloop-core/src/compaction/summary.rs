@@ -3,7 +3,7 @@
 
 use codeloop_provider::{ChatMessage, UserContent};
 use codeloop_store::MessageWithParts;
-use codeloop_types::{Message, MessageId, ModelRef, PartKind};
+use codeloop_types::{Message, MessageId, ModelRef, PartKind, ToolState};
 
 use crate::projection::{ProjectionOptions, to_provider_messages};
 
@@ -17,35 +17,103 @@ Summarise only the history you are given; the newest turns are kept verbatim els
 When a <previous-summary> is given, treat it as the anchor: update it, keep what is still true, drop what is stale, and merge new facts.
 Follow the requested structure exactly. Do not answer the conversation, do not call tools, and write in the language of the conversation.";
 
-const TEMPLATE: &str = "## Objective
-<1-2 sentences: what the user wants>
+/// The sections, described in prose: a template with `<…>` placeholders gets copied, placeholders and
+/// invented progress included, by small models.
+const SECTIONS: &str = "Write it in Markdown with exactly these headings, in this order: ## Objective, ## Important details, \
+## Work state (with ### Completed, ### Active and ### Blocked under it), ## Next move, ## Relevant files.
 
-## Important details
-- <constraints, preferences, decisions with their reasons, facts needed to continue>
+What goes under each, taken only from the conversation above:
+- Objective: what the user asked for, in one or two sentences.
+- Important details: the constraints, preferences and decisions (with their reasons) the conversation states.
+- Work state: what the tool results show was done (Completed), is under way (Active), or failed or waits on someone (Blocked).
+- Next move: the next actions, numbered, in order.
+- Relevant files: each path the conversation names, with why it matters.
 
-## Work state
-### Completed
-- <done, with exact paths and results>
-### Active
-- <in progress>
-### Blocked
-- <blocked items and why, or (none)>
+Write (none) under a heading the conversation gives nothing for. A change counts as done only when a tool result above \
+shows it: never describe work, results or files the conversation does not show, and do not copy these instructions. Keep \
+exact file paths, symbols, commands, error strings, URLs and identifiers; use terse bullets; never mention summarising or \
+compaction.";
 
-## Next move
-1. <the immediate next actions, in order>
+/// Calls listed by name in the summariser's tool record, at most.
+const RECORDED_CALLS: usize = 30;
 
-## Relevant files
-- <path>: <why it matters>";
+/// What the tool calls of the summarised history did, as codeloop recorded them: the summariser is
+/// told, so it cannot claim work no tool did, and the summary carries the count.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WorkRecord {
+    /// `(tool, what it worked on, completed | failed | interrupted)`, oldest first.
+    pub calls: Vec<(String, String, &'static str)>,
+}
+
+impl WorkRecord {
+    /// The record of the tool calls in `head` (calls a retried attempt discarded are left out).
+    pub fn of(head: &[&MessageWithParts]) -> WorkRecord {
+        let calls = head
+            .iter()
+            .flat_map(|m| &m.parts)
+            .filter_map(|p| p.as_tool())
+            .filter(|tool| !tool.ignored)
+            .map(|tool| {
+                let status = match &tool.state {
+                    ToolState::Completed(_) => "completed",
+                    ToolState::Error(_) if tool.state.is_interrupted() => "interrupted",
+                    ToolState::Error(_) => "failed",
+                    ToolState::Pending(_) | ToolState::Running(_) => "interrupted",
+                };
+                let subject = codeloop_tools::call_summary(&tool.tool, tool.state.input());
+                (tool.tool.clone(), subject, status)
+            })
+            .collect();
+        WorkRecord { calls }
+    }
+
+    /// What the summariser is told.
+    fn for_prompt(&self) -> String {
+        if self.calls.is_empty() {
+            return "Tool results in the conversation above: none. No tool ran, so nothing was changed, run or checked \
+                    yet: under ### Completed write \"No tool ran yet.\""
+                .to_owned();
+        }
+        let mut text =
+            String::from("Tool results in the conversation above (codeloop's record, oldest first):");
+        for (tool, subject, status) in self.calls.iter().take(RECORDED_CALLS) {
+            let subject = if subject.is_empty() { String::new() } else { format!(" {subject}") };
+            text.push_str(&format!("\n- {tool}{subject}: {status}"));
+        }
+        if self.calls.len() > RECORDED_CALLS {
+            text.push_str(&format!("\n- … and {} more", self.calls.len() - RECORDED_CALLS));
+        }
+        text
+    }
+
+    /// The line codeloop adds to the summary itself (after a blank line: formats that join a message's
+    /// texts join them as they are).
+    pub fn note(&self) -> String {
+        let count = |status: &str| self.calls.iter().filter(|(_, _, s)| *s == status).count();
+        match self.calls.len() {
+            0 => "\n\n(codeloop's record: no tool ran in the conversation this summary replaces.)".to_owned(),
+            n => format!(
+                "\n\n(codeloop's record of the conversation this summary replaces: {n} tool call(s), {} completed, {} \
+                 failed, {} interrupted.)",
+                count("completed"),
+                count("failed"),
+                count("interrupted")
+            ),
+        }
+    }
+}
 
 /// The final user message of a summary request.
-pub fn summary_prompt(previous: Option<&str>) -> String {
-    let rules = "Rules: keep every section (write (none) when empty); terse bullets; preserve exact file paths, symbols, commands, error strings, URLs and identifiers; never mention summarising or compaction.";
+pub fn summary_prompt(previous: Option<&str>, record: &WorkRecord) -> String {
+    let record = record.for_prompt();
     match previous {
         Some(previous) => format!(
-            "Update the anchored summary below using the conversation above. Output exactly this Markdown structure:\n\n{TEMPLATE}\n\n{rules}\n\n<previous-summary>\n{previous}\n</previous-summary>"
+            "Update the anchored summary below with the conversation above: keep what is still true, drop what is \
+             stale, add what is new. {SECTIONS}\n\n{record}\n\n<previous-summary>\n{previous}\n</previous-summary>"
         ),
         None => format!(
-            "Create an anchored summary of the conversation above. Output exactly this Markdown structure:\n\n{TEMPLATE}\n\n{rules}"
+            "Write an anchored summary of the conversation above, so that the work can go on without it. \
+             {SECTIONS}\n\n{record}"
         ),
     }
 }
@@ -139,13 +207,14 @@ pub fn select_tail(
     history[start..].iter().map(|m| m.info.id().clone()).collect()
 }
 
-/// The text of a finished summary message.
+/// The text of a finished summary message, as the summariser wrote it (codeloop's own note about the
+/// history it replaced is left out: the next summary gets a note of its own).
 pub fn summary_text(message: &MessageWithParts) -> String {
     message
         .parts
         .iter()
         .filter_map(|p| match &p.kind {
-            PartKind::Text(t) if !t.ignored => Some(t.text.as_str()),
+            PartKind::Text(t) if !t.ignored && !t.synthetic => Some(t.text.as_str()),
             _ => None,
         })
         .collect::<Vec<_>>()

@@ -162,7 +162,7 @@ impl PermissionEngine {
         ask: &PermissionAsk,
     ) -> (PermissionAction, Option<PermissionRule>) {
         let approvals = match ask.grant {
-            Grant::Rules => self.saved_approvals(ctx.project),
+            Grant::Rules | Grant::Brake => self.saved_approvals(ctx.project),
             // "Always" answers never cover protected paths or sandbox escapes.
             Grant::Explicit => Vec::new(),
         };
@@ -195,9 +195,21 @@ impl PermissionEngine {
             }
             (PermissionAction::Ask, _) => {}
         }
-        match self.policy {
-            AskPolicy::Allow if ask.grant == Grant::Rules => return Ok(()),
-            AskPolicy::Allow => {
+        match (self.policy, ask.grant) {
+            (AskPolicy::Allow, Grant::Rules) => return Ok(()),
+            // A brake is not a question: answering it "yes" for the user would defeat it.
+            (AskPolicy::Allow | AskPolicy::Deny, Grant::Brake) => {
+                return Err(PermissionError::Blocked {
+                    message: format!(
+                        "`{}` for `{}` is a brake that stops a headless run (--on-ask allow does not answer it); \
+                         if the repetition is intended, add [permission] {} = \"allow\" to your config",
+                        ask.permission,
+                        ask.patterns.join(", "),
+                        ask.permission
+                    ),
+                });
+            }
+            (AskPolicy::Allow, Grant::Explicit) => {
                 return Err(PermissionError::Blocked {
                     message: format!(
                         "`{}` for `{}` is only granted by a rule that names it or by a person's answer, never by \
@@ -209,7 +221,7 @@ impl PermissionEngine {
                     ),
                 });
             }
-            AskPolicy::Deny => {
+            (AskPolicy::Deny, Grant::Rules | Grant::Explicit) => {
                 return Err(PermissionError::Blocked {
                     message: format!(
                         "permission `{}` for `{}` needs approval and no one can answer in this headless run; \
@@ -220,7 +232,7 @@ impl PermissionEngine {
                     ),
                 });
             }
-            AskPolicy::Wait => {}
+            (AskPolicy::Wait, _) => {}
         }
         let request = PermissionRequest {
             id: PermissionId::new(),
@@ -403,7 +415,7 @@ fn decide_patterns(
     let mut all_allowed = true;
     for pattern in patterns {
         let (action, rule) = match ask.grant {
-            Grant::Rules => evaluate(&ask.permission, pattern, layers.iter().copied()),
+            Grant::Rules | Grant::Brake => evaluate(&ask.permission, pattern, layers.iter().copied()),
             Grant::Explicit => evaluate_explicit(&ask.permission, pattern, layers.iter().copied()),
         };
         let (project_action, project_rule) = evaluate(&ask.permission, pattern, [narrowing]);

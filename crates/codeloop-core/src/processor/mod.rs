@@ -91,6 +91,8 @@ pub struct TurnContext {
     pub estimated_input_tokens: u64,
     /// The tools this turn can run (built-in and MCP).
     pub tools: Arc<codeloop_tools::ToolRegistry>,
+    /// The names of the tools the request offered (a call to an unknown tool is told these).
+    pub offered: Vec<String>,
     /// A user's rejection is fed back to the model instead of stopping the run.
     pub continue_on_reject: bool,
     /// The OS walls of this agent's commands (`None`: permission rules only).

@@ -109,7 +109,7 @@ impl Processor {
             let message = format!(
                 "Unknown tool \"{}\". Available tools: {}. Call one of these instead.",
                 call.name,
-                self.offered_tools().join(", ")
+                self.ctx.offered.join(", ")
             );
             self.settle(index, Err(ToolFailure::Failed(message)));
             return Ok(());
@@ -121,7 +121,9 @@ impl Processor {
                     let message = match &failure {
                         PermissionError::Corrected { .. } | PermissionError::Denied { .. } => None,
                         _ => Some(format!(
-                            "Stopped: doom loop detected, {}. Allow it with [permission] doom_loop = \"allow\" if this is intended.",
+                            "Stopped: doom loop detected: {}. The model keeps repeating itself; fix what it keeps \
+                             running into or say more precisely what to do, then continue the session \
+                             (codeloop run --continue). If the repetition is intended, add [permission] doom_loop = \"allow\".",
                             found.describe()
                         )),
                     };
@@ -138,20 +140,6 @@ impl Processor {
         Ok(())
     }
 
-    /// The tools this turn offered the model: those its permission rules do not switch off (the same
-    /// filter as the request's tool list), so an "Unknown tool" answer never suggests one it cannot call.
-    fn offered_tools(&self) -> Vec<&str> {
-        self.ctx
-            .tools
-            .names()
-            .into_iter()
-            .filter(|name| {
-                let tool = self.ctx.tools.get(name);
-                self.ctx.gate.offers(tool.as_deref().map_or(*name, |t| t.permission()))
-            })
-            .collect()
-    }
-
     pub(super) async fn ask_doom_loop(
         &self,
         found: &DoomLoop,
@@ -162,7 +150,8 @@ impl Processor {
         let call_id = self.parts[index].as_tool().map(|t| t.call_id.clone()).unwrap_or_default();
         let call = codeloop_types::ToolCallRef { message_id: self.message.id.clone(), call_id };
         let ask = PermissionAsk {
-            grant: Default::default(),
+            // A brake, not a question: `--on-ask allow` does not answer it (DESIGN.md §4 "Doom loop").
+            grant: codeloop_tools::Grant::Brake,
             permission: "doom_loop".into(),
             patterns: vec![tool.clone()],
             always: vec![tool.clone()],

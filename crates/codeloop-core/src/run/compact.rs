@@ -12,8 +12,8 @@ use super::turn::estimate_request_tokens;
 use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run, RunError, StopReason};
 use crate::agents::COMPACTION_AGENT;
 use crate::compaction::{
-    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, is_overflow,
-    max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
+    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,
+    is_overflow, max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
 };
 use crate::processor::Processor;
 use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
@@ -109,7 +109,9 @@ impl Run<'_> {
         let options =
             ProjectionOptions { strip_media: true, tool_output_max_chars: Some(SUMMARY_TOOL_OUTPUT_CHARS) };
         let mut messages = to_provider_messages(&head, &model.reference, options);
-        messages.push(ChatMessage::User(vec![UserContent::Text(summary_prompt(previous.as_deref()))]));
+        let record = WorkRecord::of(&head);
+        let prompt = summary_prompt(previous.as_deref(), &record);
+        messages.push(ChatMessage::User(vec![UserContent::Text(prompt)]));
         let request = ProviderRequest {
             model: model.api_id.clone(),
             system: vec![SUMMARY_SYSTEM_PROMPT.to_owned()],
@@ -118,12 +120,15 @@ impl Run<'_> {
             tool_choice: ToolChoice::None,
             max_output_tokens: Some(max_output(&model.limits)),
             temperature: None,
+            top_p: None,
+            // No tools: nothing to turn into a call.
+            tool_call_text: codeloop_provider::ToolCallText::Off,
             session_id: Some(self.session.id.to_string()),
             // A summary is sent once: nothing to reuse.
             cache: None,
         };
         let estimate = estimate_request_tokens(&request);
-        let ctx = self.turn_context(&agent, &model, false, true, estimate);
+        let ctx = self.turn_context(&agent, &model, false, true, estimate, Vec::new());
         let mut summary = self.new_assistant(&request_user, &agent.name, &model);
         summary.summary = true;
         let mut processor = Processor::new(ctx, summary);
@@ -144,7 +149,14 @@ impl Run<'_> {
             }
             (None, false) => None,
         };
-        let finished = processor.finish(error.clone(), None);
+        let mut finished = processor.finish(error.clone(), None);
+        if error.is_none() {
+            // What the tools did, as codeloop knows it, stays next to what the summariser says they did.
+            let note =
+                Part::synthetic_text(self.session.id.clone(), finished.message.id.clone(), record.note());
+            self.services.journal.save_part(&note);
+            finished.parts.push(note);
+        }
         self.record_assistant(MessageWithParts {
             info: Message::Assistant(finished.message),
             parts: finished.parts,

@@ -6,6 +6,7 @@
 //! and appended to in memory.
 
 mod compact;
+mod offer;
 mod turn;
 
 pub use compact::new_compaction_request;
@@ -218,7 +219,8 @@ pub(crate) struct Run<'a> {
     inbox: &'a Inbox,
     doom: DoomLoopGuard,
     step: u32,
-    systems: HashMap<String, Vec<String>>,
+    /// What each agent and model is offered, worked out once per run so every step sends the same prefix.
+    offers: HashMap<(String, ModelRef), Arc<offer::Offer>>,
     /// Each agent's OS walls, worked out once per run (they stat the protected paths).
     walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,
@@ -280,7 +282,7 @@ pub(crate) async fn run_session(
         inbox,
         doom: DoomLoopGuard::default(),
         step: 0,
-        systems: HashMap::new(),
+        offers: HashMap::new(),
         walls: HashMap::new(),
         models: HashMap::new(),
         breaker: Breaker::default(),

@@ -3,21 +3,20 @@
 
 use std::sync::Arc;
 
-use codeloop_provider::{ChatMessage, ProviderError, ProviderRequest, ToolChoice, ToolSpec, UserContent};
+use codeloop_provider::{ChatMessage, ProviderError, ProviderRequest, ToolCallText, ToolChoice, UserContent};
 use codeloop_store::MessageWithParts;
 use codeloop_types::{
-    AssistantError, AssistantMessage, Finish, Message, MessagePath, PermissionRule, SessionStatus,
-    UserMessage, now_ms,
+    AssistantError, AssistantMessage, EventPayload, Finish, Message, MessagePath, ModelRef, Part, PartKind,
+    PermissionRule, SessionStatus, UserMessage, now_ms,
 };
 
 use super::{Flow, Run, RunError, StopReason};
 use crate::agents::Agent;
 use crate::compaction::{max_output, overflow_threshold, request_size, usable};
-use crate::instructions::{instruction_files, system_prompt};
+use crate::instructions::SystemPrompt;
 use crate::models::ResolvedModel;
-use crate::permission::offered;
 use crate::processor::{AttemptEnd, Finished, Next, Processor, TurnContext};
-use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
+use crate::projection::{ProjectionOptions, lead_with_context, to_provider_messages, visible_history};
 use crate::retry::{RetryDecision, RetryPolicy};
 use crate::tool_host::ToolGate;
 
@@ -61,6 +60,7 @@ impl Run<'_> {
         tools_enabled: bool,
         summary: bool,
         estimated_input_tokens: u64,
+        offered: Vec<String>,
     ) -> Arc<TurnContext> {
         let compaction = &self.services.config.compaction;
         Arc::new(TurnContext {
@@ -82,55 +82,10 @@ impl Run<'_> {
             summary,
             estimated_input_tokens,
             tools: self.tools.registry.clone(),
+            offered,
             continue_on_reject: self.services.config.continue_on_reject,
             walls: self.walls_of(agent),
         })
-    }
-
-    /// The system blocks for an agent, computed once per run so every step sends the same prefix.
-    fn system(&mut self, agent: &Agent, model: &ResolvedModel) -> Vec<String> {
-        let key = format!("{}\u{0}{}", agent.name, model.reference);
-        if let Some(system) = self.systems.get(&key) {
-            return system.clone();
-        }
-        let files = instruction_files(
-            &self.project,
-            self.services.global_instructions.as_deref(),
-            &self.policy.instructions,
-        );
-        // Skills are listed only when the agent may load them.
-        let (defaults, narrowing) = (self.services.permissions.defaults(), self.policy.narrowing.as_slice());
-        let skills = if offered("skill", defaults, &self.layers(agent), narrowing) {
-            codeloop_tools::list_skills(&self.services.skill_dirs, &self.project.root)
-        } else {
-            Vec::new()
-        };
-        let system = system_prompt(
-            agent.prompt.as_deref(),
-            &model.reference.to_string(),
-            &self.project,
-            self.session.time.created,
-            &files,
-            &skills,
-            self.paths.temp_dir.as_deref(),
-        );
-        self.systems.insert(key, system.clone());
-        system
-    }
-
-    fn tool_specs(&self, agent: &Agent) -> Vec<ToolSpec> {
-        let layers = self.layers(agent);
-        let defaults = self.services.permissions.defaults();
-        self.tools
-            .specs
-            .iter()
-            .filter(|spec| {
-                let tool = self.tools.registry.get(&spec.name);
-                let permission = tool.as_deref().map_or(spec.name.as_str(), |t| t.permission());
-                offered(permission, defaults, &layers, &self.policy.narrowing)
-            })
-            .cloned()
-            .collect()
     }
 
     fn build_request(
@@ -145,14 +100,16 @@ impl Run<'_> {
         if last_step {
             messages.push(ChatMessage::User(vec![UserContent::Text(MAX_STEPS_TEXT.into())]));
         }
-        let mut system = self.system(agent, model);
+        let offer = self.offer(agent, model);
+        let SystemPrompt { stable: mut system, context } = offer.system.clone();
+        lead_with_context(&mut messages, context);
         if let Some(extra) = &user.system {
             system.push(extra.clone());
         }
         // Anthropic rejects tool_use blocks in history without tool definitions: there the tools stay
         // listed and tool_choice "none" forbids calling them.
         let keep_tools = !last_step || model.wire == codeloop_provider::WireApi::Anthropic;
-        let tools = if keep_tools { self.tool_specs(agent) } else { Vec::new() };
+        let tools = if keep_tools { offer.tools.clone() } else { Vec::new() };
         ProviderRequest {
             model: model.api_id.clone(),
             system,
@@ -161,6 +118,8 @@ impl Run<'_> {
             tools,
             max_output_tokens: Some(max_output(&model.limits)),
             temperature: agent.temperature.or(model.temperature).filter(|_| model.accepts_temperature),
+            top_p: model.top_p,
+            tool_call_text: model.tool_call_text,
             session_id: Some(self.session.id.to_string()),
             cache: Some(self.encoded.clone()),
         }
@@ -195,7 +154,8 @@ impl Run<'_> {
         let last_step = agent.steps.is_some_and(|steps| self.step >= steps);
         let request = self.build_request(&agent, &model, &user, last_step);
         let estimate = estimate_request_tokens(&request);
-        let ctx = self.turn_context(&agent, &model, !last_step, false, estimate);
+        let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        let ctx = self.turn_context(&agent, &model, !last_step, false, estimate, offered.clone());
         let mut processor = Processor::new(ctx, self.new_assistant(&user, &agent.name, &model));
         let start = self.snapshot().await;
         processor.set_start_snapshot(start.clone());
@@ -225,6 +185,9 @@ impl Run<'_> {
             });
         }
         let Finished { message, parts, next } = processor.finish(error.clone(), end.halted);
+        if model.tool_call_text != ToolCallText::Off && next == Next::Continue {
+            self.warn_if_call_written_as_text(&model, &parts, &offered);
+        }
         let tokens = message.tokens;
         self.record_assistant(MessageWithParts { info: Message::Assistant(message), parts });
 
@@ -261,6 +224,43 @@ impl Run<'_> {
             Next::Continue if last_step => Ok(Flow::Stop(StopReason::StepLimit(self.step))),
             Next::Continue => Ok(Flow::Continue),
         }
+    }
+
+    /// An answer with a tool call written as text in it ends the run as if the model were done: say so,
+    /// and what to configure (DESIGN.md §1: the provider parses, the loop decides).
+    fn warn_if_call_written_as_text(&self, model: &ResolvedModel, parts: &[Part], offered: &[String]) {
+        if parts.iter().any(|p| p.as_tool().is_some()) {
+            return;
+        }
+        let text: String = parts
+            .iter()
+            .filter_map(|p| match &p.kind {
+                PartKind::Text(text) if !text.ignored && !text.synthetic => Some(text.text.as_str()),
+                _ => None,
+            })
+            .collect();
+        let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+        let Some(call) = codeloop_provider::text_tool_call_inside(&text, &offered) else { return };
+        let tool = &call.name;
+        let ModelRef { provider_id, model_id } = &model.reference;
+        let message = match model.tool_call_text {
+            // An answer of calls alone would have been one: this one has other text around it.
+            ToolCallText::Parse => format!(
+                "the answer has a call to `{tool}` written as text among other text, so nothing ran: \
+                 tool_call_text = \"parse\" takes only an answer that is nothing but calls. Continue the session \
+                 and ask for the call alone, or start the server with its tool-call parser"
+            ),
+            ToolCallText::Warn | ToolCallText::Off => format!(
+                "the answer looks like a call to `{tool}` written as text, so nothing ran and the run ended. The \
+                 server did not turn it into a tool call: start it with its tool-call parser (llama.cpp: --jinja; \
+                 vLLM: --enable-auto-tool-choice --tool-call-parser hermes), or let codeloop parse such answers \
+                 with tool_call_text = \"parse\" in [provider.{provider_id}.models.\"{model_id}\"] (or \
+                 [provider.{provider_id}])"
+            ),
+        };
+        self.services
+            .bus
+            .publish(EventPayload::SessionWarning { session_id: self.session.id.clone(), message });
     }
 
     /// A snapshot of the project, when snapshots are on for it. Failures only cost the patch list.

@@ -34,6 +34,11 @@ fn redact(value: &mut Value, project: &str) {
     match value {
         Value::String(s) => {
             let mut replaced = s.replace(project, "[PROJECT]");
+            // The date of the session's first day.
+            if let Some(at) = replaced.find("Today's date: ") {
+                let start = at + "Today's date: ".len();
+                replaced.replace_range(start..(start + 10).min(replaced.len()), "[DATE]");
+            }
             // The session's temp dir holds the uid and session id.
             if let Some(at) = replaced.find("($TMPDIR): ") {
                 let start = at + "($TMPDIR): ".len();
@@ -392,12 +397,14 @@ async fn prune_does_nothing_when_less_than_the_minimum_would_be_freed() {
     assert!(!any_pruned, "three turns: only ~12 000 tokens beyond the protected turns");
 }
 
-/// The provider messages of `history` encoded from scratch (no memo), as the fake provider records them.
-fn encoded_from_scratch(history: &[codeloop_store::MessageWithParts]) -> Vec<Value> {
+/// The provider messages of `history` encoded from scratch (no memo), as the fake provider records them,
+/// led by the run's `context` block.
+fn encoded_from_scratch(history: &[codeloop_store::MessageWithParts], context: &str) -> Vec<Value> {
     let visible = projection::visible_history(history);
     let model = codeloop_types::ModelRef::new("fake", "test");
-    let messages =
+    let mut messages =
         projection::to_provider_messages(&visible, &model, projection::ProjectionOptions::default());
+    projection::lead_with_context(&mut messages, context.to_owned());
     let request = codeloop_provider::ProviderRequest { messages, ..Default::default() };
     let body = codeloop_provider::openai_chat::build_body(&request, codeloop_provider::Endpoint::Compatible);
     body["messages"].as_array().cloned().unwrap_or_default()
@@ -436,7 +443,13 @@ async fn every_step_sends_what_encoding_its_history_from_scratch_would_after_pru
             let seen: Vec<_> = before.iter().chain(&new[..1 + step]).cloned().collect();
             // The recorded messages start with the system message.
             let sent = h.request_messages(first_request + step)[1..].to_vec();
-            pretty_assertions::assert_eq!(sent, encoded_from_scratch(&seen), "run {run} step {step}");
+            let context = sent[0]["content"][0]["text"].as_str().unwrap();
+            assert!(context.starts_with("<context>"), "{context}");
+            pretty_assertions::assert_eq!(
+                sent,
+                encoded_from_scratch(&seen, context),
+                "run {run} step {step}"
+            );
             checked += 1;
         }
     }
@@ -449,4 +462,72 @@ async fn every_step_sends_what_encoding_its_history_from_scratch_would_after_pru
         )
         .count();
     assert!(pruned > 0, "prune changed earlier outputs between runs");
+}
+
+#[tokio::test]
+async fn a_summary_of_a_history_where_no_tool_ran_says_no_tool_ran() {
+    // A small model summarising this invented progress from the template's placeholders.
+    let h = Harness::with(
+        Script::new([
+            text("I will plan the feature first.", 47_000),
+            text(
+                "## Objective\nPlan the feature.\n\n## Work state\n### Completed\n- No tool ran yet.",
+                5_000,
+            ),
+            text("Continuing with the plan.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    assert_eq!(h.prompt("plan the feature").await.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 3);
+    let summary_request = h.request_messages(1);
+    let prompt = summary_request.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        prompt.contains("Tool results in the conversation above: none. No tool ran"),
+        "the summariser is told that nothing ran: {prompt}"
+    );
+    assert!(prompt.contains("## Work state (with ### Completed"), "{prompt}");
+    assert!(!prompt.contains('<'), "no <placeholder> to copy: {prompt}");
+    // The summary keeps codeloop's own record next to what the model wrote, and the model sees it.
+    let history = h.history();
+    let summary = history.iter().find(|m| m.info.as_assistant().is_some_and(|a| a.summary)).unwrap();
+    let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
+    assert_eq!(note.text, "\n\n(codeloop's record: no tool ran in the conversation this summary replaces.)");
+    let after = Value::Array(h.request_messages(2)).to_string();
+    assert!(after.contains("no tool ran in the conversation this summary replaces"), "{after}");
+}
+
+#[tokio::test]
+async fn the_summariser_is_told_which_tools_ran_and_how_they_ended() {
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"}))),
+            Turn::from(Reply::tool_call("read", json!({"filePath": "missing.txt"}))),
+            text("Read one of them.", 47_000),
+            text(SUMMARY, 5_000),
+            text("Continuing.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        |config| {
+            small_window(config);
+            config.compaction.tail_turns = 0;
+        },
+    )
+    .await;
+    h.write("a.txt", "notes\n");
+    assert_eq!(h.prompt("read both files").await.stop, StopReason::Completed);
+    let summary_request = h.request_messages(3);
+    let prompt = summary_request.last().unwrap()["content"].as_str().unwrap();
+    assert!(
+        prompt.ends_with(
+            "Tool results in the conversation above (codeloop's record, oldest first):\n- read a.txt: completed\n- read missing.txt: failed"
+        ),
+        "{prompt}"
+    );
+    let history = h.history();
+    let summary = history.iter().find(|m| m.info.as_assistant().is_some_and(|a| a.summary)).unwrap();
+    let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
+    assert!(note.text.contains("2 tool call(s), 1 completed, 1 failed, 0 interrupted"), "{}", note.text);
 }

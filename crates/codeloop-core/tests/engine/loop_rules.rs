@@ -1,10 +1,10 @@
 //! Loop rules: doom-loop guard and step limits.
 
 use codeloop_core::StopReason;
-use codeloop_core::config::AgentSettings;
-use codeloop_core::permission::AskPolicy;
+use codeloop_core::config::{AgentSettings, PermissionConfig};
+use codeloop_core::permission::{AskPolicy, Reply as Answer};
 use codeloop_testkit::{Reply, Script, Turn};
-use codeloop_types::ToolState;
+use codeloop_types::{PermissionAction, PermissionReply, PermissionRule, ToolState};
 use serde_json::json;
 
 use crate::harness::{Harness, state};
@@ -41,17 +41,68 @@ async fn doom_loop_fires_on_an_abababab_cycle() {
 }
 
 #[tokio::test]
-async fn an_allowed_doom_loop_keeps_going() {
+async fn a_doom_loop_a_rule_allows_keeps_going() {
     let read = || Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})));
     let h = Harness::with(
         Script::new([read(), read(), read(), Turn::from(Reply::text("done"))]),
-        AskPolicy::Allow,
-        |_| {},
+        AskPolicy::Deny,
+        |config| {
+            config.permission =
+                PermissionConfig(vec![PermissionRule::new("doom_loop", "*", PermissionAction::Allow)]);
+        },
     )
     .await;
     h.write("a.txt", "hi\n");
     assert_eq!(h.prompt("read a.txt").await.stop, StopReason::Completed);
     assert_eq!(h.fake.request_count(), 4);
+}
+
+/// The same failing edit, again and again: what a small model does with a format it cannot write.
+fn failing_edit() -> Turn {
+    Turn::from(Reply::tool_call(
+        "edit",
+        json!({"filePath": "a.txt", "oldString": "not in the file", "newString": "x"}),
+    ))
+}
+
+#[tokio::test]
+async fn on_ask_allow_does_not_answer_the_doom_loop_brake() {
+    let h = Harness::with(
+        Script::new([failing_edit(), failing_edit(), failing_edit(), Turn::from(Reply::text("never sent"))]),
+        AskPolicy::Allow,
+        |_| {},
+    )
+    .await;
+    h.write("a.txt", "hi\n");
+    let outcome = h.prompt("fix a.txt").await;
+    let StopReason::Blocked(message) = &outcome.stop else { panic!("expected a stop: {:?}", outcome.stop) };
+    assert!(message.contains("doom loop") && message.contains("`edit` was called 3 times"), "{message}");
+    assert!(message.contains("doom_loop = \"allow\""), "says how to allow it: {message}");
+    assert_eq!(h.fake.request_count(), 3, "the third identical call stops the run");
+    let tools = h.tool_parts();
+    let ToolState::Error(third) = state(&tools[2]) else { panic!("{:?}", state(&tools[2])) };
+    assert!(third.error.contains("--on-ask allow does not answer it"), "{}", third.error);
+    assert!(h.engine.pending_permissions(Some(&h.session.id)).is_empty());
+}
+
+#[tokio::test]
+async fn an_interactive_run_is_asked_about_a_doom_loop_and_a_rejection_stops_it() {
+    let h = Harness::with(
+        Script::new([failing_edit(), failing_edit(), failing_edit(), Turn::from(Reply::text("never sent"))]),
+        AskPolicy::Wait,
+        |_| {},
+    )
+    .await;
+    h.write("a.txt", "hi\n");
+    let (run, request) = h.start_until_asked("fix a.txt").await;
+    assert_eq!(request.permission, "doom_loop");
+    assert_eq!(request.patterns, vec!["edit".to_owned()]);
+    let description = request.metadata["description"].as_str().unwrap();
+    assert!(description.contains("3 times in a row"), "{description}");
+    h.engine.reply_permission(&request.id, Answer { reply: PermissionReply::Reject, message: None }).unwrap();
+    let outcome = run.await.unwrap();
+    assert!(matches!(&outcome.stop, StopReason::Blocked(m) if m.contains("doom loop")), "{:?}", outcome.stop);
+    assert_eq!(h.fake.request_count(), 3);
 }
 
 #[tokio::test]

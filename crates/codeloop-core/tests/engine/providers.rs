@@ -40,7 +40,14 @@ async fn round_trip(api: WireApi) -> Value {
     if let Some(messages) = body.get_mut("messages").and_then(Value::as_array_mut) {
         messages.retain(|m| m["role"] != "system");
     }
-    let text = body.to_string().replace(&project, "[PROJECT]");
+    // The context block leading the conversation holds the session's scratch dir and date.
+    let scratch = codeloop_tools::session_temp_dir(h.session.id.as_str()).unwrap().display().to_string();
+    let date = codeloop_types::date_of(session.time.created);
+    let text = body
+        .to_string()
+        .replace(&project, "[PROJECT]")
+        .replace(&scratch, "[TMPDIR]")
+        .replace(&format!("Today's date: {date}"), "Today's date: [DATE]");
     serde_json::from_str(&text).unwrap()
 }
 

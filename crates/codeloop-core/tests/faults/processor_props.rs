@@ -173,6 +173,7 @@ impl Fixture {
             summary: false,
             estimated_input_tokens: 0,
             tools: self.services().tools.clone(),
+            offered: self.services().tools.names().iter().map(|n| n.to_string()).collect(),
             continue_on_reject: false,
             walls: None,
         });
@@ -193,6 +194,8 @@ impl Fixture {
             tool_choice: ToolChoice::Auto,
             max_output_tokens: None,
             temperature: None,
+            top_p: None,
+            tool_call_text: Default::default(),
             session_id: None,
             cache: None,
         };

@@ -109,7 +109,10 @@ fn body(request: &ProviderRequest, messages: Value) -> Map<String, Value> {
         body.insert("tool_choice".into(), json!({ "type": choice }));
     }
     if let Some(temperature) = request.temperature {
-        body.insert("temperature".into(), json!(temperature));
+        body.insert("temperature".into(), crate::request::sampling(temperature));
+    }
+    if let Some(top_p) = request.top_p {
+        body.insert("top_p".into(), crate::request::sampling(top_p));
     }
     body.insert("stream".into(), json!(true));
     body
@@ -308,6 +311,8 @@ mod tests {
             tool_choice: ToolChoice::Required,
             max_output_tokens: Some(4096),
             temperature: None,
+            top_p: None,
+            tool_call_text: Default::default(),
             session_id: None,
             cache: None,
         };

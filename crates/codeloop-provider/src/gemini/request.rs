@@ -99,7 +99,10 @@ fn body(request: &ProviderRequest, contents: Value) -> Map<String, Value> {
         generation.insert("maxOutputTokens".into(), json!(max));
     }
     if let Some(temperature) = request.temperature {
-        generation.insert("temperature".into(), json!(temperature));
+        generation.insert("temperature".into(), crate::request::sampling(temperature));
+    }
+    if let Some(top_p) = request.top_p {
+        generation.insert("topP".into(), crate::request::sampling(top_p));
     }
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
@@ -359,6 +362,8 @@ mod tests {
             tool_choice: ToolChoice::Required,
             max_output_tokens: Some(4096),
             temperature: Some(0.5),
+            top_p: None,
+            tool_call_text: Default::default(),
             session_id: Some("s".into()),
             cache: None,
         };

@@ -79,7 +79,10 @@ fn body(request: &ProviderRequest, endpoint: Endpoint, messages: Value) -> Map<S
         body.insert("prompt_cache_key".into(), json!(session));
     }
     if let Some(temperature) = request.temperature {
-        body.insert("temperature".into(), json!(temperature));
+        body.insert("temperature".into(), crate::request::sampling(temperature));
+    }
+    if let Some(top_p) = request.top_p {
+        body.insert("top_p".into(), crate::request::sampling(top_p));
     }
     body
 }
@@ -250,6 +253,8 @@ mod tests {
             tool_choice: ToolChoice::Auto,
             max_output_tokens: Some(1000),
             temperature: None,
+            top_p: None,
+            tool_call_text: Default::default(),
             session_id: None,
             cache: None,
         };

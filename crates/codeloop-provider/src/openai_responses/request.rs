@@ -79,7 +79,10 @@ fn body(request: &ProviderRequest, endpoint: Endpoint, input: Value) -> Map<Stri
         body.insert("max_output_tokens".into(), json!(max));
     }
     if let Some(temperature) = request.temperature {
-        body.insert("temperature".into(), json!(temperature));
+        body.insert("temperature".into(), crate::request::sampling(temperature));
+    }
+    if let Some(top_p) = request.top_p {
+        body.insert("top_p".into(), crate::request::sampling(top_p));
     }
     if let (Endpoint::OpenAi, Some(session)) = (endpoint, &request.session_id) {
         // Routes a session's requests to the same prompt cache.
@@ -249,6 +252,8 @@ mod tests {
             tool_choice: ToolChoice::Auto,
             max_output_tokens: Some(2000),
             temperature: None,
+            top_p: None,
+            tool_call_text: Default::default(),
             session_id: None,
             cache: None,
         };

@@ -74,7 +74,10 @@ impl Tool for GlobTool {
         };
         paths::check_external(ctx, &root, PathKind::Directory).await?;
         if !root.is_dir() {
-            return Err(ToolFailure::Failed(format!("glob path must be a directory: {}", root.display())));
+            return Err(ToolFailure::Failed(format!(
+                "glob path must be a directory: {}. Give a directory, or leave path out to search the project.",
+                root.display()
+            )));
         }
         let pattern = relative_pattern(&root, &params.pattern);
         let cancel = ctx.cancel.child_token();

@@ -98,7 +98,10 @@ impl Tool for GrepTool {
         };
         paths::check_external(ctx, &root, PathKind::Directory).await?;
         if !root.exists() {
-            return Err(ToolFailure::Failed(format!("Path not found: {}", root.display())));
+            return Err(ToolFailure::Failed(format!(
+                "Path not found: {}. Give a directory or file that exists, or leave path out to search the project.",
+                root.display()
+            )));
         }
         if root.is_file() {
             let rel = paths::relative(ctx, &root);
@@ -112,7 +115,12 @@ impl Tool for GrepTool {
             .await?;
         }
         let matcher = RegexMatcher::new_line_matcher(&params.pattern)
-            .map_err(|e| ToolFailure::Failed(format!("Invalid regex pattern: {e}")))?;
+            .map_err(|e| {
+                ToolFailure::Failed(format!(
+                    "Invalid regex pattern: {e}. Escape special characters with a backslash (\\( \\[ \\. \\{{) or \
+                     search for a plainer part of the text."
+                ))
+            })?;
 
         let cancel = ctx.cancel.child_token();
         let job = {

@@ -62,6 +62,10 @@ impl Tool for SkillTool {
         "skill"
     }
 
+    fn needs(&self) -> crate::Needs {
+        crate::Needs::Skills
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }

@@ -43,6 +43,10 @@ impl Tool for WriteTool {
         "write"
     }
 
+    fn profile(&self) -> Option<crate::ToolProfile> {
+        Some(crate::ToolProfile::Edit)
+    }
+
     fn permission(&self) -> &str {
         "edit"
     }

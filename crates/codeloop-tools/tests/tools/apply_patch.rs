@@ -79,7 +79,7 @@ async fn apply_patch_rejects_a_malformed_envelope() {
     let message = env.fail("apply_patch", json!({"patchText": "*** Update File: a.txt\n-x\n+y"})).await;
     assert!(message.contains("*** Begin Patch"), "{message}");
     let empty = env.fail("apply_patch", json!({"patchText": "*** Begin Patch\n*** End Patch"})).await;
-    assert_eq!(empty, "patch rejected: empty patch");
+    assert!(empty.starts_with("patch rejected: empty patch. "), "{empty}");
 }
 
 #[tokio::test]
@@ -122,4 +122,42 @@ async fn apply_patch_refuses_to_update_a_file_that_is_not_utf8_and_changes_nothi
     let patch = "*** Begin Patch\n*** Delete File: legacy.txt\n*** End Patch";
     env.ok("apply_patch", json!({"patchText": patch})).await;
     assert!(!path.exists());
+}
+
+#[tokio::test]
+async fn the_example_in_the_description_is_a_patch_that_applies() {
+    let env = Env::new();
+    env.write(
+        "src/greet.py",
+        "def greet(name):\n    greeting = \"Hello\"\n    print(greeting + name)\n    return greeting\n",
+    );
+    env.write("old_notes.txt", "old\n");
+    let tool = env.registry.get("apply_patch").unwrap();
+    let description = codeloop_tools::Tool::description(tool.as_ref());
+    let start = description.find("*** Begin Patch").unwrap();
+    let end = description.find("*** End Patch").unwrap() + "*** End Patch".len();
+    env.ok("apply_patch", json!({"patchText": &description[start..end]})).await;
+    assert_eq!(env.read("docs/hello.md"), "# Hello\nA new file: every line starts with +.\n");
+    assert_eq!(
+        env.read("src/greet.py"),
+        "def greet(name):\n    greeting = \"Hello\"\n    print(greeting + \", \" + name)\n    return greeting\n"
+    );
+    assert!(!env.path("old_notes.txt").exists());
+}
+
+#[tokio::test]
+async fn no_tool_description_shows_a_format_line_with_an_inline_remark() {
+    for spec in Env::new().registry.specs() {
+        assert!(!spec.description.contains("(optional)"), "{}: {}", spec.name, spec.description);
+    }
+}
+
+#[tokio::test]
+async fn a_remark_after_a_marker_line_is_ignored() {
+    let env = Env::new();
+    env.write("a.txt", "one\ntwo\n");
+    // What a small model wrote after seeing "*** End of File (optional)" in a format description.
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n one\n-two\n+2\n*** End of File (optional)\n*** End Patch (end)";
+    env.ok("apply_patch", json!({"patchText": patch})).await;
+    assert_eq!(env.read("a.txt"), "one\n2\n");
 }

@@ -74,20 +74,21 @@ async fn edit_falls_back_to_fuzzy_strategies() {
 #[tokio::test]
 async fn edit_requires_a_unique_match_unless_replace_all() {
     let env = Env::new();
-    env.write("m.txt", "x = 1\nx = 1\n");
+    env.write("m.txt", "x = 1\nx = 1\ny = 0\nx = 1\n");
     let message =
         env.fail("edit", json!({"filePath": "m.txt", "oldString": "x = 1", "newString": "x = 2"})).await;
     assert_eq!(
         message,
-        "Found multiple matches for oldString. Provide more surrounding context to make the match unique."
+        "Found 3 matches for oldString, starting at lines 1, 2, 4. Add surrounding lines to oldString so that it \
+         matches only the place you mean, or set replaceAll to true to replace every match."
     );
-    assert_eq!(env.read("m.txt"), "x = 1\nx = 1\n");
+    assert_eq!(env.read("m.txt"), "x = 1\nx = 1\ny = 0\nx = 1\n");
     env.ok(
         "edit",
         json!({"filePath": "m.txt", "oldString": "x = 1", "newString": "x = 2", "replaceAll": true}),
     )
     .await;
-    assert_eq!(env.read("m.txt"), "x = 2\nx = 2\n");
+    assert_eq!(env.read("m.txt"), "x = 2\nx = 2\ny = 0\nx = 2\n");
 }
 
 #[tokio::test]
@@ -97,7 +98,8 @@ async fn edit_reports_missing_text_and_identical_strings() {
     let message = env.fail("edit", json!({"filePath": "f.txt", "oldString": "zzz", "newString": "y"})).await;
     assert_eq!(
         message,
-        "Could not find oldString in the file. It must match exactly, including whitespace, indentation, and line endings."
+        "Could not find oldString in the file. It must match exactly, including whitespace, indentation, and line \
+         endings. Read the file again and copy the lines as they are now, without the `N: ` line-number prefixes."
     );
     let same = env.fail("edit", json!({"filePath": "f.txt", "oldString": "abc", "newString": "abc"})).await;
     assert_eq!(same, "No changes to apply: oldString and newString are identical.");
@@ -134,7 +136,10 @@ async fn denied_edit_leaves_the_file_untouched() {
 async fn edit_of_a_missing_file_fails() {
     let env = Env::new();
     let message = env.fail("edit", json!({"filePath": "nope.txt", "oldString": "a", "newString": "b"})).await;
-    assert_eq!(message, format!("File not found: {}", env.path("nope.txt").display()));
+    assert!(
+        message.starts_with(&format!("File not found: {}. ", env.path("nope.txt").display())),
+        "{message}"
+    );
 }
 
 /// "café = 1\nnaïve = 2\n" in Latin-1: é and ï are single bytes that are not UTF-8.

@@ -84,6 +84,9 @@ impl App {
             EventPayload::SessionCompacted { session_id } if self.mine(&session_id) => {
                 self.convo.notice(Notice::info("context compacted: older messages were summarised"));
             }
+            EventPayload::SessionWarning { session_id, message } if self.mine(&session_id) => {
+                self.convo.notice(Notice::warning(message));
+            }
             EventPayload::PermissionAsked(request)
                 if self.mine(&request.session_id) || self.children.contains(&request.session_id) =>
             {

@@ -15,8 +15,12 @@ pub(crate) fn apply_chunks(original: &str, path: &str, chunks: &[Chunk]) -> Resu
     let mut cursor = 0;
     for chunk in chunks {
         if let Some(context) = &chunk.context {
-            let idx = seek(&lines, std::slice::from_ref(context), cursor, false)
-                .ok_or_else(|| format!("Failed to find context '{context}' in {path}"))?;
+            let idx = seek(&lines, std::slice::from_ref(context), cursor, false).ok_or_else(|| {
+                format!(
+                    "Failed to find context '{context}' in {path}. The text after @@ must be a line of the \
+                         file as it is now: read the file and copy one exactly, or write a bare @@"
+                )
+            })?;
             cursor = idx + 1;
         }
         if chunk.old_lines.is_empty() {
@@ -38,7 +42,11 @@ pub(crate) fn apply_chunks(original: &str, path: &str, chunks: &[Chunk]) -> Resu
             found = seek(&lines, old, cursor, chunk.end_of_file);
         }
         let start = found.ok_or_else(|| {
-            format!("Failed to find expected lines in {path}:\n{}", chunk.old_lines.join("\n"))
+            format!(
+                "Failed to find expected lines in {path}:\n{}\nThe ' ' and '-' lines must match the file as it is \
+                 now: read the file again and copy them exactly",
+                chunk.old_lines.join("\n")
+            )
         })?;
         replacements.push((start, old.len(), new.to_vec()));
         cursor = start + old.len();

@@ -21,10 +21,28 @@ use crate::text::{FileText, count_changes, read_for_edit, read_optional, unified
 use crate::{Grant, PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
 use parse::Hunk;
 
-const DESCRIPTION: &str = "Edit files with a patch. Format:\n*** Begin Patch\n*** Add File: path\n+line\n\
-*** Delete File: path\n*** Update File: path\n*** Move to: new/path (optional)\n@@ optional line to anchor on\n \
-context line\n-removed line\n+added line\n*** End of File (optional)\n*** End Patch\n\
-Give 3 lines of context around each change; paths are relative to the project directory.";
+/// A real patch a model can copy, and the rules in prose: a format line with an inline remark ("(optional)")
+/// gets copied remark and all by small models.
+const DESCRIPTION: &str = "Edit files with a patch: add, update, delete or rename several files in one call. Example:
+
+*** Begin Patch
+*** Add File: docs/hello.md
++# Hello
++A new file: every line starts with +.
+*** Update File: src/greet.py
+@@ def greet(name):
+     greeting = \"Hello\"
+-    print(greeting + name)
++    print(greeting + \", \" + name)
+     return greeting
+*** Delete File: old_notes.txt
+*** End Patch
+
+In an update, each change starts with a line `@@` followed by a nearby line that identifies the place (a \
+function or class line), or a bare `@@`. Then lines starting with a space (unchanged context, about 3 before and \
+after the change), - (removed) and + (added). To rename a file, put `*** Move to: new/path.py` on the line after \
+its `*** Update File:` line. For a change at the very end of a file, put the line `*** End of File` after its \
+last line. Paths are relative to the project directory.";
 
 #[derive(Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -73,6 +91,10 @@ impl Tool for ApplyPatchTool {
         "edit"
     }
 
+    fn profile(&self) -> Option<crate::ToolProfile> {
+        Some(crate::ToolProfile::Patch)
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }
@@ -86,7 +108,11 @@ impl Tool for ApplyPatchTool {
         let hunks = parse::parse(&params.patch_text)
             .map_err(|e| ToolFailure::Failed(format!("apply_patch verification failed: {e}")))?;
         if hunks.is_empty() {
-            return Err(ToolFailure::Failed("patch rejected: empty patch".into()));
+            return Err(ToolFailure::Failed(
+                "patch rejected: empty patch. Put at least one '*** Add File:', '*** Update File:' or \
+                 '*** Delete File:' section between '*** Begin Patch' and '*** End Patch'."
+                    .into(),
+            ));
         }
         let touched = touched_paths(ctx, &hunks);
         for path in &touched {
@@ -249,7 +275,8 @@ enum Purpose {
 
 fn missing(action: &str, path: &Path) -> ToolFailure {
     ToolFailure::Failed(format!(
-        "apply_patch verification failed: Failed to read file to {action}: {}",
+        "apply_patch verification failed: Failed to read file to {action}: {}. Check the path (glob finds \
+         files by name); to create a file, use '*** Add File:'.",
         path.display()
     ))
 }

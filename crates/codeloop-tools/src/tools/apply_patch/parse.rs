@@ -1,6 +1,8 @@
 //! Parser for the patch envelope (`*** Begin Patch` … `*** End Patch`) with add, delete and update hunks,
-//! `*** Move to:`, `@@` chunks and `*** End of File`. Lenient where models commonly slip: surrounding
-//! whitespace, a heredoc wrapper, unified-diff `@@ -a,b +c,d @@` headers.
+//! `*** Move to:`, `@@` chunks and `*** End of File`. Lenient where models commonly slip and the intent
+//! is unambiguous: surrounding whitespace, a heredoc wrapper, unified-diff `@@ -a,b +c,d @@` headers, and a
+//! remark or different case after a marker that takes no argument (`*** End of File (optional)`,
+//! `*** end patch`).
 
 /// One file operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,19 +31,28 @@ const UPDATE: &str = "*** Update File: ";
 const MOVE: &str = "*** Move to: ";
 const EOF_MARKER: &str = "*** End of File";
 
+/// Whether `line` is the marker `marker` (one that takes no argument): exactly, in another case, or
+/// followed by a remark that does not continue a word (`*** End Patch (end)`, `*** End of File.`).
+fn is_marker(line: &str, marker: &str) -> bool {
+    let line = line.trim();
+    let Some(head) = line.get(..marker.len()) else { return false };
+    head.eq_ignore_ascii_case(marker) && !line[marker.len()..].starts_with(char::is_alphanumeric)
+}
+
 /// Parses a whole patch.
 pub(crate) fn parse(text: &str) -> Result<Vec<Hunk>, String> {
     let lines: Vec<&str> = text.lines().map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
-    let begin = lines
-        .iter()
-        .position(|l| l.trim() == BEGIN)
-        .ok_or("The first line of the patch must be '*** Begin Patch'")?;
+    let begin = lines.iter().position(|l| is_marker(l, BEGIN)).ok_or(
+        "The first line of the patch must be '*** Begin Patch': start the patch text with that line",
+    )?;
     let end = lines
         .iter()
-        .rposition(|l| l.trim() == END)
-        .ok_or("The last line of the patch must be '*** End Patch'")?;
+        .rposition(|l| is_marker(l, END))
+        .ok_or("The last line of the patch must be '*** End Patch': add that line after the last change")?;
     if end <= begin {
-        return Err("'*** End Patch' must come after '*** Begin Patch'".into());
+        return Err(
+            "'*** End Patch' must come after '*** Begin Patch': put the changes between the two".into()
+        );
     }
     let body = &lines[begin + 1..end];
     let mut hunks = Vec::new();
@@ -77,8 +88,9 @@ pub(crate) fn parse(text: &str) -> Result<Vec<Hunk>, String> {
             hunks.push(Hunk::Update { path, move_to, chunks });
         } else {
             return Err(format!(
-                "'{line}' is not a valid hunk header. Valid hunk headers: '*** Add File: {{path}}', \
-                 '*** Delete File: {{path}}', '*** Update File: {{path}}'"
+                "'{line}' is not a valid hunk header. Start each file's section with one of \
+                 '*** Add File: PATH', '*** Delete File: PATH' or '*** Update File: PATH', and begin every \
+                 line of an added file with +"
             ));
         }
     }
@@ -91,7 +103,7 @@ fn parse_chunks(body: &[&str], start: usize, path: &str) -> Result<(Vec<Chunk>, 
     let mut current: Option<Chunk> = None;
     let mut i = start;
     while let Some(&line) = body.get(i) {
-        if line.trim_end() == EOF_MARKER {
+        if is_marker(line, EOF_MARKER) {
             let mut chunk = current.take().unwrap_or_default();
             chunk.end_of_file = true;
             chunks.push(chunk);
@@ -124,8 +136,8 @@ fn parse_chunks(body: &[&str], start: usize, path: &str) -> Result<(Vec<Chunk>, 
             Some('\\') => {} // "\ No newline at end of file"
             Some(_) => {
                 return Err(format!(
-                    "Unexpected line in update hunk for '{path}': '{line}'. Every line of a chunk must start with \
-                     ' ' (context), '-' (remove) or '+' (add)"
+                    "Unexpected line in update hunk for '{path}': '{line}'. Start every line of a change with \
+                     ' ' (unchanged context), '-' (removed) or '+' (added), and each change with an '@@' line"
                 ));
             }
         }
@@ -184,6 +196,17 @@ mod tests {
         let Hunk::Update { chunks, .. } = &hunks[0] else { panic!("update expected") };
         assert_eq!(chunks.len(), 2);
         assert_eq!(chunks[1].context, None);
+    }
+
+    #[test]
+    fn markers_take_a_trailing_remark_or_another_case() {
+        let patch = "*** Begin Patch (start)\n*** Update File: a\n@@\n-x\n+y\n*** End of File (optional)\n*** end patch (end)";
+        let hunks = parse(patch).expect("parses");
+        let Hunk::Update { chunks, .. } = &hunks[0] else { panic!("update expected") };
+        assert!(chunks[0].end_of_file);
+        assert!(is_marker("*** End Patch.", END));
+        assert!(!is_marker("*** End Patchwork", END), "a longer word is not the marker");
+        assert!(!is_marker("*** End", END));
     }
 
     #[test]

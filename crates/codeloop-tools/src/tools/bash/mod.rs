@@ -125,7 +125,11 @@ impl Tool for BashTool {
         let commands = analyse(&params.command);
         let granted_reads = ask_permissions(ctx, &cwd, &commands, params.workdir.is_some()).await?;
         if !cwd.is_dir() {
-            return Err(ToolFailure::Failed(format!("Working directory does not exist: {}", cwd.display())));
+            return Err(ToolFailure::Failed(format!(
+                "Working directory does not exist: {}. Leave workdir out to run in the project directory, or \
+                 create it first (mkdir -p).",
+                cwd.display()
+            )));
         }
 
         let title = params.description.clone().unwrap_or_else(|| params.command.clone());

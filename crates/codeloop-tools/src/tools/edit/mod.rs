@@ -61,6 +61,10 @@ impl Tool for EditTool {
         "edit"
     }
 
+    fn profile(&self) -> Option<crate::ToolProfile> {
+        Some(crate::ToolProfile::Edit)
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }
@@ -133,12 +137,15 @@ async fn modify(path: &Path, params: &Params) -> Result<Change, ToolFailure> {
         return Err(ToolFailure::Failed(format!("Path is a directory, not a file: {}", path.display())));
     }
     let Some(file) = read_for_edit(path).await? else {
-        return Err(ToolFailure::Failed(format!("File not found: {}", path.display())));
+        return Err(ToolFailure::Failed(format!(
+            "File not found: {}. Check the path (glob finds files by name), or create the file with an empty oldString.",
+            path.display()
+        )));
     };
     let ending = LineEnding::detect(&file.text);
     let old = ending.apply(&params.old_string);
     let new = ending.apply(&params.new_string);
     let after = replacers::replace(&file.text, &old, &new, params.replace_all.unwrap_or(false))
-        .map_err(|e| ToolFailure::Failed(e.message().to_string()))?;
+        .map_err(|e| ToolFailure::Failed(e.message()))?;
     Ok(Change { bom: file.bom, before: file.text, after })
 }

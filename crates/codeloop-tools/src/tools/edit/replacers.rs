@@ -5,28 +5,57 @@
 use crate::text::levenshtein;
 
 /// Why a replacement could not be made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ReplaceError {
     NotFound,
-    Multiple,
+    /// The first text found occurs more than once: the 1-based lines where each occurrence starts.
+    Multiple {
+        lines: Vec<usize>,
+    },
     Disproportionate,
 }
 
+/// Lines listed in a "several matches" error, at most.
+const LISTED_MATCHES: usize = 10;
+
 impl ReplaceError {
-    pub(crate) fn message(self) -> &'static str {
+    /// What the model reads: what went wrong and the next thing to try.
+    pub(crate) fn message(&self) -> String {
         match self {
-            Self::NotFound => {
-                "Could not find oldString in the file. It must match exactly, including whitespace, indentation, and line endings."
+            Self::NotFound => "Could not find oldString in the file. It must match exactly, including whitespace, \
+                 indentation, and line endings. Read the file again and copy the lines as they are now, without \
+                 the `N: ` line-number prefixes."
+                .to_string(),
+            Self::Multiple { lines } => {
+                let mut listed: Vec<String> = lines.iter().take(LISTED_MATCHES).map(usize::to_string).collect();
+                if lines.len() > LISTED_MATCHES {
+                    listed.push("…".into());
+                }
+                format!(
+                    "Found {} matches for oldString, starting at lines {}. Add surrounding lines to oldString so \
+                     that it matches only the place you mean, or set replaceAll to true to replace every match.",
+                    lines.len(),
+                    listed.join(", ")
+                )
             }
-            Self::Multiple => {
-                "Found multiple matches for oldString. Provide more surrounding context to make the match unique."
-            }
-            Self::Disproportionate => {
-                "Found only an approximate match for oldString that spans far more of the file than oldString itself; \
-                 refusing to replace it. Provide oldString exactly as it appears in the file."
-            }
+            Self::Disproportionate => "Found only an approximate match for oldString that spans far more of the \
+                 file than oldString itself; refusing to replace it. Provide oldString exactly as it appears in \
+                 the file."
+                .to_string(),
         }
     }
+}
+
+/// The 1-based line where each occurrence of `needle` in `content` starts.
+fn match_lines(content: &str, needle: &str) -> Vec<usize> {
+    let mut lines = Vec::new();
+    let (mut line, mut counted) = (1, 0);
+    for (at, _) in content.match_indices(needle) {
+        line += content[counted..at].matches('\n').count();
+        counted = at;
+        lines.push(line);
+    }
+    lines
 }
 
 type Strategy = fn(&str, &str) -> Vec<String>;
@@ -55,7 +84,7 @@ pub(crate) fn replace(
     new: &str,
     replace_all: bool,
 ) -> Result<String, ReplaceError> {
-    let mut found = false;
+    let mut found: Option<Vec<usize>> = None;
     let mut oversized = false;
     for (_, strategy) in STRATEGIES {
         for candidate in strategy(content, old) {
@@ -67,21 +96,21 @@ pub(crate) fn replace(
                 oversized = true;
                 continue;
             }
-            found = true;
             let new = reindent(new, old, &candidate);
             if replace_all {
                 return Ok(content.replace(&candidate, &new));
             }
             if content.rfind(&candidate) != Some(index) {
+                found.get_or_insert_with(|| match_lines(content, &candidate));
                 continue;
             }
             return Ok(format!("{}{new}{}", &content[..index], &content[index + candidate.len()..]));
         }
     }
     Err(match (found, oversized) {
-        (true, _) => ReplaceError::Multiple,
-        (false, true) => ReplaceError::Disproportionate,
-        (false, false) => ReplaceError::NotFound,
+        (Some(lines), _) => ReplaceError::Multiple { lines },
+        (None, true) => ReplaceError::Disproportionate,
+        (None, false) => ReplaceError::NotFound,
     })
 }
 
@@ -469,7 +498,8 @@ mod tests {
 
     #[test]
     fn multiple_matches_need_replace_all() {
-        assert_eq!(replace("x x", "x", "y", false), Err(ReplaceError::Multiple));
+        assert_eq!(replace("x x", "x", "y", false), Err(ReplaceError::Multiple { lines: vec![1, 1] }));
+        assert_eq!(match_lines("a\nx\nb\nx\n\nx", "x"), vec![2, 4, 6]);
         assert_eq!(replace("x x", "x", "y", true), Ok("y y".to_string()));
     }
 

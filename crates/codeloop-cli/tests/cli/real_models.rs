@@ -1,0 +1,92 @@
+//! What a real model on the other end needs (issue 23), through the binary: the doom-loop brake under
+//! `--on-ask allow`, the warning for a tool call written as text, and `codeloop models` saying which
+//! edit tools and sampling each model gets.
+
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+use serde_json::json;
+
+use super::defects::codeloop;
+use super::{Env, text};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_ask_allow_does_not_answer_the_doom_loop_brake() {
+    let env = Env::new();
+    std::fs::write(env.project.path().join("a.txt"), "hi\n").unwrap();
+    let edit = || {
+        Turn::from(Reply::tool_call(
+            "edit",
+            json!({"filePath": "a.txt", "oldString": "not in the file", "newString": "x"}),
+        ))
+    };
+    let fake =
+        FakeProvider::start(Script::new([edit(), edit(), edit(), Turn::from(Reply::text("never sent"))]))
+            .await
+            .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = codeloop(&env, Some(&config), &["run", "--on-ask", "allow", "fix a.txt"]).await;
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("error: Stopped: doom loop detected: `edit` was called 3 times in a row"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("doom_loop = \"allow\""), "{stderr}");
+    assert_eq!(fake.request_count(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_warns_in_one_line_when_the_answer_is_a_tool_call_written_as_text() {
+    let env = Env::new();
+    let call = "<tool_call>\n{\"name\": \"read\", \"arguments\": {\"filePath\": \"a.txt\"}}\n</tool_call>";
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text(call))])).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = codeloop(&env, Some(&config), &["run", "what is in a.txt?"]).await;
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let warnings: Vec<&str> =
+        stderr.lines().filter(|l| l.starts_with("warning: the answer looks like")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(warnings[0].contains("tool_call_text = \"parse\""), "{stderr}");
+
+    // With parse, the same answer is a call: it runs and the model answers again.
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::text(call)),
+        Turn::from(Reply::text("It says hi.")),
+    ]))
+    .await
+    .unwrap();
+    std::fs::write(env.project.path().join("a.txt"), "hi\n").unwrap();
+    let config = env.config(&fake.base_url(), "tool_call_text = \"parse\"\n");
+    let output = codeloop(&env, Some(&config), &["run", "what is in a.txt?"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("→ read a.txt") && !stderr.contains("warning: the answer"), "{stderr}");
+    assert!(stdout.contains("It says hi."), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_shows_the_edit_tools_and_sampling_of_each_model_and_config_sets_them() {
+    let env = Env::new();
+    let config = env.config(
+        "http://127.0.0.1:9/v1",
+        "tools = \"patch\"\ntemperature = 0.2\n[provider.fake.models.\"qwen2.5-coder\"]\ncontext = 32768\noutput = 4096\n",
+    );
+    let output = codeloop(&env, Some(&config), &["models"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    let row =
+        |id: &str| stdout.lines().find(|l| l.starts_with(&format!("{id} "))).unwrap_or_default().to_owned();
+    assert!(row("openai/gpt-5").contains(" patch  -"), "{stdout}");
+    assert!(row("openai/gpt-4.1").contains(" edit "), "{stdout}");
+    assert!(row("fake/qwen2.5-coder").ends_with(" edit   t=0.55 p=1"), "{stdout}");
+    assert!(row("fake/test").ends_with(" patch  t=0.2"), "the config's own: {stdout}");
+    let json = codeloop(&env, Some(&config), &["models", "fake", "--format", "json"]).await;
+    let list: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let qwen = list.as_array().unwrap().iter().find(|m| m["id"] == "fake/qwen2.5-coder").unwrap();
+    assert_eq!(
+        (&qwen["tools"], &qwen["temperature"], &qwen["top_p"]),
+        (&json!("edit"), &json!(0.55), &json!(1.0))
+    );
+    let help = text(&codeloop(&env, None, &["models", "--help"]).await).0;
+    assert!(help.contains("tools = \"edit\"") && help.contains("tool_call_text"), "{help}");
+}
