@@ -10,7 +10,7 @@ use clap::Args;
 use codeloop_core::models::ModelChoice;
 use codeloop_core::permission::{AskPolicy, Reply};
 use codeloop_core::{Delivery, Engine, PromptInput, RunError, RunOutcome, StopReason};
-use codeloop_store::SessionFilter;
+use codeloop_types::SessionFilter;
 use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
-use codeloop_store::{MessageWithParts, SessionFilter};
 use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, Tokens, ToolState, date_of};
+use codeloop_types::{MessageWithParts, SessionFilter};
 use serde_json::json;
 
 use crate::render::{group, summarize_input};

@@ -87,15 +87,7 @@ impl Services {
                     }
                     Arc::new(registry)
                 };
-                let specs = registry
-                    .specs()
-                    .into_iter()
-                    .map(|s| codeloop_provider::ToolSpec {
-                        name: s.name,
-                        description: s.description,
-                        parameters: s.parameters,
-                    })
-                    .collect();
+                let specs = registry.specs();
                 ToolSet { registry, specs }
             })
             .await

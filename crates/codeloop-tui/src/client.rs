@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{Event, MessageId, ModelRef, PermissionReply, QuestionId, Session, SessionId};
 use tokio::sync::mpsc;
 

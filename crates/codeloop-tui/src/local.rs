@@ -5,10 +5,10 @@ use std::path::Path;
 use async_trait::async_trait;
 use codeloop_core::permission::Reply;
 use codeloop_core::{Delivery, Engine, PromptInput};
-use codeloop_store::{MessageWithParts, SessionFilter};
 use codeloop_types::{
     MessageId, ModelRef, PermissionId, PermissionRequest, QuestionId, QuestionRequest, Session, SessionId,
 };
+use codeloop_types::{MessageWithParts, SessionFilter};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 

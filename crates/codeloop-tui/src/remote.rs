@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{
     Event, MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId,
     QuestionRequest, Session, SessionId,

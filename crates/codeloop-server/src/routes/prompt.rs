@@ -8,7 +8,8 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use codeloop_core::{Engine, RunOutcome};
-use codeloop_store::{MessageWithParts, Page};
+use codeloop_store::Page;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{AssistantError, EventPayload, Message, MessageId, Session, SessionId};
 
 use crate::AppState;

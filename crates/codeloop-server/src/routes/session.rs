@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use axum::Json;
 use axum::extract::State;
 use codeloop_core::Engine;
-use codeloop_store::SessionFilter;
+use codeloop_types::SessionFilter;
 use codeloop_types::{Session, SessionId, SessionStatus, Todo};
 
 use crate::AppState;

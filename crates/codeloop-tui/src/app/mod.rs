@@ -8,7 +8,7 @@ mod events;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{
     MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId, QuestionRequest,
     Session, SessionId, SessionStatus,
