@@ -223,9 +223,11 @@ impl<'a> Turn<'a> {
             }),
             EngineStop::StepLimit(_) => Ok(StopReason::MaxTurnRequests),
             EngineStop::Interrupted => Ok(StopReason::Cancelled),
-            EngineStop::Blocked(message) => {
-                if !self.rejected.load(Ordering::SeqCst) && !message.is_empty() {
-                    self.agent.notice(&self.session.id, message).await;
+            // The person who rejected knows why; anything else is said in the message stream.
+            EngineStop::Blocked(codeloop_core::Blocked::Rejected { .. }) => Ok(StopReason::EndTurn),
+            EngineStop::Blocked(blocked) => {
+                if !self.rejected.load(Ordering::SeqCst) {
+                    self.agent.notice(&self.session.id, &blocked.to_string()).await;
                 }
                 Ok(StopReason::EndTurn)
             }

@@ -381,7 +381,7 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
         }
         StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
         StopReason::Blocked(message) => {
-            eprintln!("error: {}", for_stderr(message));
+            eprintln!("error: {}", for_stderr(&message.to_string()));
             ExitCode::FAILURE
         }
         StopReason::Error(error) => {

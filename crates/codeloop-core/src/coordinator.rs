@@ -24,8 +24,10 @@ use codeloop_types::SessionId;
 use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::RunError;
 use crate::input::{Delivery, PromptInput};
-use crate::run::{Inbox, RunError, RunOutcome, StopReason, run_session};
+use crate::outcome::{RunOutcome, StopReason};
+use crate::run::{Inbox, run_session};
 use crate::services::Services;
 
 pub type RunResult = Result<RunOutcome, RunError>;

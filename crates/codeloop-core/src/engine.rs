@@ -17,10 +17,10 @@ use crate::agents::{Agent, AgentMode, DEFAULT_AGENT, agents};
 use crate::bus::{Bus, Replay};
 use crate::config::Config;
 use crate::coordinator::{Coordinator, RunResult};
+use crate::error::{EngineError, RunError};
 use crate::input::{Delivery, PromptInput};
 use crate::models::{EnvLookup, Models};
 use crate::permission::{AskPolicy, PermissionEngine, Reply, ReplyError, default_rules};
-use crate::run::RunError;
 use crate::services::Services;
 use crate::stores::{EventIds, StoreChoice, open_store, relayed_bus};
 use crate::subagent::TaskTool;
@@ -82,23 +82,6 @@ impl EngineOptions {
             project_config: None,
         }
     }
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Run(#[from] RunError),
-    #[error(
-        "session {0} not found: `codeloop session list --all` (or GET /session) shows the sessions in this data directory"
-    )]
-    SessionNotFound(SessionId),
-    /// The session is running and the operation needs it idle.
-    #[error("{0}")]
-    Busy(String),
-    #[error("{0}")]
-    Invalid(String),
 }
 
 #[derive(Clone)]
@@ -324,22 +307,10 @@ impl Engine {
     }
 
     /// Checks that a person may pick `name` for a session: a primary agent, not one that runs only as a
-    /// subagent (through the task tool) or only inside the runtime (compaction).
+    /// subagent (through the task tool) or only inside the runtime (compaction). The one agent rule.
     pub fn check_agent(&self, name: &str) -> Result<(), EngineError> {
-        let primary: Vec<&str> = self
-            .services
-            .agents
-            .values()
-            .filter(|a| a.mode == AgentMode::Primary)
-            .map(|a| a.name.as_str())
-            .collect();
-        let why = match self.services.agents.get(name).map(|a| a.mode) {
-            Some(AgentMode::Primary) => return Ok(()),
-            Some(AgentMode::Subagent) => "runs only as a subagent, through the task tool",
-            Some(AgentMode::Hidden) => "is used by codeloop itself",
-            None => "does not exist",
-        };
-        Err(EngineError::Invalid(format!("agent \"{name}\" {why}: choose one of {}", primary.join(", "))))
+        crate::agents::primary(&self.services.agents, name)?;
+        Ok(())
     }
 
     /// Checks that a model can be used (known provider, API key present) before anything is recorded.
@@ -393,7 +364,7 @@ impl Engine {
     /// Deletes a session and its children. Refused while it runs.
     pub fn delete_session(&self, id: &SessionId) -> Result<bool, EngineError> {
         if self.coordinator.is_busy(id) {
-            return Err(EngineError::Busy(format!("session {id} is running; abort it first")));
+            return Err(EngineError::Busy { session: id.clone(), action: "deleting it" });
         }
         let _lock = self.services.store.lock_session(id)?;
         let deleted = self.services.store.delete_session(id)?;
@@ -445,9 +416,12 @@ impl Engine {
 
     /// Holds the session's run ownership for a change that needs it idle (a revert, an undo), so no
     /// run starts meanwhile, in this process or any other (another `codeloop`, another worker).
-    async fn hold_idle(&self, id: &SessionId, what: &str) -> Result<codeloop_store::RunGuard, EngineError> {
-        let busy =
-            || EngineError::Busy(format!("session {id} is running; wait for it or abort it before {what}"));
+    async fn hold_idle(
+        &self,
+        id: &SessionId,
+        what: &'static str,
+    ) -> Result<codeloop_store::RunGuard, EngineError> {
+        let busy = || EngineError::Busy { session: id.clone(), action: what };
         if self.coordinator.is_busy(id) {
             return Err(busy());
         }
@@ -465,7 +439,7 @@ impl Engine {
         // ownership again; a run that starts in between makes it fail as busy.)
         match self.hold_idle(session, "compacting").await {
             Ok(_free) => {}
-            Err(EngineError::Busy(message)) => return Err(RunError::Busy(message)),
+            Err(busy @ EngineError::Busy { .. }) => return Err(RunError::Busy(busy.to_string())),
             Err(EngineError::Run(e)) => return Err(e),
             Err(EngineError::Store(e)) => return Err(e.into()),
             Err(e) => return Err(RunError::Input(e.to_string())),

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::agents::{Agent, AgentMode};
 use crate::coordinator::Coordinator;
 use crate::input::{Delivery, PromptInput};
-use crate::run::StopReason;
+use crate::outcome::StopReason;
 use crate::services::Services;
 
 #[derive(Deserialize, JsonSchema)]

@@ -5,6 +5,7 @@
 //! Owns: shapes, their JSON schemas (for `/doc`) and conversions to engine inputs.
 //! Must not: validate against state (whether a session exists is the routes' and the engine's job).
 
+use codeloop_core::Blocked;
 use codeloop_core::permission::Reply;
 use codeloop_core::{Delivery, InputPart, PromptInput, StopReason};
 use codeloop_types::{AssistantError, Message, ModelRef, Part, PermissionReply};
@@ -170,9 +171,15 @@ impl PromptBody {
 pub enum Stop {
     Completed,
     Interrupted,
-    /// A permission was rejected or could not be asked, or the doom-loop guard stopped the run.
+    /// A permission was rejected or could not be asked, the doom-loop brake held, or the model called a
+    /// tool while summarising (`reason`: rejected | unanswerable | doom_loop | tool_call_during_summary).
     Blocked {
         message: String,
+        #[serde(default)]
+        reason: String,
+        /// The tool, for `rejected` and `tool_call_during_summary`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
     },
     /// An error was recorded on the last message.
     Error {
@@ -189,7 +196,17 @@ impl From<&StopReason> for Stop {
         match stop {
             StopReason::Completed => Stop::Completed,
             StopReason::Interrupted => Stop::Interrupted,
-            StopReason::Blocked(message) => Stop::Blocked { message: message.clone() },
+            StopReason::Blocked(blocked) => {
+                let (reason, tool) = match blocked {
+                    Blocked::Rejected { tool } => ("rejected", Some(tool.clone())),
+                    Blocked::Unanswerable { .. } => ("unanswerable", None),
+                    Blocked::DoomLoop { .. } => ("doom_loop", None),
+                    Blocked::ToolCallDuringSummary { tool } => {
+                        ("tool_call_during_summary", Some(tool.clone()))
+                    }
+                };
+                Stop::Blocked { message: blocked.to_string(), reason: reason.to_owned(), tool }
+            }
             StopReason::Error(error) => Stop::Error { error: error.clone() },
             StopReason::StepLimit(steps) => Stop::StepLimit { steps: *steps },
         }
@@ -201,7 +218,13 @@ impl From<Stop> for StopReason {
         match stop {
             Stop::Completed => StopReason::Completed,
             Stop::Interrupted => StopReason::Interrupted,
-            Stop::Blocked { message } => StopReason::Blocked(message),
+            Stop::Blocked { message, reason, tool } => StopReason::Blocked(match (reason.as_str(), tool) {
+                ("rejected", Some(tool)) => Blocked::Rejected { tool },
+                ("doom_loop", _) => Blocked::DoomLoop { message },
+                ("tool_call_during_summary", Some(tool)) => Blocked::ToolCallDuringSummary { tool },
+                // What an older server, or an unanswerable ask, says: the message as it was.
+                _ => Blocked::Unanswerable { message: message.trim_start_matches("Stopped: ").to_owned() },
+            }),
             Stop::Error { error } => StopReason::Error(error),
             Stop::StepLimit { steps } => StopReason::StepLimit(steps),
         }
@@ -358,7 +381,10 @@ mod tests {
         for stop in [
             StopReason::Completed,
             StopReason::Interrupted,
-            StopReason::Blocked("no".into()),
+            StopReason::Blocked(Blocked::Rejected { tool: "bash".into() }),
+            StopReason::Blocked(Blocked::Unanswerable { message: "no one can answer".into() }),
+            StopReason::Blocked(Blocked::DoomLoop { message: "Stopped: doom loop detected".into() }),
+            StopReason::Blocked(Blocked::ToolCallDuringSummary { tool: "read".into() }),
             StopReason::StepLimit(3),
             StopReason::Error(AssistantError::Aborted { message: "x".into() }),
         ] {

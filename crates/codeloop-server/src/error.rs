@@ -78,12 +78,16 @@ impl From<RunError> for ApiError {
 
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
+        let message = error.to_string();
         match error {
-            EngineError::SessionNotFound(_) => Self::not_found(error.to_string()),
-            EngineError::Invalid(message) => Self::invalid(message),
-            EngineError::Busy(message) => Self::conflict("busy", message),
+            EngineError::SessionNotFound(_) => Self::not_found(message),
+            EngineError::Invalid(_) | EngineError::Agent(_) | EngineError::SnapshotsOff => {
+                Self::invalid(message)
+            }
+            EngineError::Model(_) => Self::new(StatusCode::BAD_REQUEST, "invalid_model", message),
+            EngineError::Busy { .. } => Self::conflict("busy", message),
             EngineError::Run(run) => run.into(),
-            EngineError::Store(store) => Self::internal(store.to_string()),
+            EngineError::Store(_) | EngineError::Snapshot(_) => Self::internal(message),
         }
     }
 }

@@ -9,12 +9,14 @@ use codeloop_types::{
 };
 
 use super::turn::estimate_request_tokens;
-use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run, RunError, StopReason};
+use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run};
 use crate::agents::COMPACTION_AGENT;
 use crate::compaction::{
     CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,
     is_overflow, max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
 };
+use crate::error::RunError;
+use crate::outcome::StopReason;
 use crate::processor::Processor;
 use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
 
@@ -144,9 +146,9 @@ impl Run<'_> {
                 body: None,
             }),
             (Some(error), false) => Some(error),
-            (None, false) if end.halted.is_some() => {
-                Some(AssistantError::Unknown { message: end.halted.clone().unwrap_or_default() })
-            }
+            (None, false) if end.halted.is_some() => Some(AssistantError::Unknown {
+                message: end.halted.as_ref().map(ToString::to_string).unwrap_or_default(),
+            }),
             (None, false) => None,
         };
         let mut finished = processor.finish(error.clone(), None);

@@ -22,90 +22,13 @@ use codeloop_types::{
 use tokio_util::sync::CancellationToken;
 
 use crate::doom_loop::DoomLoopGuard;
+use crate::error::RunError;
 use crate::input::{PromptInput, create_user_message};
 use crate::instructions::ProjectInfo;
 use crate::models::ResolvedModel;
+use crate::outcome::{RunOutcome, StopReason};
 use crate::services::Services;
 use crate::snapshot::Snapshots;
-
-/// Why a run ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StopReason {
-    /// The model finished its answer.
-    Completed,
-    /// The run was interrupted.
-    Interrupted,
-    /// A permission was rejected or could not be asked, or the doom-loop guard stopped the run.
-    Blocked(String),
-    /// An error was recorded on the last message (provider, overflow, circuit breaker…).
-    Error(AssistantError),
-    /// The agent's step limit was reached.
-    StepLimit(u32),
-}
-
-/// The result every caller of a run receives.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunOutcome {
-    pub session_id: SessionId,
-    /// The last assistant message of the run.
-    pub message: Option<AssistantMessage>,
-    pub stop: StopReason,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RunError {
-    #[error(
-        "session {0} not found: `codeloop session list --all` (or GET /session) shows the sessions in this data directory"
-    )]
-    SessionNotFound(SessionId),
-    #[error("{0}")]
-    Busy(String),
-    #[error("{0}")]
-    Input(String),
-    #[error(transparent)]
-    UnknownAgent(#[from] crate::agents::UnknownAgent),
-    /// The model cannot be used (unknown provider, missing key…); the cause says which.
-    #[error(transparent)]
-    Model(#[from] crate::models::ModelError),
-    /// A store failure; shared, as a run's outcome is cloned to every caller that joined it.
-    #[error("storage error: {0}")]
-    Store(#[source] SharedStoreError),
-    /// The run's task ended without handing back a result (it panicked or was cancelled).
-    #[error("the run ended without reporting a result")]
-    Lost,
-}
-
-/// A store error every caller of a run shares (they all get a clone of its outcome; store errors hold
-/// I/O and database errors that cannot be cloned). Equal when they say the same.
-#[derive(Debug, Clone)]
-pub struct SharedStoreError(pub Arc<codeloop_store::StoreError>);
-
-impl std::fmt::Display for SharedStoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for SharedStoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-impl PartialEq for SharedStoreError {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.to_string() == other.0.to_string()
-    }
-}
-
-impl From<codeloop_store::StoreError> for RunError {
-    fn from(error: codeloop_store::StoreError) -> Self {
-        match error {
-            codeloop_store::StoreError::SessionBusy(_) => RunError::Busy(error.to_string()),
-            other => RunError::Store(SharedStoreError(Arc::new(other))),
-        }
-    }
-}
 
 /// Input steered into an active run: applied at the next step boundary.
 #[derive(Default)]
@@ -320,7 +243,7 @@ pub(crate) async fn run_session(
     if let StopReason::Blocked(message) = &stop {
         services.bus.publish(EventPayload::SessionError {
             session_id: Some(session_id.clone()),
-            error: AssistantError::Unknown { message: message.clone() },
+            error: AssistantError::Unknown { message: message.to_string() },
         });
     }
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })

@@ -47,7 +47,7 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
     // Not while another process (another `codeloop`, another worker) runs the session: nothing changes.
     let elsewhere = h.engine.store().lock_session(&h.session.id).unwrap();
     let refused = h.engine.revert(&h.session.id, &first).await;
-    assert!(matches!(refused, Err(codeloop_core::EngineError::Busy(_))), "{refused:?}");
+    assert!(matches!(refused, Err(codeloop_core::EngineError::Busy { .. })), "{refused:?}");
     assert_eq!(h.read("notes.txt"), "v2\n");
     drop(elsewhere);
     let session = h.engine.revert(&h.session.id, &first).await.unwrap();
