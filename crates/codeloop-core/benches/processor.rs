@@ -56,7 +56,7 @@ fn bench(c: &mut Criterion) {
         journal: engine.services().journal.clone(),
         gate: Arc::new(ToolGate::new(
             engine.services().clone(),
-            engine.coordinator().clone(),
+            std::sync::Arc::new(engine.coordinator().clone()),
             session.id.clone(),
             Arc::new(Vec::new()),
             Arc::new(Vec::new()),

@@ -341,6 +341,11 @@ impl Default for SandboxConfig {
     }
 }
 
+/// Loads the config for a session's directory (the user's files plus that project's own, under its
+/// trust); see `EngineOptions::project_config`.
+pub type ProjectConfigLoader =
+    std::sync::Arc<dyn Fn(&Path) -> Result<LoadedConfig, ConfigError> + Send + Sync>;
+
 /// Where to look for config files.
 #[derive(Debug, Clone, Default)]
 pub struct ConfigSources {

@@ -59,9 +59,7 @@ pub struct EngineOptions {
     pub project_config: Option<ProjectConfigLoader>,
 }
 
-/// See [`EngineOptions::project_config`].
-pub type ProjectConfigLoader =
-    Arc<dyn Fn(&Path) -> Result<crate::config::LoadedConfig, crate::config::ConfigError> + Send + Sync>;
+pub use crate::config::ProjectConfigLoader;
 
 impl EngineOptions {
     pub fn new(data_dir: impl Into<PathBuf>, config: Config) -> Self {
@@ -88,6 +86,8 @@ impl EngineOptions {
 pub struct Engine {
     services: Arc<Services>,
     coordinator: Coordinator,
+    /// Other workers' runs on a shared store (`None` with a store of this process alone).
+    peers: Option<Arc<crate::peers::Peers>>,
 }
 
 impl Engine {
@@ -165,17 +165,16 @@ impl Engine {
             statuses: Default::default(),
             snapshots: Default::default(),
             mcp: crate::mcp::McpServers::new(mcp_settings),
-            peers: peers.clone(),
             project_config: options.project_config,
             warned_projects: Default::default(),
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
-        if let Some(peers) = peers {
-            crate::peers::listen(&services, coordinator.downgrade(), peers);
+        if let Some(peers) = &peers {
+            crate::peers::listen(&services, coordinator.downgrade(), peers.clone());
         }
-        Ok(Engine { services, coordinator })
+        Ok(Engine { services, coordinator, peers })
     }
 
     pub fn bus(&self) -> &Bus {
@@ -270,12 +269,13 @@ impl Engine {
             .clamp(std::time::Duration::from_millis(250), std::time::Duration::from_secs(2));
         let services = Arc::downgrade(&self.services);
         let coordinator = self.coordinator.downgrade();
+        let peers = self.peers.clone();
         tokio::spawn(async move {
             loop {
                 let (Some(services), Some(coordinator)) = (services.upgrade(), coordinator.upgrade()) else {
                     return;
                 };
-                let engine = Engine { services, coordinator };
+                let engine = Engine { services, coordinator, peers: peers.clone() };
                 if let Err(error) = engine.resume_orphans().await {
                     tracing::warn!(%error, "could not look for sessions to take over");
                 }
@@ -390,7 +390,7 @@ impl Engine {
             self.coordinator.interrupt(session).await;
             return true;
         }
-        if self.services.peers.is_none() {
+        if self.peers.is_none() {
             return false;
         }
         let seen_busy =
@@ -459,7 +459,7 @@ impl Engine {
             .and_then(|agent| agent.model.clone())
             .unwrap_or_else(|| last_user.model.clone());
         self.services.models.resolve(&model).map_err(RunError::Model)?;
-        let request = crate::run::new_compaction_request(session, &last_user, false, false);
+        let request = crate::compaction::new_compaction_request(session, &last_user, false, false);
         self.services.journal.save_message(&request.info);
         for part in &request.parts {
             self.services.journal.save_part(part);
@@ -537,7 +537,7 @@ impl Engine {
 
     /// Pending questions: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_questions(&self, session: Option<&SessionId>) -> Vec<codeloop_types::QuestionRequest> {
-        let remote = self.services.peers.as_ref().map(|p| p.questions(session)).unwrap_or_default();
+        let remote = self.peers.as_ref().map(|p| p.questions(session)).unwrap_or_default();
         with_remote(self.services.questions.pending(session), remote, |q| &q.id)
     }
 
@@ -553,7 +553,7 @@ impl Engine {
             None => self.services.questions.reject(id),
         };
         let Err(crate::question::QuestionError::NotPending(_)) = local else { return local };
-        let session = self.services.peers.as_ref().and_then(|p| p.question_session(id));
+        let session = self.peers.as_ref().and_then(|p| p.question_session(id));
         let answered = |p: &EventPayload| match p {
             EventPayload::QuestionReplied { request_id, .. }
             | EventPayload::QuestionRejected { request_id, .. } => request_id == id,
@@ -581,7 +581,7 @@ impl Engine {
 
     /// Pending permission requests: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
-        let remote = self.services.peers.as_ref().map(|p| p.permissions(session)).unwrap_or_default();
+        let remote = self.peers.as_ref().map(|p| p.permissions(session)).unwrap_or_default();
         with_remote(self.services.permissions.pending(session), remote, |p| &p.id)
     }
 
@@ -600,7 +600,7 @@ impl Engine {
                 .unwrap_or_else(|_| Err(ReplyError::Unknown(id.clone())))
         };
         let Err(ReplyError::Unknown(_)) = local else { return local };
-        let session = self.services.peers.as_ref().and_then(|p| p.permission_session(id));
+        let session = self.peers.as_ref().and_then(|p| p.permission_session(id));
         let request = WorkerRequest::PermissionReply {
             request_id: id.clone(),
             reply: reply.reply,

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::permission::AskContext;
+use crate::runs::Runs;
 use crate::services::Services;
 
 /// What running tools tell the processor.
@@ -25,7 +26,8 @@ pub enum ToolEvent {
 /// processor's tools may touch goes through here.
 pub struct ToolGate {
     services: Arc<Services>,
-    coordinator: crate::Coordinator,
+    /// Where a task's child session runs.
+    runs: Arc<dyn Runs>,
     session_id: SessionId,
     /// Agent, config and session rules, in that order.
     layers: Arc<Vec<PermissionRule>>,
@@ -38,13 +40,13 @@ pub struct ToolGate {
 impl ToolGate {
     pub fn new(
         services: Arc<Services>,
-        coordinator: crate::Coordinator,
+        runs: Arc<dyn Runs>,
         session_id: SessionId,
         layers: Arc<Vec<PermissionRule>>,
         narrowing: Arc<Vec<PermissionRule>>,
         project: String,
     ) -> Self {
-        Self { services, coordinator, session_id, layers, narrowing, project }
+        Self { services, runs, session_id, layers, narrowing, project }
     }
 
     /// False when the rules switch `permission` off: its tools are then not offered to the model.
@@ -130,7 +132,7 @@ impl ToolHost for RunToolHost {
         task: Subtask,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolFailure> {
-        crate::subagent::run_subtask(&self.gate.services, &self.gate.coordinator, self, call, task, cancel)
+        crate::subagent::run_subtask(&self.gate.services, self.gate.runs.as_ref(), self, call, task, cancel)
             .await
     }
 

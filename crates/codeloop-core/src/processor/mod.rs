@@ -30,7 +30,10 @@ use crate::tool_host::{RunToolHost, ToolEvent};
 mod steps;
 mod tools;
 
-pub use tools::TOOL_WATCHDOG;
+/// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
+/// `timeout`): this watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its
+/// limit).
+pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
 
 /// Streamed text reaches the store at most this long after it arrived.
 pub const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(200);

@@ -1,23 +1,16 @@
 //! The tool-call lifecycle inside one turn: pending → running → completed | error, the doom-loop guard,
 //! tools started as soon as their call is complete, and a watchdog for tools that hang.
 
-use std::time::Duration;
-
 use codeloop_provider::ToolCall;
 use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ToolContext, ToolFailure};
 use codeloop_types::{EventPayload, Part, PartKind, ToolPart, ToolState, now_ms};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{AttemptEnd, Processor};
+use super::{AttemptEnd, Processor, TOOL_WATCHDOG};
 use crate::doom_loop::{DoomLoop, DoomLoopGuard};
 use crate::outcome::Blocked;
 use crate::tool_host::ToolEvent;
-
-/// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
-/// `timeout`): this watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its
-/// limit).
-pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
 
 impl Processor {
     pub(super) fn ensure_call(&mut self, call_id: &str, name: &str) -> usize {

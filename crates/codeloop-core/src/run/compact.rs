@@ -3,10 +3,7 @@
 
 use codeloop_provider::{ChatMessage, ProviderRequest, ToolChoice, UserContent};
 use codeloop_store::MessageWithParts;
-use codeloop_types::{
-    AssistantError, CompactionPart, EventPayload, Message, MessageId, MessageTime, Part, PartKind,
-    UserMessage, now_ms,
-};
+use codeloop_types::{AssistantError, EventPayload, Message, MessageId, Part, PartKind, UserMessage};
 
 use super::turn::estimate_request_tokens;
 use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run};
@@ -15,6 +12,7 @@ use crate::compaction::{
     CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,
     is_overflow, max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
 };
+use crate::compaction::{new_compaction_request, user_info};
 use crate::error::RunError;
 use crate::outcome::StopReason;
 use crate::processor::Processor;
@@ -198,33 +196,6 @@ impl Run<'_> {
         }
         self.services.journal.save_part(part);
     }
-}
-
-fn user_info(session_id: &codeloop_types::SessionId, like: &UserMessage) -> UserMessage {
-    UserMessage {
-        id: MessageId::new(),
-        session_id: session_id.clone(),
-        time: MessageTime { created: now_ms(), completed: None },
-        agent: like.agent.clone(),
-        model: like.model.clone(),
-        system: None,
-        format: None,
-    }
-}
-
-pub fn new_compaction_request(
-    session_id: &codeloop_types::SessionId,
-    like: &UserMessage,
-    auto: bool,
-    overflow: bool,
-) -> MessageWithParts {
-    let info = user_info(session_id, like);
-    let part = Part::new(
-        session_id.clone(),
-        info.id.clone(),
-        PartKind::Compaction(CompactionPart { auto, overflow, tail_start_id: None, tail: Vec::new() }),
-    );
-    MessageWithParts { info: Message::User(info), parts: vec![part] }
 }
 
 fn continue_message(

@@ -9,8 +9,6 @@ mod compact;
 mod offer;
 mod turn;
 
-pub use compact::new_compaction_request;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -124,13 +122,20 @@ struct Breaker {
     no_progress: u32,
 }
 
+/// One agent's offer on one model.
+pub(crate) struct Offer {
+    pub system: crate::instructions::SystemPrompt,
+    /// Sorted by name, as the registry lists them.
+    pub tools: Vec<codeloop_types::ToolSpec>,
+}
+
 /// Compactions in a row that did not shrink the context before the run stops.
 pub const MAX_NO_PROGRESS_COMPACTIONS: u32 = 3;
 
 /// One run of a session.
 pub(crate) struct Run<'a> {
     services: Arc<Services>,
-    coordinator: crate::Coordinator,
+    runs: Arc<dyn crate::runs::Runs>,
     /// The permission rules and instructions of the session's project.
     policy: crate::services::ProjectPolicy,
     session: Session,
@@ -143,7 +148,7 @@ pub(crate) struct Run<'a> {
     doom: DoomLoopGuard,
     step: u32,
     /// What each agent and model is offered, worked out once per run so every step sends the same prefix.
-    offers: HashMap<(String, ModelRef), Arc<offer::Offer>>,
+    offers: HashMap<(String, ModelRef), Arc<Offer>>,
     /// Each agent's OS walls, worked out once per run (they stat the protected paths).
     walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,
@@ -157,7 +162,7 @@ pub(crate) struct Run<'a> {
 /// Runs a session until the model is done, blocked, interrupted or failing.
 pub(crate) async fn run_session(
     services: Arc<Services>,
-    coordinator: crate::Coordinator,
+    runs: Arc<dyn crate::runs::Runs>,
     session_id: &SessionId,
     cancel: CancellationToken,
     inbox: &Inbox,
@@ -195,7 +200,7 @@ pub(crate) async fn run_session(
     let paths = services.project_paths(&project, session_id);
     let mut run = Run {
         services: services.clone(),
-        coordinator,
+        runs,
         policy,
         session,
         history,

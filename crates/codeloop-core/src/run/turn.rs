@@ -69,7 +69,7 @@ impl Run<'_> {
             journal: self.services.journal.clone(),
             gate: Arc::new(ToolGate::new(
                 self.services.clone(),
-                self.coordinator.clone(),
+                self.runs.clone(),
                 self.session.id.clone(),
                 self.layers(agent),
                 self.policy.narrowing.clone(),

@@ -158,7 +158,7 @@ impl Fixture {
             journal: self.services().journal.clone(),
             gate: Arc::new(ToolGate::new(
                 self.services(),
-                self.engine.coordinator().clone(),
+                std::sync::Arc::new(self.engine.coordinator().clone()),
                 self.session.id.clone(),
                 Arc::new(Vec::new()),
                 Arc::new(Vec::new()),
