@@ -1,10 +1,11 @@
-//! Who may talk to the server (DESIGN.md §5, issue 7 item 4): loopback-only unless a token is set; with a
-//! token, `Authorization: Bearer <token>` on every route (compared in constant time); without one, a
-//! request must name a loopback host (a DNS-rebinding guard); CORS only for configured origins, and only
-//! with a token.
+//! Who may talk to the server (DESIGN.md §5, §5c, issue 7 item 4): loopback-only unless a token is set;
+//! with a token, `Authorization: Bearer <token>` on every route (compared in constant time) except the
+//! open ones — `/health`, and the web page with its static files (§5i), which carry no data; without a
+//! token, a request must name a loopback host (a DNS-rebinding guard, for the open paths too); CORS only
+//! for configured origins, and only with a token.
 //!
 //! Owns: the bind check, the request guard and the CORS layer.
-//! Must not: know any route.
+//! Must not: know any route beyond which paths are open ([`is_open_path`]).
 
 use std::net::SocketAddr;
 
@@ -76,9 +77,22 @@ fn is_loopback_host(host: &str) -> bool {
         || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Checks the token on every request; without a token, only loopback `Host`s are served.
+/// Paths served without the token: the liveness check, and the web page and its files (the same for
+/// everyone; the page asks for the token before it reads anything). Exact paths: an unknown path is never
+/// open.
+pub fn is_open_path(path: &str) -> bool {
+    path == "/health" || crate::web::is_page_path(path)
+}
+
+fn is_read(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// Checks the token on every request but reads of the open paths; without a token, only loopback `Host`s are
+/// served.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     match &state.options.token {
+        Some(_) if is_read(request.method()) && is_open_path(request.uri().path()) => {}
         Some(token) => {
             let given = bearer(request.headers()).unwrap_or("");
             if !constant_time_eq(given.as_bytes(), token.as_bytes()) {

@@ -1,0 +1,165 @@
+// GET /event read with fetch (an EventSource cannot send the Authorization header) and parsed as
+// Server-Sent Events here. A dropped stream reconnects with Last-Event-ID, so the server replays what was
+// missed: no event is lost or seen twice. Nothing polls: the stream is read as it arrives, a reconnect
+// waits on a timer only after a failure, and a silent stream (no heartbeat for a while) is dropped.
+
+/** The server sends a heartbeat every 10 s; a stream silent for this long is dead. */
+const SILENCE_MS = 35000;
+/** Waits before reconnecting, growing with each failure in a row. */
+const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
+
+export class Feed {
+  /**
+   * `handlers.event(event)` gets every bus event (parsed JSON with its `id`) in order;
+   * `handlers.control(type, properties)` the stream's own events (`server.connected`, `resync`, …);
+   * `handlers.state(state, detail)` says `connecting`, `open`, `retrying` or `unauthorized`.
+   */
+  constructor(api, handlers) {
+    this.api = api;
+    this.handlers = handlers;
+    /** Id of the newest bus event handed to `handlers.event`. */
+    this.lastId = null;
+    this.abort = null;
+    this.failures = 0;
+    this.stopped = false;
+    this.silence = null;
+  }
+
+  /** Starts reading (resuming after `lastId` when given). */
+  start(lastId = null) {
+    this.lastId = lastId;
+    this.stopped = false;
+    this.loop();
+  }
+
+  stop() {
+    this.stopped = true;
+    if (this.abort) this.abort.abort();
+    clearTimeout(this.silence);
+  }
+
+  async loop() {
+    while (!this.stopped) {
+      const outcome = await this.once();
+      if (this.stopped || outcome === 'unauthorized') return;
+      const wait = BACKOFF_MS[Math.min(this.failures, BACKOFF_MS.length - 1)];
+      this.failures += 1;
+      this.handlers.state('retrying', wait);
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
+
+  /** One connection, read until it ends. */
+  async once() {
+    this.handlers.state('connecting');
+    const abort = new AbortController();
+    this.abort = abort;
+    const headers = this.api.headers({Accept: 'text/event-stream'});
+    if (this.lastId !== null) headers['Last-Event-ID'] = String(this.lastId);
+    let response;
+    performance.mark('codeloop:event-request');
+    try {
+      response = await fetch('/event', {headers, signal: abort.signal, cache: 'no-store', credentials: 'omit'});
+    } catch {
+      return 'failed';
+    }
+    if (response.status === 401) {
+      this.handlers.state('unauthorized');
+      return 'unauthorized';
+    }
+    if (!response.ok || !response.body) return 'failed';
+    performance.mark('codeloop:event-response');
+    const reader = response.body.getReader();
+    const parser = new SseParser((message) => this.dispatch(message));
+    const decoder = new TextDecoder();
+    this.armSilence(abort);
+    try {
+      for (;;) {
+        const {value, done} = await reader.read();
+        if (done) break;
+        this.armSilence(abort);
+        parser.push(decoder.decode(value, {stream: true}));
+      }
+    } catch {
+      // Aborted or dropped: reconnect.
+    } finally {
+      clearTimeout(this.silence);
+    }
+    return 'ended';
+  }
+
+  armSilence(abort) {
+    clearTimeout(this.silence);
+    this.silence = setTimeout(() => abort.abort(), SILENCE_MS);
+  }
+
+  dispatch(message) {
+    let data;
+    try {
+      data = JSON.parse(message.data);
+    } catch {
+      return;
+    }
+    const type = typeof data?.type === 'string' ? data.type : '';
+    if (type === 'server.connected') {
+      performance.mark('codeloop:event-connected');
+      this.failures = 0;
+      // On a first connection it carries the bus position: a reconnect resumes from there.
+      if (this.lastId === null && typeof data.id === 'number') this.lastId = data.id;
+      this.handlers.state('open');
+      this.handlers.control(type, data.properties ?? {});
+      return;
+    }
+    // A bus event carries its id in the frame and in the JSON; control frames have none.
+    if (message.id !== null && typeof data.id === 'number') {
+      if (this.lastId !== null && data.id <= this.lastId) return;
+      this.lastId = data.id;
+      this.handlers.event(data);
+      return;
+    }
+    this.handlers.control(type, data.properties ?? {});
+  }
+}
+
+/** The text/event-stream format: fields per line, a blank line ends a message. */
+export class SseParser {
+  constructor(onMessage) {
+    this.onMessage = onMessage;
+    this.buffer = '';
+    this.data = [];
+    this.id = null;
+    this.event = '';
+  }
+
+  push(text) {
+    this.buffer += text;
+    let start = 0;
+    for (;;) {
+      const end = this.buffer.indexOf('\n', start);
+      if (end < 0) break;
+      let line = this.buffer.slice(start, end);
+      if (line.endsWith('\r')) line = line.slice(0, -1);
+      this.line(line);
+      start = end + 1;
+    }
+    this.buffer = this.buffer.slice(start);
+  }
+
+  line(line) {
+    if (line === '') {
+      if (this.data.length) this.onMessage({id: this.id, event: this.event || 'message', data: this.data.join('\n')});
+      this.data = [];
+      this.event = '';
+      this.id = null;
+      return;
+    }
+    if (line.startsWith(':')) return;
+    const colon = line.indexOf(':');
+    const field = colon < 0 ? line : line.slice(0, colon);
+    let value = colon < 0 ? '' : line.slice(colon + 1);
+    if (value.startsWith(' ')) value = value.slice(1);
+    if (field === 'data') this.data.push(value);
+    else if (field === 'event') this.event = value;
+    else if (field === 'id' && !value.includes('\0')) this.id = value;
+  }
+}
