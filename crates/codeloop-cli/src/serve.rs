@@ -1,5 +1,6 @@
-//! `codeloop serve` (the HTTP API and `/event` stream of codeloop-server) and `codeloop run --attach URL`
-//! (the same `run` output, driven through a running server instead of an in-process engine).
+//! `codeloop serve` (the HTTP API and `/event` stream of codeloop-server, and the web page at `/`) and
+//! `codeloop run --attach URL` (the same `run` output, driven through a running server instead of an
+//! in-process engine). `codeloop web` (web.rs) starts its server through [`run_server`] too.
 //!
 //! Owns: the command-line edges of both — binding, signals, the token from the environment, and the
 //! HTTP client side of `run --attach`.
@@ -32,8 +33,8 @@ use crate::run::{RunArgs, exit_code};
 use crate::terminal::for_stderr;
 use crate::{OnAsk, env, project_dir};
 
-/// Environment variable holding the server token (both for `serve` and `run --attach`).
-const TOKEN_ENV: &str = "CODELOOP_SERVER_TOKEN";
+/// Environment variable holding the server token (`serve`, `web` and `run --attach`).
+pub const TOKEN_ENV: &str = "CODELOOP_SERVER_TOKEN";
 /// How long `run --attach` keeps reading events after the run ended, to render its last ones.
 const DRAIN_LIMIT: Duration = Duration::from_secs(3);
 
@@ -59,21 +60,54 @@ pub struct ServeArgs {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let token = match args.token.clone().filter(|t| !t.is_empty()) {
+        Some(token) => TokenChoice::Given(token),
+        None => TokenChoice::None,
+    };
+    let launch = Launch { args, token, any_port_if_taken: false };
+    run_server(launch, |_| {}).await
+}
+
+/// Where the server's token comes from.
+pub enum TokenChoice {
+    /// `--token` or `CODELOOP_SERVER_TOKEN`.
+    Given(String),
+    /// A fresh random token, for clients on this machine (`codeloop web`).
+    Generate,
+    /// No token: loopback only, and only requests naming a loopback host.
+    None,
+}
+
+/// How a server is started: `serve`'s flags, and what `web` adds to them.
+pub struct Launch {
+    pub args: ServeArgs,
+    pub token: TokenChoice,
+    /// When the port is taken, listen on a free one instead of failing (`web` without `--port`).
+    pub any_port_if_taken: bool,
+}
+
+/// Where a started server listens, handed to the caller once it does.
+pub struct Listening<'a> {
+    /// `http://ADDR` of the server.
+    pub url: String,
+    pub token: Option<&'a str>,
+}
+
+/// The one way `serve` and `web` start a server: check the walls, bind, open the engine, say where it
+/// listens (`codeloop server listening on URL` on stderr, then `listening`), and serve until SIGINT or
+/// SIGTERM.
+pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) -> anyhow::Result<ExitCode> {
+    let Launch { args, token, any_port_if_taken } = launch;
     let dir = project_dir(None)?;
-    let token = args.token.filter(|t| !t.is_empty());
+    let token = match token {
+        TokenChoice::Given(token) => Some(token),
+        TokenChoice::Generate => Some(generate_token().context("cannot make a server token")?),
+        TokenChoice::None => None,
+    };
     // Before binding or opening anything: a refused start leaves no trace.
     codeloop_server::check_cors(&args.cors, token.as_deref())?;
     raise_open_file_limit();
-    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
-        .await
-        .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?
-        .collect();
-    for addr in &addrs {
-        codeloop_server::check_bind(*addr, token.as_deref())?;
-    }
-    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
-        .await
-        .with_context(|| format!("cannot listen on {}:{}", args.hostname, args.port))?;
+    let listener = bind(&args.hostname, args.port, token.as_deref(), any_port_if_taken).await?;
     let addr = listener.local_addr()?;
     let config = env::load_config(Some(&dir))?;
     let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
@@ -84,12 +118,55 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     options.token = token;
     options.cors_origins = args.cors;
     let auth = if options.token.is_some() { " (Authorization: Bearer <token> required)" } else { "" };
-    eprintln!("codeloop server listening on http://{addr}{auth}");
+    let url = format!("http://{addr}");
+    eprintln!("codeloop server listening on {url}{auth}");
+    listening(&Listening { url, token: options.token.as_deref() });
     codeloop_server::serve(engine, listener, options, shutdown_signal())
         .await
         .context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Listens on `hostname:port` (every address it resolves to), after checking that a bind beyond
+/// loopback has a token. With `any_port_if_taken`, a taken port gives way to a free one.
+async fn bind(
+    hostname: &str,
+    port: u16,
+    token: Option<&str>,
+    any_port_if_taken: bool,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((hostname, port))
+        .await
+        .with_context(|| format!("cannot resolve --hostname {hostname}"))?
+        .collect();
+    for addr in &addrs {
+        codeloop_server::check_bind(*addr, token)?;
+    }
+    match tokio::net::TcpListener::bind(addrs.as_slice()).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if any_port_if_taken && e.kind() == std::io::ErrorKind::AddrInUse => {
+            let any: Vec<std::net::SocketAddr> =
+                addrs.iter().map(|a| std::net::SocketAddr::new(a.ip(), 0)).collect();
+            eprintln!("port {port} is taken: listening on a free one");
+            tokio::net::TcpListener::bind(any.as_slice())
+                .await
+                .with_context(|| format!("cannot listen on {hostname}"))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {hostname}:{port}")),
+    }
+}
+
+/// Bytes of randomness in a generated token (shown as 64 hex digits).
+const TOKEN_BYTES: usize = 32;
+
+/// A token for a server that clients on this machine reach (`codeloop web`): 256 bits from the
+/// kernel's random source, in hex.
+pub fn generate_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; TOKEN_BYTES];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Raises the soft limit on open files to the hard one. Every connection is a descriptor, and the usual
@@ -388,6 +465,15 @@ mod tests {
         assert!(!progress.finished(&message), "an idle before the message belongs to an earlier run");
         progress.see(&idle(3));
         assert!(progress.finished(&message));
+    }
+
+    #[test]
+    fn generated_tokens_are_long_and_differ() {
+        let a = generate_token().unwrap();
+        let b = generate_token().unwrap();
+        assert_eq!(a.len(), 2 * TOKEN_BYTES);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, b);
     }
 
     #[test]

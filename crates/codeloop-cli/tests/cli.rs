@@ -16,6 +16,8 @@ mod first_run;
 mod tui;
 #[path = "cli/walls.rs"]
 mod walls;
+#[path = "cli/web.rs"]
+mod web;
 #[path = "cli/workers.rs"]
 mod workers;
 
