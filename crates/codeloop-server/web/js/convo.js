@@ -300,7 +300,9 @@ export class Convo {
         const part = entry.parts.get(id);
         if (part && visible(part)) rows.push({key: `p:${id}`, kind: 'part', entry, id});
       }
-      if (entry.info.error || entry.info.time?.completed) rows.push({key: `f:${item.id}`, kind: 'footer', entry});
+      // A turn's figures once, under its last answer (not under each step that only called tools).
+      const endsTurn = entry.info.time?.completed && entry.info.finish !== 'tool-calls';
+      if (entry.info.error || endsTurn) rows.push({key: `f:${item.id}`, kind: 'footer', entry});
     }
     if (undone) rows.push({key: 'undone', kind: 'undone', count: undone, v: undone});
     return rows;

@@ -5,6 +5,12 @@
 
 /** The server sends a heartbeat every 10 s; a stream silent for this long is dead. */
 const SILENCE_MS = 35000;
+/**
+ * A first connection asks again for this many events before "now" (they fill the page's window of
+ * recent events, so a session opened while it streams is rebuilt from events, not from a snapshot
+ * that lags the stream).
+ */
+const PRIME = 2000;
 /** Waits before reconnecting, growing with each failure in a row. */
 const BACKOFF_MS = [250, 500, 1000, 2000, 4000, 8000];
 
@@ -23,11 +29,14 @@ export class Feed {
     this.failures = 0;
     this.stopped = false;
     this.silence = null;
+    this.priming = false;
+    this.again = false;
   }
 
-  /** Starts reading (resuming after `lastId` when given). */
+  /** Starts reading: after `lastId` when given, else from a little before now. */
   start(lastId = null) {
     this.lastId = lastId;
+    this.priming = lastId === null;
     this.stopped = false;
     this.loop();
   }
@@ -42,6 +51,10 @@ export class Feed {
     while (!this.stopped) {
       const outcome = await this.once();
       if (this.stopped || outcome === 'unauthorized') return;
+      if (this.again) {
+        this.again = false;
+        continue;
+      }
       const wait = BACKOFF_MS[Math.min(this.failures, BACKOFF_MS.length - 1)];
       this.failures += 1;
       this.handlers.state('retrying', wait);
@@ -94,6 +107,8 @@ export class Feed {
   }
 
   dispatch(message) {
+    // This connection is being replaced (see `priming`): what else it carried comes again.
+    if (this.again) return;
     let data;
     try {
       data = JSON.parse(message.data);
@@ -102,10 +117,21 @@ export class Feed {
     }
     const type = typeof data?.type === 'string' ? data.type : '';
     if (type === 'server.connected') {
+      const position = data.properties?.last_event_id;
+      if (this.priming) {
+        // Ask again from a little before the position, at once.
+        this.priming = false;
+        if (typeof position === 'number' && position > 0) {
+          this.lastId = Math.max(0, position - PRIME);
+          this.again = true;
+          this.abort.abort();
+          return;
+        }
+      }
       performance.mark('codeloop:event-connected');
       this.failures = 0;
       // On a first connection it carries the bus position: a reconnect resumes from there.
-      if (this.lastId === null && typeof data.id === 'number') this.lastId = data.id;
+      if (this.lastId === null && typeof position === 'number') this.lastId = position;
       this.handlers.state('open');
       this.handlers.control(type, data.properties ?? {});
       return;

@@ -659,13 +659,27 @@ function renderAsks() {
   clear(el);
   const permission = app.permissions[0];
   if (permission) {
-    el.appendChild(permissionPrompt(permission, app.permissions.length - 1, (reply, message) => replyPermission(permission, reply, message)));
+    const reply = (kind, message) => replyPermission(permission, kind, message);
+    el.appendChild(permissionPrompt(permission, app.permissions.length - 1, reply, askedCall(permission)));
   } else if (app.questions[0]) {
     const question = app.questions[0];
     el.appendChild(questionPrompt(question, (answers) => replyQuestion(question, answers), () => replyQuestion(question, null)));
   }
   el.hidden = !el.firstChild;
   renderChrome();
+}
+
+/** What the call a permission is asked for works on, in full (its command, path or address). */
+function askedCall(request) {
+  const ref = request.tool;
+  const entry = ref ? app.convo?.messages.get(ref.message_id) : null;
+  for (const part of entry?.parts.values() ?? []) {
+    if (part.type !== 'tool' || part.call_id !== ref.call_id) continue;
+    const input = part.state?.input ?? {};
+    const text = [input.command, input.filePath, input.url, input.pattern].find((v) => typeof v === 'string');
+    if (text) return text;
+  }
+  return null;
 }
 
 function currentModel() {

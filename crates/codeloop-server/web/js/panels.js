@@ -55,7 +55,7 @@ export function ago(ms) {
 }
 
 /** A permission request with the three answers (and an optional message sent with Reject). */
-export function permissionPrompt(request, more, reply) {
+export function permissionPrompt(request, more, reply, call) {
   const note = h('input', {type: 'text', class: 'reject-note', placeholder: 'Why not? (optional, sent to the model with Reject)', 'aria-label': 'Message sent with Reject'});
   const button = (label, kind, cls) => {
     const b = h('button', {type: 'button', class: cls, 'data-reply': kind}, label);
@@ -64,7 +64,7 @@ export function permissionPrompt(request, more, reply) {
   };
   const patterns = (request.patterns ?? []).join(', ');
   const meta = request.metadata ?? {};
-  const detail = typeof meta.command === 'string' ? meta.command : typeof meta.filePath === 'string' ? meta.filePath : patterns;
+  const detail = call ?? (typeof meta.command === 'string' ? meta.command : typeof meta.filePath === 'string' ? meta.filePath : patterns);
   return h(
     'div',
     {class: 'ask permission', role: 'alertdialog', 'aria-label': 'Permission request'},

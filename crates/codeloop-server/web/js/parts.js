@@ -91,7 +91,7 @@ function footerRow(entry) {
   const out = [];
   if (info.error && isAborted(info.error)) out.push(h('div', {class: 'line warn'}, '■ interrupted'));
   else if (info.error) out.push(h('div', {class: 'line error'}, `✗ ${errorMessage(info.error)}`));
-  if (info.time?.completed) {
+  if (info.time?.completed && info.finish !== 'tool-calls') {
     const t = info.tokens ?? {};
     const seconds = (info.time.completed - info.time.created) / 1000;
     const bits = [
@@ -188,7 +188,7 @@ function outputBlock(key, text, cls) {
 }
 
 function diffBlock(key, diff) {
-  const lines = diff.split('\n').filter((l) => !/^(---|\+\+\+|Index:|====)/.test(l));
+  const lines = diff.replace(/\n+$/, '').split('\n').filter((l) => !/^(---|\+\+\+|Index:|====)/.test(l));
   const full = opened.has(key);
   const shown = full ? lines : lines.slice(0, DIFF_LINES);
   const pre = h('pre', {class: 'diff'});
