@@ -24,10 +24,10 @@ const ASSETS: &str = "/assets/";
 
 /// The policy of every page response. `connect-src 'self'` keeps `fetch` (the API and `/event`) on this
 /// origin; `default-src 'self'` without `'unsafe-inline'` means no inline script or style attribute
-/// runs; `img-src` allows `data:` for attachments only; `form-action`, `base-uri`, `frame-ancestors` and
+/// runs; images (the icon) come from here too; `form-action`, `base-uri`, `frame-ancestors` and
 /// `object-src` close the usual side doors.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-     img-src 'self' data:; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+     img-src 'self'; font-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'none'; frame-ancestors 'none'";
 
 /// One embedded file.

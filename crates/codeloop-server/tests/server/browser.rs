@@ -114,6 +114,19 @@ async fn a_prompt_sent_with_enter_streams_its_answer_on_a_narrow_window() {
     browser.click("#menu").await;
     browser.wait("the sessions list", "return getComputedStyle(document.getElementById('sidebar')).visibility === 'visible' && document.querySelector('#sessions .session.current') !== null").await;
     assert_eq!(h.fake.requests().len(), 1);
+
+    // A tab opened without the token asks for it, and then works.
+    browser.new_tab().await;
+    browser.goto(&format!("{}/", h.base)).await;
+    browser.wait("the token form", "return !document.getElementById('login').hidden").await;
+    browser.type_into("#token", &format!("{TOKEN}\u{E007}")).await;
+    booted(&browser).await;
+    browser
+        .wait(
+            "the sessions of the server",
+            "return document.querySelectorAll('#sessions .session').length === 1",
+        )
+        .await;
     browser.close().await;
 }
 

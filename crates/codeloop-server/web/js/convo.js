@@ -212,9 +212,19 @@ export class Convo {
     if (!was && visible(part)) this.structure = bump();
   }
 
-  /** A line of the page's own (a notice, or a job, limit or hook line). */
-  notice(level, text, key) {
-    this.items.push({type: 'n', key: key ?? `n:${bump()}`, level, text, v: bump()});
+  /**
+   * A line of the page's own (a notice, or a job, limit or hook line). Lines of one `group` in a row
+   * become one line with a count (an event type this page does not know, sent at every step).
+   */
+  notice(level, text, group = null) {
+    const last = this.items[this.items.length - 1];
+    if (group && last?.type === 'n' && last.group === group) {
+      last.count += 1;
+      last.text = `${text} (×${last.count})`;
+      last.v = bump();
+      return;
+    }
+    this.items.push({type: 'n', key: `n:${bump()}`, level, text, group, count: 1, v: bump()});
     this.structure = bump();
   }
 

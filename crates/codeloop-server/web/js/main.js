@@ -440,19 +440,19 @@ function onEvent(event) {
       break;
     default:
       // A type this page does not know (a newer server): one line, for this session or for none.
-      if (current || (!sid && !event.type.startsWith('server.'))) notify('dim', `${event.type}: ${ellipsize(JSON.stringify(p), 300)}`);
+      if (current || (!sid && !event.type.startsWith('server.'))) notify('dim', `${event.type}: ${ellipsize(JSON.stringify(p), 300)}`, event.type);
       break;
   }
 }
 
-function notify(level, text) {
+function notify(level, text, group = null) {
   if (!app.convo) {
     const bar = $('flash');
     bar.textContent = text;
     bar.hidden = false;
     return;
   }
-  app.convo.notice(level, text);
+  app.convo.notice(level, text, group);
   timeline.invalidateRows();
 }
 
