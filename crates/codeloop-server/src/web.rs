@@ -234,6 +234,25 @@ mod tests {
     }
 
     #[test]
+    fn no_script_of_the_page_turns_text_into_markup() {
+        for asset in FILES.iter().filter(|asset| asset.content_type == JS) {
+            for line in asset.body.lines().filter(|line| !line.trim_start().starts_with("//")) {
+                for needle in [
+                    "innerHTML",
+                    "outerHTML",
+                    "insertAdjacentHTML",
+                    "document.write",
+                    "eval(",
+                    "new Function",
+                    "srcdoc",
+                ] {
+                    assert!(!line.contains(needle), "{}: {line}", asset.name);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn hashes_differ_with_content() {
         assert_ne!(hash("a"), hash("b"));
         assert_eq!(hash("a"), hash("a"));

@@ -684,3 +684,94 @@ async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_b
     assert!(project.join("notes.txt").exists(), "redo puts the file back");
     browser.close().await;
 }
+
+/// A TCP forwarder between the browser and the server that can cut every open connection (a network
+/// drop), and keeps what the browser sent, to see its requests.
+struct Cutter {
+    addr: std::net::SocketAddr,
+    open: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    sent: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Cutter {
+    async fn start(target: &str) -> Cutter {
+        let target = target.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let open = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (open2, sent2) = (open.clone(), sent.clone());
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let target = target.clone();
+                let sent = sent2.clone();
+                let task = tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else { return };
+                    let (mut from_browser, mut to_browser) = inbound.into_split();
+                    let (mut from_server, mut to_server) = outbound.into_split();
+                    let up = async {
+                        let mut buf = vec![0u8; 16 * 1024];
+                        while let Ok(n) = from_browser.read(&mut buf).await {
+                            if n == 0 || to_server.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                            sent.lock().unwrap().extend_from_slice(&buf[..n]);
+                        }
+                    };
+                    let down = tokio::io::copy(&mut from_server, &mut to_browser);
+                    tokio::select! { _ = up => {}, _ = down => {} }
+                });
+                open2.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Cutter { addr, open, sent }
+    }
+
+    /// Closes every connection open now.
+    fn cut(&self) {
+        for task in self.open.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
+    /// The requests the browser sent, lowercased.
+    fn sent(&self) -> String {
+        String::from_utf8_lossy(&self.sent.lock().unwrap()).to_lowercase()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_event_stream_resumes_with_last_event_id_and_loses_and_doubles_no_text() {
+    let words: String = (1..=60).map(|i| format!("v{i:02} ")).collect();
+    let answer = words.trim_end().to_owned();
+    let h = harness(
+        Script::new([Reply::text(answer.clone()).with_text_chunks(60).with_chunk_delay_ms(60)]),
+        |_| {},
+    )
+    .await;
+    let cutter = Cutter::start(&h.base).await;
+    let Some(browser) =
+        Browser::start("a_dropped_event_stream_resumes_with_last_event_id_and_loses_and_doubles_no_text")
+            .await
+    else {
+        return;
+    };
+    browser.goto(&format!("http://{}/#token={TOKEN}", cutter.addr)).await;
+    booted(&browser).await;
+    send(&browser, "count again").await;
+    browser.wait("a part of the answer", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent.length > 30").await;
+    let before = cutter.sent().matches("last-event-id:").count();
+    cutter.cut();
+    browser.wait("the page to see the drop", "return !document.getElementById('conn').hidden").await;
+    let partial = watch_answer(&browser, &answer).await;
+    assert!(partial > 0, "the stream came back while the answer streamed");
+    assert!(cutter.sent().matches("last-event-id:").count() > before, "the page resumed with Last-Event-ID");
+    // The token only ever travels as the bearer header (never in a query string or a path).
+    let sent = cutter.sent();
+    let token = TOKEN.to_lowercase();
+    assert!(sent.matches(&token).count() > 0);
+    assert_eq!(sent.matches(&token).count(), sent.matches(&format!("authorization: bearer {token}")).count());
+    idle(&browser).await;
+    browser.close().await;
+}

@@ -31,6 +31,33 @@ export class Feed {
     this.silence = null;
     this.priming = false;
     this.again = false;
+    this.reprimed = 0;
+    this.readyNow();
+  }
+
+  /** A new promise for `ready()`. */
+  readyNow() {
+    this.readyPromise = new Promise((resolve) => (this.readyResolve = resolve));
+  }
+
+  /** Resolves once the stream is open: every event published from then on reaches `handlers.event`. */
+  ready() {
+    return this.readyPromise;
+  }
+
+  /**
+   * After a `resync` (events were lost): read again from a little before now, at once. Returns false
+   * when that was just done (the server cannot go back that far: the stream goes on as it is).
+   */
+  reprime() {
+    if (Date.now() - this.reprimed < 10000) return false;
+    this.reprimed = Date.now();
+    this.readyNow();
+    this.lastId = null;
+    this.priming = true;
+    this.again = true;
+    if (this.abort) this.abort.abort();
+    return true;
   }
 
   /** Starts reading: after `lastId` when given, else from a little before now. */
@@ -130,6 +157,7 @@ export class Feed {
       }
       performance.mark('codeloop:event-connected');
       this.failures = 0;
+      this.readyResolve();
       // On a first connection it carries the bus position: a reconnect resumes from there.
       if (this.lastId === null && typeof position === 'number') this.lastId = position;
       this.handlers.state('open');

@@ -39,7 +39,6 @@ const app = {
   agent: null,
   queued: 0,
   ring: [],
-  connected: null,
   jobsOpen: false,
   loadingOlder: false,
   firstPaint: false,
@@ -101,13 +100,7 @@ function boot() {
     resume = null;
   }
   sessionStorage.removeItem(RESUME_KEY);
-  let connected;
-  app.connected = new Promise((resolve) => (connected = resolve));
-  app.feed = new Feed(app.api, {
-    event: onEvent,
-    control: (type, properties) => onControl(type, properties, connected),
-    state: onConnection,
-  });
+  app.feed = new Feed(app.api, {event: onEvent, control: onControl, state: onConnection});
   wireUi();
   const id = routeSession();
   // The session is opened before the stream starts, so every event of it is held until its first page
@@ -197,7 +190,7 @@ async function openSession(id, resume = null) {
   closeSidebar();
   // The page is read once the stream has started, so nothing published in between is missed; after a
   // reload the stream replays from where the last page stopped, so the page need not wait.
-  if (!resume) await app.connected;
+  if (!resume) await app.feed.ready();
   if (app.convo !== convo) return;
   let session;
   let page;
@@ -292,14 +285,12 @@ async function newSession(directory) {
 
 // ----- events -----
 
-function onControl(type, properties, connected) {
-  if (type === 'server.connected') {
-    connected();
-    return;
-  }
+function onControl(type) {
   if (type === 'resync') {
-    // Events were lost: what is shown is rebuilt from the server.
+    // Events were lost: what is shown is rebuilt from the server, and the stream read again from a
+    // little before now (the window of recent events a streaming text is rebuilt from).
     app.ring = [];
+    app.feed.reprime();
     const id = app.convo?.id;
     if (id) {
       app.convo = null;
@@ -647,7 +638,13 @@ function needToken() {
 
 // ----- rendering the chrome -----
 
+let sessionsFrame = 0;
 function renderSessions() {
+  if (!sessionsFrame) sessionsFrame = requestAnimationFrame(paintSessions);
+}
+
+function paintSessions() {
+  sessionsFrame = 0;
   sessionList($('sessions'), [...app.sessions.values()], app.statuses, app.convo?.id ?? null, {
     open: (id) => openSession(id),
     create: (directory) => newSession(directory),
@@ -693,16 +690,21 @@ function currentAgent() {
   return app.agent ?? app.convo?.session?.agent ?? app.agents.find((a) => a.default)?.name ?? 'build';
 }
 
+let pickersShown = '';
 function renderPickers() {
   const model = $('model');
   const chosen = currentModel();
   const ids = app.models.map((m) => m.id);
   if (chosen && !ids.includes(chosen)) ids.unshift(chosen);
+  const current = currentAgent();
+  // Rebuilt only when something changed (a rebuild closes a picker that is open).
+  const shown = JSON.stringify([ids, chosen, app.agents, current]);
+  if (shown === pickersShown) return;
+  pickersShown = shown;
   clear(model);
   if (!ids.length) model.appendChild(h('option', {value: ''}, 'default model'));
   for (const id of ids) model.appendChild(h('option', {value: id, selected: id === chosen}, id));
   const agent = $('agent');
-  const current = currentAgent();
   const names = app.agents.map((a) => a.name);
   if (!names.includes(current)) names.unshift(current);
   clear(agent);
