@@ -50,6 +50,7 @@ static FILES: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("icon.svg", "image/svg+xml"),
+    asset!("js/boot.js", JS),
     asset!("js/main.js", JS),
     asset!("js/api.js", JS),
     asset!("js/feed.js", JS),
@@ -213,6 +214,8 @@ mod tests {
         for (at, _) in index.match_indices("<script") {
             let tag = &index[at..at + index[at..].find('>').unwrap()];
             assert!(tag.contains(" src=\"/assets/"), "inline or foreign script: {tag}");
+            let after = &index[at + tag.len() + 1..];
+            assert!(after.starts_with("</script>"), "a script with a body: {tag}");
         }
         let handler = |text: &str| {
             text.split(|c: char| c.is_whitespace()).any(|word| {

@@ -503,6 +503,15 @@ async fn a_ten_thousand_part_session_paints_its_newest_part_fast_keeps_few_nodes
         let painted =
             browser.wait("the first-paint mark", "return document.documentElement.dataset.firstPaint").await;
         figures.push((painted.as_str().unwrap().parse::<f64>().unwrap(), seen));
+        let steps = browser
+            .js(
+                "const n = performance.getEntriesByType('navigation')[0];
+                 const page = performance.getEntriesByType('resource').find(r => r.name.includes('/message?'));
+                 return `document ${n.responseEnd.toFixed(0)} ms, scripts run ${n.domContentLoadedEventStart.toFixed(0)} ms, newest messages in ${page ? page.responseEnd.toFixed(0) : '?'} ms (asked at ${page ? page.startTime.toFixed(0) : '?'} ms); ${performance.getEntriesByType('mark').map(m => `${m.name.replace('codeloop:', '')} ${m.startTime.toFixed(0)}`).join(', ')}`",
+                json!([]),
+            )
+            .await;
+        println!("web page: 10 000-part session: {}", steps.as_str().unwrap_or_default());
     }
     for (i, (painted, seen)) in figures.iter().enumerate() {
         println!(

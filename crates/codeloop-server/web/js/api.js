@@ -26,9 +26,14 @@ export class Api {
       init.headers['Content-Type'] = 'application/json';
       init.body = JSON.stringify(body);
     }
+    return this.read(fetch(withQuery(path, query), init));
+  }
+
+  /** The JSON of a response (a fetch already under way), or the server's error. */
+  async read(pending) {
     let response;
     try {
-      response = await fetch(withQuery(path, query), init);
+      response = await pending;
     } catch (e) {
       throw new ApiError(0, 'network', `cannot reach the codeloop server (${e.message})`);
     }

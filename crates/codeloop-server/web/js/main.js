@@ -92,6 +92,7 @@ const timeline = new Timeline($('timeline'), {
 });
 
 function boot() {
+  performance.mark('codeloop:boot');
   app.api = new Api(takeToken());
   let resume = null;
   try {
@@ -194,10 +195,15 @@ async function openSession(id, resume = null) {
   if (app.convo !== convo) return;
   let session;
   let page;
+  let size = FIRST_PAGE;
   try {
+    // boot.js may have asked already (a reload of this session).
+    const early = resume && window.codeloopEarly?.session === id ? window.codeloopEarly : null;
+    window.codeloopEarly = null;
+    if (early) size = early.limit;
     [session, page] = await Promise.all([
-      app.api.get(`/session/${seg(id)}`),
-      app.api.get(`/session/${seg(id)}/message`, {limit: FIRST_PAGE}),
+      early ? app.api.read(early.info) : app.api.get(`/session/${seg(id)}`),
+      early ? app.api.read(early.page) : app.api.get(`/session/${seg(id)}/message`, {limit: FIRST_PAGE}),
     ]);
   } catch (e) {
     if (app.convo !== convo) return;
@@ -211,7 +217,8 @@ async function openSession(id, resume = null) {
   if (app.convo !== convo) return;
   convo.session = session;
   app.sessions.set(session.id, {...app.sessions.get(session.id), ...session});
-  convo.load(page, FIRST_PAGE, earlier);
+  performance.mark('codeloop:page-in');
+  convo.load(page, size, earlier);
   document.title = `${session.title} · codeloop`;
   timeline.invalidateRows();
   renderChrome();
@@ -762,8 +769,9 @@ function painted() {
   const convo = app.convo;
   if (!app.firstPaint && convo?.loaded && timeline.rows.length > 1) {
     app.firstPaint = true;
-    // The frame after this one is on screen.
-    requestAnimationFrame(() => setTimeout(() => (root.dataset.firstPaint = performance.now().toFixed(1)), 0));
+    performance.mark('codeloop:first-frame');
+    // Called inside the animation frame that drew it: a task queued now runs once that frame is on screen.
+    setTimeout(() => (root.dataset.firstPaint = performance.now().toFixed(1)), 0);
   }
 }
 
