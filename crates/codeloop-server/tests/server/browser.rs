@@ -784,3 +784,66 @@ async fn a_dropped_event_stream_resumes_with_last_event_id_and_loses_and_doubles
     idle(&browser).await;
     browser.close().await;
 }
+
+/// Markdown as models write it, rendered by the page's own renderer in the browser, as a tree of tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_markdown_renderer_builds_elements_and_text_and_never_markup() {
+    let h = harness(Script::new(Vec::<Turn>::new()), |_| {}).await;
+    let Some(browser) =
+        Browser::start("the_markdown_renderer_builds_elements_and_text_and_never_markup").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    let cases = json!([
+        [
+            "# Title\n\nSome *em*, **strong**, ~~gone~~ and `a <b>`.",
+            "<h1>Title</h1><p>Some <em>em</em>, <strong>strong</strong>, <del>gone</del> and <code>a &lt;b&gt;</code>.</p>"
+        ],
+        [
+            "```rust\nfn main() {}\n```\nafter",
+            "<pre class=\"code\"><code class=\"language-rust\">fn main() {}</code></pre><p>after</p>"
+        ],
+        ["```\nstill streaming", "<pre class=\"code\"><code>still streaming</code></pre>"],
+        ["- a\n  - b\n- c", "<ul><li>a<ul><li>b</li></ul></li><li>c</li></ul>"],
+        ["1. one\n2. two", "<ol><li>one</li><li>two</li></ol>"],
+        ["3. three\n4. four", "<ol start=\"3\"><li>three</li><li>four</li></ol>"],
+        [
+            "| a | b |\n|---|--:|\n| 1 | 2 |",
+            "<div class=\"table\"><table><thead><tr><th>a</th><th class=\"align-right\">b</th></tr></thead><tbody><tr><td>1</td><td class=\"align-right\">2</td></tr></tbody></table></div>"
+        ],
+        [
+            "[ok](https://example.com/a) [no](javascript:alert(1)) <https://x.example>",
+            "<p><a href=\"https://example.com/a\">ok</a> <span class=\"unsafe-link\">no</span> <a href=\"https://x.example/\">https://x.example</a></p>"
+        ],
+        ["![alt](https://example.com/i.png)", "<p><a href=\"https://example.com/i.png\">🖼 alt</a></p>"],
+        ["snake_case_name and 2 * 3 * 4", "<p>snake_case_name and 2 * 3 * 4</p>"],
+        ["<b>hi</b> <script>x()</script>", "<p>&lt;b&gt;hi&lt;/b&gt; &lt;script&gt;x()&lt;/script&gt;</p>"],
+        ["> quoted\n> more", "<blockquote><p>quoted\nmore</p></blockquote>"],
+        ["line  \nbreak", "<p>line<br>break</p>"],
+        ["---", "<hr>"],
+        [
+            "- [x] done\n- [ ] todo",
+            "<ul><li><span class=\"task done\">☑ </span>done</li><li><span class=\"task\">☐ </span>todo</li></ul>"
+        ],
+    ]);
+    let results = browser
+        .post_async(
+            "const [cases, done] = arguments;
+             const esc = (s) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+             const tree = (node) => node.nodeType === 3 ? esc(node.textContent)
+               : node.nodeType === 11 ? [...node.childNodes].map(tree).join('')
+               : `<${node.localName}${['class', 'href', 'start'].filter(a => node.hasAttribute(a)).map(a => ` ${a}=\"${node.getAttribute(a)}\"`).join('')}>${[...node.childNodes].map(tree).join('')}${['br', 'hr'].includes(node.localName) ? '' : `</${node.localName}>`}`;
+             const version = [...document.scripts].map(s => s.src).find(s => s.includes('/js/main.js')).replace('/js/main.js', '');
+             import(`${version}/js/markdown.js`).then(m => done(cases.map(([text]) => tree(m.markdown(text)))), e => done(String(e)));",
+            json!([cases]),
+        )
+        .await;
+    for (case, got) in
+        cases.as_array().unwrap().iter().zip(results.as_array().unwrap_or_else(|| panic!("{results}")))
+    {
+        assert_eq!(got, &case[1], "{}", case[0]);
+    }
+    browser.close().await;
+}

@@ -140,6 +140,11 @@ impl Browser {
         self.post("/execute/sync", json!({"script": script, "args": args})).await
     }
 
+    /// Runs `script` with a callback as its last argument and returns what it passes to it.
+    pub async fn post_async(&self, script: &str, args: Value) -> Value {
+        self.post("/execute/async", json!({"script": script, "args": args})).await
+    }
+
     /// Waits until `script` returns something truthy, and returns it.
     pub async fn wait(&self, what: &str, script: &str) -> Value {
         let deadline = Instant::now() + PATIENCE;

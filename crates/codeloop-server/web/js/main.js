@@ -829,8 +829,20 @@ function wireUi() {
     const key = fold.dataset.fold;
     if (opened.has(key)) opened.delete(key);
     else opened.add(key);
+    timeline.keep(key);
     timeline.invalidate(key);
   });
+  // A fold a person opens or closes (reasoning, a summary) stays where it was. `toggle` does not bubble:
+  // this listener captures it, before the fold's own records the new state, so a fold opened again by
+  // a re-render (already recorded) is told apart.
+  $('timeline').addEventListener(
+    'toggle',
+    (e) => {
+      const key = e.target.closest?.('[data-key]')?.dataset.key;
+      if (key && e.target.open !== opened.has(key)) timeline.keep(key);
+    },
+    true,
+  );
   $('login-form').addEventListener('submit', (e) => {
     e.preventDefault();
     const token = $('token').value.trim();

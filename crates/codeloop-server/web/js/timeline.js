@@ -75,6 +75,16 @@ export class Timeline {
     this.schedule();
   }
 
+  /** Keeps row `key` where it is on screen while it changes (a person opened or closed part of it). */
+  keep(key) {
+    const i = this.index.get(key);
+    if (i === undefined) return;
+    this.layout();
+    this.stuck = false;
+    this.anchor = {key, delta: this.scroller.scrollTop - this.offsets[i]};
+    this.schedule();
+  }
+
   /** Jumps to the newest row and follows new content. */
   toBottom() {
     this.stuck = true;
