@@ -52,6 +52,11 @@ static FILES: &[Asset] = &[
     asset!("icon.svg", "image/svg+xml"),
     asset!("js/boot.js", JS),
     asset!("js/main.js", JS),
+    asset!("js/state.js", JS),
+    asset!("js/session.js", JS),
+    asset!("js/events.js", JS),
+    asset!("js/actions.js", JS),
+    asset!("js/chrome.js", JS),
     asset!("js/api.js", JS),
     asset!("js/feed.js", JS),
     asset!("js/dom.js", JS),
@@ -234,6 +239,20 @@ mod tests {
                 asset.name
             );
         }
+    }
+
+    #[test]
+    fn the_index_preloads_every_module_so_none_is_found_late() {
+        let index = find_index();
+        for asset in FILES.iter().filter(|asset| asset.content_type == JS && asset.name != "js/boot.js") {
+            let link = format!("href=\"/assets/{}\"", asset.name);
+            let script = format!("src=\"/assets/{}\"", asset.name);
+            assert!(index.contains(&link) || index.contains(&script), "{} is not preloaded", asset.name);
+        }
+    }
+
+    fn find_index() -> &'static str {
+        FILES.iter().find(|asset| asset.name == "index.html").unwrap().body
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl Browser {
         let capabilities = json!({"capabilities": {"alwaysMatch": {
             "browserName": "chrome",
             "pageLoadStrategy": "normal",
+            "goog:loggingPrefs": {"browser": "ALL"},
             "goog:chromeOptions": {
                 "binary": chromium,
                 "args": [
@@ -254,10 +255,18 @@ impl Browser {
         (ticks as f64 / ticks_per_second, renderer as f64 / ticks_per_second)
     }
 
-    /// Ends the browser and its driver.
+    /// Ends the browser and its driver, after checking that no script of the page threw.
     pub async fn close(mut self) {
+        let logs = self.post("/se/log", json!({"type": "browser"})).await;
+        let errors: Vec<&Value> = logs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|entry| entry["level"] == "SEVERE" && entry["source"] == "javascript")
+            .collect();
         let _ = self.http.delete(&self.session).send().await;
         self.end_driver();
+        assert!(errors.is_empty(), "the page's scripts failed: {errors:?}");
     }
 
     fn end_driver(&mut self) {
