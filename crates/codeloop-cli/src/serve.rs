@@ -64,7 +64,7 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         Some(token) => TokenChoice::Given(token),
         None => TokenChoice::None,
     };
-    let launch = Launch { args, token, any_port_if_taken: false };
+    let launch = Launch { args, token, port_taken: PortTaken::Fail };
     run_server(launch, |_| {}).await
 }
 
@@ -78,12 +78,20 @@ pub enum TokenChoice {
     None,
 }
 
+/// What to do when the port is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortTaken {
+    /// Fail (a port the user asked for).
+    Fail,
+    /// Listen on a free one (`web` without `--port`).
+    AnyFree,
+}
+
 /// How a server is started: `serve`'s flags, and what `web` adds to them.
 pub struct Launch {
     pub args: ServeArgs,
     pub token: TokenChoice,
-    /// When the port is taken, listen on a free one instead of failing (`web` without `--port`).
-    pub any_port_if_taken: bool,
+    pub port_taken: PortTaken,
 }
 
 /// Where a started server listens, handed to the caller once it does.
@@ -97,7 +105,7 @@ pub struct Listening<'a> {
 /// listens (`codeloop server listening on URL` on stderr, then `listening`), and serve until SIGINT or
 /// SIGTERM.
 pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) -> anyhow::Result<ExitCode> {
-    let Launch { args, token, any_port_if_taken } = launch;
+    let Launch { args, token, port_taken } = launch;
     let dir = project_dir(None)?;
     let token = match token {
         TokenChoice::Given(token) => Some(token),
@@ -107,7 +115,7 @@ pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) 
     // Before binding or opening anything: a refused start leaves no trace.
     codeloop_server::check_cors(&args.cors, token.as_deref())?;
     raise_open_file_limit();
-    let listener = bind(&args.hostname, args.port, token.as_deref(), any_port_if_taken).await?;
+    let listener = bind(&args.hostname, args.port, token.as_deref(), port_taken).await?;
     let addr = listener.local_addr()?;
     let config = env::load_config(Some(&dir))?;
     let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
@@ -119,22 +127,21 @@ pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) 
     options.cors_origins = args.cors;
     let auth = if options.token.is_some() { " (Authorization: Bearer <token> required)" } else { "" };
     let url = format!("http://{addr}");
+    let shutdown = shutdown_signal();
     eprintln!("codeloop server listening on {url}{auth}");
     listening(&Listening { url, token: options.token.as_deref() });
-    codeloop_server::serve(engine, listener, options, shutdown_signal())
-        .await
-        .context("the server failed")?;
+    codeloop_server::serve(engine, listener, options, shutdown).await.context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)
 }
 
 /// Listens on `hostname:port` (every address it resolves to), after checking that a bind beyond
-/// loopback has a token. With `any_port_if_taken`, a taken port gives way to a free one.
+/// loopback has a token. With [`PortTaken::AnyFree`], a taken port gives way to a free one.
 async fn bind(
     hostname: &str,
     port: u16,
     token: Option<&str>,
-    any_port_if_taken: bool,
+    port_taken: PortTaken,
 ) -> anyhow::Result<tokio::net::TcpListener> {
     let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((hostname, port))
         .await
@@ -145,7 +152,7 @@ async fn bind(
     }
     match tokio::net::TcpListener::bind(addrs.as_slice()).await {
         Ok(listener) => Ok(listener),
-        Err(e) if any_port_if_taken && e.kind() == std::io::ErrorKind::AddrInUse => {
+        Err(e) if port_taken == PortTaken::AnyFree && e.kind() == std::io::ErrorKind::AddrInUse => {
             let any: Vec<std::net::SocketAddr> =
                 addrs.iter().map(|a| std::net::SocketAddr::new(a.ip(), 0)).collect();
             eprintln!("port {port} is taken: listening on a free one");
@@ -185,21 +192,27 @@ fn raise_open_file_limit() {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Resolves on SIGINT or SIGTERM. The handlers are in place when this returns (not when the future is
+/// first polled), so a signal sent as soon as the server says it listens stops it gracefully.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        let wait = |signal: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match signal {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = wait(interrupt) => {}
+            _ = wait(terminate) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
+        eprintln!("shutting down: stopping active runs…");
     }
-    eprintln!("shutting down: stopping active runs…");
 }
 
 /// A running server's HTTP API.

@@ -12,7 +12,7 @@ use std::process::{Command, ExitCode, Stdio};
 use clap::Args;
 
 use crate::env;
-use crate::serve::{Launch, Listening, ServeArgs, TOKEN_ENV, TokenChoice, run_server};
+use crate::serve::{Launch, Listening, PortTaken, ServeArgs, TOKEN_ENV, TokenChoice, run_server};
 
 /// The port `web` tries first (`serve`'s default); when it is taken, any free one.
 const DEFAULT_PORT: u16 = 4096;
@@ -39,7 +39,8 @@ pub async fn web(args: WebArgs) -> anyhow::Result<ExitCode> {
         cors: Vec::new(),
         store: None,
     };
-    let launch = Launch { args: serve, token, any_port_if_taken: args.port.is_none() };
+    let port_taken = if args.port.is_some() { PortTaken::Fail } else { PortTaken::AnyFree };
+    let launch = Launch { args: serve, token, port_taken };
     let mut opened: Option<PathBuf> = None;
     let result = run_server(launch, |listening| {
         let page = page_url(listening);
