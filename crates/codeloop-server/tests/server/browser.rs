@@ -507,7 +507,9 @@ async fn a_ten_thousand_part_session_paints_its_newest_part_fast_keeps_few_nodes
             .js(
                 "const n = performance.getEntriesByType('navigation')[0];
                  const page = performance.getEntriesByType('resource').find(r => r.name.includes('/message?'));
-                 return `document ${n.responseEnd.toFixed(0)} ms, scripts run ${n.domContentLoadedEventStart.toFixed(0)} ms, newest messages in ${page ? page.responseEnd.toFixed(0) : '?'} ms (asked at ${page ? page.startTime.toFixed(0) : '?'} ms); ${performance.getEntriesByType('mark').map(m => `${m.name.replace('codeloop:', '')} ${m.startTime.toFixed(0)}`).join(', ')}`",
+                 const files = performance.getEntriesByType('resource').filter(r => r.name.includes('/assets/'));
+                 const loaded = Math.max(...files.map(r => r.responseEnd));
+                 return `document ${n.responseEnd.toFixed(0)} ms, its ${files.length} files ${loaded.toFixed(0)} ms; document ${n.responseEnd.toFixed(0)} ms, scripts run ${n.domContentLoadedEventStart.toFixed(0)} ms, newest messages in ${page ? page.responseEnd.toFixed(0) : '?'} ms (asked at ${page ? page.startTime.toFixed(0) : '?'} ms); ${performance.getEntriesByType('mark').map(m => `${m.name.replace('codeloop:', '')} ${m.startTime.toFixed(0)}`).join(', ')}`",
                 json!([]),
             )
             .await;
@@ -845,5 +847,70 @@ async fn the_markdown_renderer_builds_elements_and_text_and_never_markup() {
     {
         assert_eq!(got, &case[1], "{}", case[0]);
     }
+    browser.close().await;
+}
+
+/// Job, limit and hook events (being added by other issues) and event types the page does not know
+/// become lines of the open session; the jobs panel works without a jobs API. The events are handed to
+/// the page's own event handler, as its stream would (this server does not publish them yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn job_limit_hook_and_unknown_events_become_lines_of_the_session() {
+    let h = harness(Script::new(Vec::<Turn>::new()), |_| {}).await;
+    let Some(browser) = Browser::start("job_limit_hook_and_unknown_events_become_lines_of_the_session").await
+    else {
+        return;
+    };
+    let (_, session) = crate::support::read(
+        h.client.post(h.url("/session")).bearer_auth(TOKEN).json(&json!({})).send().await.unwrap(),
+    )
+    .await;
+    let session = session["id"].as_str().unwrap().to_owned();
+    browser.goto(&format!("{}/#token={TOKEN}&/session/{session}", h.base)).await;
+    booted(&browser).await;
+    browser
+        .wait(
+            "the session",
+            "return document.querySelector('#timeline .edge')?.textContent === 'Start of the session'",
+        )
+        .await;
+    let events = json!([
+        {"id": 1_000_001, "type": "job.started", "properties": {"job_id": "job_1", "session_id": session, "command": "npm run dev"}},
+        {"id": 1_000_002, "type": "job.exited", "properties": {"job_id": "job_1", "exit_code": 0, "state": "exited"}},
+        {"id": 1_000_003, "type": "session.limit", "properties": {"session_id": session, "limit": "run_max_cost_usd", "value": 1.0, "used": 1.25}},
+        {"id": 1_000_004, "type": "hook.ran", "properties": {"event": "PreToolUse", "source": "user", "command": "./guard.sh", "duration_ms": 12, "exit_code": 2, "decision": "block"}},
+        {"id": 1_000_005, "type": "session.cache", "properties": {"session_id": session, "reason": "model changed"}},
+        {"id": 1_000_006, "type": "session.cache", "properties": {"session_id": session, "reason": "model changed"}},
+        {"id": 1_000_007, "type": "job.started", "properties": {"job_id": "job_2", "session_id": "ses_another", "command": "not ours"}},
+    ]);
+    let lines = browser
+        .post_async(
+            "const [events, done] = arguments;
+             const version = [...document.scripts].map(s => s.src).find(s => s.includes('/js/main.js')).replace('/js/main.js', '');
+             import(`${version}/js/events.js`).then(m => {
+               for (const event of events) m.onEvent(event);
+               requestAnimationFrame(() => requestAnimationFrame(() => done([...document.querySelectorAll('#timeline .notice')].map(n => n.textContent))));
+             }, e => done(String(e)));",
+            json!([events]),
+        )
+        .await;
+    assert_eq!(
+        lines,
+        json!([
+            "⚙ job job_1 started: npm run dev",
+            "⚙ job job_1 exited (exit 0)",
+            "⛔ limit run_max_cost_usd reached: 1.25 of 1",
+            "⚓ hook PreToolUse (user): ./guard.sh → block (exit 2, 12 ms)",
+            format!("session.cache: {{\"reason\":\"model changed\",\"session_id\":\"{session}\"}} (×2)"),
+        ])
+    );
+    browser.click_button("Jobs").await;
+    let panel = browser.wait("the jobs panel", "const p = document.getElementById('jobs'); return !p.hidden && p.querySelector('.dim') ? p.textContent : ''").await;
+    let panel = panel.as_str().unwrap();
+    assert!(
+        panel.contains("This server has no jobs API.")
+            && panel.contains("job_1")
+            && panel.contains("exited (exit 0)"),
+        "{panel}"
+    );
     browser.close().await;
 }
