@@ -509,7 +509,7 @@ async fn a_ten_thousand_part_session_paints_its_newest_part_fast_keeps_few_nodes
                  const page = performance.getEntriesByType('resource').find(r => r.name.includes('/message?'));
                  const files = performance.getEntriesByType('resource').filter(r => r.name.includes('/assets/'));
                  const loaded = Math.max(...files.map(r => r.responseEnd));
-                 return `document ${n.responseEnd.toFixed(0)} ms, its ${files.length} files ${loaded.toFixed(0)} ms; document ${n.responseEnd.toFixed(0)} ms, scripts run ${n.domContentLoadedEventStart.toFixed(0)} ms, newest messages in ${page ? page.responseEnd.toFixed(0) : '?'} ms (asked at ${page ? page.startTime.toFixed(0) : '?'} ms); ${performance.getEntriesByType('mark').map(m => `${m.name.replace('codeloop:', '')} ${m.startTime.toFixed(0)}`).join(', ')}`",
+                 return `document ${n.responseEnd.toFixed(0)} ms, its ${files.length} files ${loaded.toFixed(0)} ms, scripts run ${n.domContentLoadedEventStart.toFixed(0)} ms, newest messages in ${page ? page.responseEnd.toFixed(0) : '?'} ms (asked at ${page ? page.startTime.toFixed(0) : '?'} ms); ${performance.getEntriesByType('mark').map(m => `${m.name.replace('codeloop:', '')} ${m.startTime.toFixed(0)}`).join(', ')}`",
                 json!([]),
             )
             .await;
