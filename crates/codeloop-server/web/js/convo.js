@@ -65,26 +65,34 @@ export class Convo {
     this.items.splice(k, 0, {type: 'm', id});
   }
 
-  /** A page of `GET /session/{id}/message` (newest first), older than everything held. */
+  /**
+   * A page of `GET /session/{id}/message` (newest first), older than everything held — but for
+   * messages an event already named (a part of an old message changed, e.g. by a prune): those held
+   * only by that event take the page's record and move to their place among the page's messages.
+   */
   addOlder(page, pageSize) {
-    const fresh = [];
-    for (const message of page) {
-      if (!this.messages.has(message.info.id)) fresh.push(message);
-    }
-    fresh.reverse();
-    const items = [];
-    for (const message of fresh) {
-      const entry = {info: message.info, parts: new Map(), order: [], v: bump()};
+    const ids = new Set();
+    const placed = [];
+    for (const message of [...page].reverse()) {
+      const id = message.info.id;
+      const held = this.messages.get(id);
+      if (held?.info) continue;
+      const entry = held ?? {info: null, parts: new Map(), order: [], v: bump()};
+      entry.info = message.info;
       for (const part of message.parts) {
+        // A part an event brought is at least as new as this page.
+        if (entry.parts.has(part.id)) continue;
         part._v = bump();
         entry.parts.set(part.id, part);
         entry.order.push(part.id);
       }
       entry.order.sort();
-      this.messages.set(message.info.id, entry);
-      items.push({type: 'm', id: message.info.id});
+      entry.v = bump();
+      this.messages.set(id, entry);
+      ids.add(id);
+      placed.push({type: 'm', id});
     }
-    this.items.unshift(...items);
+    this.items = [...placed, ...this.items.filter((item) => item.type !== 'm' || !ids.has(item.id))];
     this.hasOlder = page.length >= pageSize;
     this.structure = bump();
   }
