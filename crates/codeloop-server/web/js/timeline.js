@@ -8,6 +8,8 @@
 
 /** Pixels of rows rendered beyond each edge of the viewport. */
 const OVERSCAN = 800;
+/** The same for the first rows drawn after a (re)load: the screen first, the margins a frame later. */
+const FIRST_OVERSCAN = 50;
 /** Rendered rows kept (detached) for reuse after they scroll out. */
 const KEEP = 400;
 /** Within this many pixels of the bottom counts as "at the bottom". */
@@ -44,6 +46,8 @@ export class Timeline {
     this.anchor = null;
     this.lastScrollTop = 0;
     this.paints = 0;
+    /** Whether rows were drawn since the last reset (then the margins are drawn too). */
+    this.drawn = false;
     this.resize = new ResizeObserver((entries) => this.resized(entries));
     scroller.addEventListener('scroll', () => this.scrolled(), {passive: true});
   }
@@ -199,14 +203,20 @@ export class Timeline {
     this.lastScrollTop = el.scrollTop;
     this.anchor = null;
     this.paints += 1;
+    if (!this.drawn && this.rows.length > 1) {
+      // The margins follow in the next frame.
+      this.drawn = true;
+      this.schedule();
+    }
     if (this.visibleStart <= 2 && this.onNearTop) this.onNearTop();
     if (this.onPaint) this.onPaint();
   }
 
   range(scrollTop, view) {
     if (!this.rows.length) return [0, 0];
-    const start = this.rowAt(Math.max(0, scrollTop - OVERSCAN));
-    let end = this.rowAt(scrollTop + view + OVERSCAN) + 1;
+    const overscan = this.drawn ? OVERSCAN : FIRST_OVERSCAN;
+    const start = this.rowAt(Math.max(0, scrollTop - overscan));
+    let end = this.rowAt(scrollTop + view + overscan) + 1;
     end = Math.min(end, this.rows.length);
     return [start, end];
   }
@@ -285,6 +295,7 @@ export class Timeline {
     this.offsetsValid = false;
     this.stuck = true;
     this.anchor = null;
+    this.drawn = false;
     this.invalidateRows();
   }
 
