@@ -17,6 +17,7 @@ mod session;
 mod terminal;
 mod trust;
 mod tui;
+mod web;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -46,8 +47,10 @@ enum Command {
     Tui(tui::TuiArgs),
     /// Send a message to the agent and stream its answer (tool activity goes to stderr).
     Run(run::RunArgs),
-    /// Serve the HTTP API and the `GET /event` SSE stream.
+    /// Serve the HTTP API, the `GET /event` SSE stream and the web page at `/`.
     Serve(serve::ServeArgs),
+    /// Start a server on 127.0.0.1 and open its web page in a browser (the same sessions, in a tab).
+    Web(web::WebArgs),
     /// Speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim…).
     Acp(acp::AcpArgs),
     /// List, show, export, delete, compact, revert or unrevert stored sessions.
@@ -157,6 +160,7 @@ fn main() -> ExitCode {
             Command::Tui(args) => tui::tui(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Web(args) => web::web(args).await,
             Command::Acp(args) => acp::acp(args).await,
             Command::Session(command) => session::session(command).await,
             Command::Models(args) => models::models(args),

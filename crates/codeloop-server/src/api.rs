@@ -323,6 +323,15 @@ pub struct Aborted {
     pub aborted: bool,
 }
 
+/// One row of `GET /agent`: an agent a person may pick for a session or a prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentEntry {
+    pub name: String,
+    pub description: String,
+    /// Whether this is the agent a session gets when none is named.
+    pub default: bool,
+}
+
 /// One row of `GET /models`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ModelEntry {

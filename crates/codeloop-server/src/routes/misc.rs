@@ -1,4 +1,4 @@
-//! Health, permission requests and replies, configuration and model catalogue (read-only).
+//! Health, permission requests and replies, configuration, agents and model catalogue (read-only).
 //!
 //! Owns: the redaction of `GET /config`: header values, credentials in URLs and any string under a
 //! secret-sounding key are replaced, so a client never sees a secret even if one was put in a config file.
@@ -6,13 +6,15 @@
 
 use axum::Json;
 use axum::extract::State;
+use codeloop_core::agents::{AgentMode, DEFAULT_AGENT};
 use codeloop_core::models::catalogue;
 use codeloop_types::{PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId};
 use serde_json::Value;
 
 use crate::AppState;
 use crate::api::{
-    Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody, SessionQuery,
+    AgentEntry, Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody,
+    SessionQuery,
 };
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
@@ -77,6 +79,24 @@ pub async fn config(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         .map_err(|e| ApiError::internal(format!("cannot serialise the configuration: {e}")))?;
     redact(&mut value, None);
     Ok(Json(value))
+}
+
+/// The primary agents (those a person may choose; subagents run only through the task tool).
+pub async fn agents(State(state): State<AppState>) -> Json<Vec<AgentEntry>> {
+    let default = state.engine.config().default_agent.as_deref().unwrap_or(DEFAULT_AGENT);
+    let entries = state
+        .engine
+        .services()
+        .agents
+        .values()
+        .filter(|agent| agent.mode == AgentMode::Primary)
+        .map(|agent| AgentEntry {
+            name: agent.name.clone(),
+            description: agent.description.clone(),
+            default: agent.name == default,
+        })
+        .collect();
+    Json(entries)
 }
 
 pub async fn models(State(state): State<AppState>) -> Json<Vec<ModelEntry>> {

@@ -256,6 +256,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("post", "/question/{requestID}/reject"),
     ("get", "/config"),
     ("get", "/models"),
+    ("get", "/agent"),
     ("get", "/doc"),
 ];
 
