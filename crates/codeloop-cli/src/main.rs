@@ -165,7 +165,7 @@ fn main() -> ExitCode {
             Command::Session(command) => session::session(command).await,
             Command::Models(args) => models::models(args),
             Command::Demo(args) => demo::demo(args).await,
-            Command::Permissions(command) => permissions::permissions(command),
+            Command::Permissions(command) => permissions::permissions(command).await,
             Command::Trust(args) => trust::trust(args),
             Command::Sandbox(command) => sandbox::sandbox(command),
             Command::Doctor(args) => doctor::doctor(args).await,

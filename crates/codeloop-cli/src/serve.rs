@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use codeloop_core::RunOutcome;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::{EventIds, StoreChoice};
+use codeloop_core::{PermissionAnswer, RunOutcome};
 use codeloop_server::ServerOptions;
 use codeloop_server::api::{
     DeliveryMode, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
@@ -464,12 +464,14 @@ impl Asker {
 /// The terminal's answer (the same prompt as `run`), as the server's reply body.
 fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
     let (_, answer) = crate::run::ask_terminal(request);
-    let reply = match answer.reply {
-        codeloop_types::PermissionReply::Once => ReplyKind::Once,
-        codeloop_types::PermissionReply::Always => ReplyKind::Always,
-        codeloop_types::PermissionReply::Reject => ReplyKind::Reject,
-    };
-    PermissionReplyBody { reply, message: answer.message }
+    match answer {
+        PermissionAnswer::Once => PermissionReplyBody { reply: ReplyKind::Once, message: None },
+        PermissionAnswer::Always => PermissionReplyBody { reply: ReplyKind::Always, message: None },
+        PermissionAnswer::Reject { message } => PermissionReplyBody { reply: ReplyKind::Reject, message },
+        PermissionAnswer::RejectAlways => {
+            PermissionReplyBody { reply: ReplyKind::RejectAlways, message: None }
+        }
+    }
 }
 
 #[cfg(test)]

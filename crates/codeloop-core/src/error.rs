@@ -86,6 +86,12 @@ pub enum EngineError {
     /// The shadow repository failed.
     #[error(transparent)]
     Snapshot(#[from] crate::snapshot::SnapshotError),
+    /// A permission answer that found no request waiting for it.
+    #[error(transparent)]
+    Reply(#[from] crate::permission::ReplyError),
+    /// A question answer that found no question waiting for it.
+    #[error(transparent)]
+    Question(#[from] crate::question::QuestionError),
     #[error("{0}")]
     Invalid(String),
 }

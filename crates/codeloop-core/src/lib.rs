@@ -9,6 +9,7 @@
 
 pub mod agents;
 mod bus;
+mod command;
 pub mod compaction;
 pub mod config;
 mod coordinator;
@@ -37,7 +38,9 @@ pub mod trust;
 pub mod walls;
 
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
+pub use command::{CommandOutcome, PermissionAnswer, SessionCommand};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
+pub use engine::AgentChoice;
 pub use engine::{Engine, EngineOptions, ProjectConfigLoader, TOOL_OUTPUT_RETENTION};
 pub use error::{EngineError, RunError, SharedStoreError};
 pub use input::{Delivery, InputPart, PromptInput};

@@ -29,6 +29,8 @@ pub struct ToolGate {
     /// Where a task's child session runs.
     runs: Arc<dyn Runs>,
     session_id: SessionId,
+    /// The session's parent, when it is a subagent's.
+    parent_id: Option<SessionId>,
     /// Agent, config and session rules, in that order.
     layers: Arc<Vec<PermissionRule>>,
     /// An untrusted project's rules: each call gets the stricter of these and `layers`.
@@ -42,11 +44,12 @@ impl ToolGate {
         services: Arc<Services>,
         runs: Arc<dyn Runs>,
         session_id: SessionId,
+        parent_id: Option<SessionId>,
         layers: Arc<Vec<PermissionRule>>,
         narrowing: Arc<Vec<PermissionRule>>,
         project: String,
     ) -> Self {
-        Self { services, runs, session_id, layers, narrowing, project }
+        Self { services, runs, session_id, parent_id, layers, narrowing, project }
     }
 
     /// False when the rules switch `permission` off: its tools are then not offered to the model.
@@ -78,6 +81,7 @@ impl ToolGate {
     ) -> AskContext<'a> {
         AskContext {
             session_id: &self.session_id,
+            parent: self.parent_id.as_ref(),
             project: &self.project,
             layers,
             narrowing: &self.narrowing,
@@ -123,7 +127,8 @@ impl ToolHost for RunToolHost {
         questions: Vec<codeloop_types::Question>,
     ) -> Result<Vec<Vec<String>>, PermissionError> {
         let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
-        self.gate.services.questions.ask(&self.gate.session_id, Some(tool), questions).await
+        let parent = self.gate.parent_id.as_ref();
+        self.gate.services.questions.ask(&self.gate.session_id, parent, Some(tool), questions).await
     }
 
     async fn run_subtask(

@@ -6,9 +6,9 @@
 //! Must not: validate against state (whether a session exists is the routes' and the engine's job).
 
 use codeloop_core::Blocked;
-use codeloop_core::permission::Reply;
+use codeloop_core::PermissionAnswer;
 use codeloop_core::{Delivery, InputPart, PromptInput, StopReason};
-use codeloop_types::{AssistantError, Message, ModelRef, Part, PermissionReply};
+use codeloop_types::{AssistantError, Message, ModelRef, Part};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -274,11 +274,21 @@ pub struct EventQuery {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ReplyKind {
     Once,
     Always,
     Reject,
+    /// Reject, and every request like it in this session from now on (this server process).
+    RejectAlways,
+}
+
+/// `POST /session/{id}/compact?focus=…`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactQuery {
+    /// What the summary should keep in view.
+    #[serde(default)]
+    pub focus: Option<String>,
 }
 
 /// `POST /permission/{requestID}/reply`.
@@ -291,13 +301,14 @@ pub struct PermissionReplyBody {
 }
 
 impl PermissionReplyBody {
-    pub fn to_reply(&self) -> Reply {
-        let reply = match self.reply {
-            ReplyKind::Once => PermissionReply::Once,
-            ReplyKind::Always => PermissionReply::Always,
-            ReplyKind::Reject => PermissionReply::Reject,
-        };
-        Reply { reply, message: self.message.clone() }
+    /// The engine's answer this body carries.
+    pub fn to_answer(&self) -> PermissionAnswer {
+        match self.reply {
+            ReplyKind::Once => PermissionAnswer::Once,
+            ReplyKind::Always => PermissionAnswer::Always,
+            ReplyKind::Reject => PermissionAnswer::Reject { message: self.message.clone() },
+            ReplyKind::RejectAlways => PermissionAnswer::RejectAlways,
+        }
     }
 }
 

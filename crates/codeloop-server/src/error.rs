@@ -88,6 +88,8 @@ impl From<EngineError> for ApiError {
             EngineError::Busy { .. } => Self::conflict("busy", message),
             EngineError::Run(run) => run.into(),
             EngineError::Store(_) | EngineError::Snapshot(_) => Self::internal(message),
+            EngineError::Reply(reply) => reply.into(),
+            EngineError::Question(_) => Self::conflict("not_pending", message),
         }
     }
 }
@@ -174,17 +176,6 @@ where
             .map(|p| ApiPath(p.0))
             .map_err(|e: PathRejection| rejection(e.status(), "path", e.body_text()))
     }
-}
-
-/// Runs store work off the async threads (SQLite calls block).
-pub async fn blocking<T, F>(work: F) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
-{
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| ApiError::internal(format!("a server task failed: {e}")))?
 }
 
 #[cfg(test)]

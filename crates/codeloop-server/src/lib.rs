@@ -168,8 +168,7 @@ pub async fn serve(
     let app = router(state);
     let signal = async move {
         shutdown.await;
-        let active = engine.coordinator().active();
-        futures::future::join_all(active.iter().map(|session| engine.abort(session))).await;
+        engine.abort_all().await;
         if let Err(e) = engine.flush().await {
             tracing::warn!("could not persist everything at shutdown: {e}");
         }

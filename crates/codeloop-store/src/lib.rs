@@ -25,9 +25,8 @@ pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
 pub use writer::{Flush, StoreWriter};
 
 use codeloop_types::{Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
-use serde::{Deserialize, Serialize};
 
-pub use codeloop_types::{MessageWithParts, SessionFilter};
+pub use codeloop_types::{Approval, MessageWithParts, Page, SessionFilter};
 
 /// One change in a write batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,22 +48,6 @@ pub struct QueuedInput {
     pub session_id: SessionId,
     /// The prompt as the caller encoded it (JSON); the store does not read it.
     pub input: String,
-    pub created: i64,
-}
-
-/// A page of history, newest first: messages strictly older than `before`. `limit == 0` means no limit.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Page {
-    pub before: Option<MessageId>,
-    pub limit: usize,
-}
-
-/// A saved "always" approval: a permission rule remembered for one project.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Approval {
-    pub id: i64,
-    pub project: String,
-    pub rule: PermissionRule,
     pub created: i64,
 }
 

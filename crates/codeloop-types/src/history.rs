@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{Message, Part, SessionId};
+use crate::{Message, MessageId, Part, PermissionRule, SessionId};
 
 /// A message with its parts, in id order: the unit of history reads (`{info, parts}` in JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,4 +30,20 @@ pub struct ToolSpec {
     pub name: String,
     pub description: String,
     pub parameters: Value,
+}
+
+/// A page of history, newest first: messages strictly older than `before`. `limit == 0` means no limit.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    pub before: Option<MessageId>,
+    pub limit: usize,
+}
+
+/// A saved "always" approval: a permission rule remembered for one project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Approval {
+    pub id: i64,
+    pub project: String,
+    pub rule: PermissionRule,
+    pub created: i64,
 }

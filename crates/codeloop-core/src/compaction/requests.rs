@@ -30,7 +30,13 @@ pub fn new_compaction_request(
     let part = Part::new(
         session_id.clone(),
         info.id.clone(),
-        PartKind::Compaction(CompactionPart { auto, overflow, tail_start_id: None, tail: Vec::new() }),
+        PartKind::Compaction(CompactionPart {
+            auto,
+            overflow,
+            tail_start_id: None,
+            tail: Vec::new(),
+            focus: None,
+        }),
     );
     MessageWithParts { info: Message::User(info), parts: vec![part] }
 }

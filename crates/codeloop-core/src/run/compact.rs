@@ -110,7 +110,13 @@ impl Run<'_> {
             ProjectionOptions { strip_media: true, tool_output_max_chars: Some(SUMMARY_TOOL_OUTPUT_CHARS) };
         let mut messages = to_provider_messages(&head, &model.reference, options);
         let record = WorkRecord::of(&head);
-        let prompt = summary_prompt(previous.as_deref(), &record);
+        let mut prompt = summary_prompt(previous.as_deref(), &record);
+        if let Some(focus) = &part.focus {
+            // `/compact FOCUS`: what the person wants the summary to keep in view.
+            prompt.push_str(&format!(
+                "\n\nThe user asked this summary to focus on: {focus}. Keep everything about it in detail."
+            ));
+        }
         messages.push(ChatMessage::User(vec![UserContent::Text(prompt)]));
         let request = ProviderRequest {
             model: model.api_id.clone(),

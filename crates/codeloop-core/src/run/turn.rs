@@ -71,6 +71,7 @@ impl Run<'_> {
                 self.services.clone(),
                 self.runs.clone(),
                 self.session.id.clone(),
+                self.session.parent_id.clone(),
                 self.layers(agent),
                 self.policy.narrowing.clone(),
                 self.project.root.display().to_string(),

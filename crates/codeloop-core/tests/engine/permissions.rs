@@ -77,7 +77,7 @@ async fn an_always_approval_is_saved_and_honoured_by_a_new_process() {
     let Harness { data, project, engine: old, .. } = h;
     drop(old);
     let engine = open_engine(data.path(), config, AskPolicy::Deny);
-    let session = engine.create_session(project.path(), None, None, None).unwrap();
+    let session = engine.create_session(project.path(), None, None, None).await.unwrap();
     std::fs::remove_file(project.path().join("out.txt")).unwrap();
     let outcome = engine.prompt(&session.id, PromptInput::text("again"), Delivery::Queue).await.unwrap();
     assert_eq!(outcome.stop, StopReason::Completed);

@@ -62,7 +62,7 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
     assert_eq!(h.prompt("start over").await.stop, StopReason::Completed);
     let history = h.history();
     assert_eq!(history.len(), 2, "only the new turn remains: {history:#?}");
-    assert!(h.engine.session(&h.session.id).unwrap().revert.is_none());
+    assert!(h.engine.session(&h.session.id).await.unwrap().revert.is_none());
     let sent = h.request_messages(2);
     assert!(!serde_json::Value::Array(sent.clone()).to_string().contains("rewrite notes.txt"), "{sent:?}");
 }

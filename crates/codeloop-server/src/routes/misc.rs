@@ -6,7 +6,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use codeloop_core::agents::{AgentMode, DEFAULT_AGENT};
+use codeloop_core::SessionCommand;
 use codeloop_core::models::catalogue;
 use codeloop_types::{PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId};
 use serde_json::Value;
@@ -37,7 +37,11 @@ pub async fn reply_permission(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PermissionReplyBody>,
 ) -> Result<Json<bool>, ApiError> {
-    state.engine.answer_permission(&PermissionId::from(id.as_str()), body.to_reply()).await?;
+    let command = SessionCommand::AnswerPermission {
+        request: PermissionId::from(id.as_str()),
+        answer: body.to_answer(),
+    };
+    state.engine.submit(command).await?;
     Ok(Json(true))
 }
 
@@ -54,11 +58,11 @@ pub async fn reply_question(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<QuestionReplyBody>,
 ) -> Result<Json<bool>, ApiError> {
-    state
-        .engine
-        .answer_question(&QuestionId::from(id.as_str()), Some(body.answers))
-        .await
-        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+    let command = SessionCommand::AnswerQuestion {
+        request: QuestionId::from(id.as_str()),
+        answers: Some(body.answers),
+    };
+    state.engine.submit(command).await?;
     Ok(Json(true))
 }
 
@@ -66,11 +70,8 @@ pub async fn reject_question(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
-    state
-        .engine
-        .answer_question(&QuestionId::from(id.as_str()), None)
-        .await
-        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+    let command = SessionCommand::AnswerQuestion { request: QuestionId::from(id.as_str()), answers: None };
+    state.engine.submit(command).await?;
     Ok(Json(true))
 }
 
@@ -83,20 +84,24 @@ pub async fn config(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
 
 /// The primary agents (those a person may choose; subagents run only through the task tool).
 pub async fn agents(State(state): State<AppState>) -> Json<Vec<AgentEntry>> {
-    let default = state.engine.config().default_agent.as_deref().unwrap_or(DEFAULT_AGENT);
     let entries = state
         .engine
-        .services()
-        .agents
-        .values()
-        .filter(|agent| agent.mode == AgentMode::Primary)
-        .map(|agent| AgentEntry {
-            name: agent.name.clone(),
-            description: agent.description.clone(),
-            default: agent.name == default,
-        })
+        .agents()
+        .into_iter()
+        .map(|agent| AgentEntry { name: agent.name, description: agent.description, default: agent.default })
         .collect();
     Json(entries)
+}
+
+/// One agent a person may pick, or the engine's refusal (the one agent rule).
+pub async fn agent(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<AgentEntry>, ApiError> {
+    state.engine.check_agent(&name)?;
+    let agent = state.engine.agents().into_iter().find(|a| a.name == name);
+    let agent = agent.ok_or_else(|| ApiError::not_found(format!("agent {name} not found")))?;
+    Ok(Json(AgentEntry { name: agent.name, description: agent.description, default: agent.default }))
 }
 
 pub async fn models(State(state): State<AppState>) -> Json<Vec<ModelEntry>> {

@@ -257,6 +257,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("get", "/config"),
     ("get", "/models"),
     ("get", "/agent"),
+    ("get", "/agent/{name}"),
     ("get", "/doc"),
 ];
 
