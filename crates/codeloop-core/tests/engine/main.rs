@@ -7,6 +7,7 @@ mod common;
 mod compaction;
 mod coordinator;
 mod harness;
+mod jobs;
 mod loop_rules;
 mod permissions;
 mod prompt_cache;

@@ -1,4 +1,5 @@
-//! Session routes: list, create, get, rename, delete, children, todo list, active statuses.
+//! Session routes: list, create, get, rename, delete, children, todo list, background jobs (list, kill),
+//! active statuses.
 //!
 //! Owns: request validation and the calls into the engine.
 //! Must not: decide what a session is allowed to do (deleting a running session, for one, is refused by
@@ -9,9 +10,9 @@ use std::path::PathBuf;
 
 use axum::Json;
 use axum::extract::State;
-use codeloop_core::Engine;
+use codeloop_core::{CommandOutcome, Engine, SessionCommand};
 use codeloop_types::SessionFilter;
-use codeloop_types::{Session, SessionId, SessionStatus, Todo};
+use codeloop_types::{Job, JobId, Session, SessionId, SessionStatus, Todo};
 
 use crate::AppState;
 use crate::api::{CreateSession, SessionListQuery, UpdateSession};
@@ -150,6 +151,24 @@ pub async fn todo(
 ) -> Result<Json<Vec<Todo>>, ApiError> {
     let session = load(&state.engine, &id).await?;
     Ok(Json(state.engine.todos(&session.id).await?))
+}
+
+pub async fn jobs(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Vec<Job>>, ApiError> {
+    Ok(Json(state.engine.jobs(&session_id(&id)?).await?))
+}
+
+pub async fn kill_job(
+    State(state): State<AppState>,
+    ApiPath((id, job)): ApiPath<(String, String)>,
+) -> Result<Json<Job>, ApiError> {
+    let command = SessionCommand::KillJob { session: session_id(&id)?, job: JobId::from(job.as_str()) };
+    match state.engine.submit(command).await? {
+        CommandOutcome::Job(job) => Ok(Json(job)),
+        other => Err(ApiError::internal(format!("a kill came back as {other:?}"))),
+    }
 }
 
 pub async fn status(State(state): State<AppState>) -> Json<BTreeMap<String, SessionStatus>> {
