@@ -49,8 +49,11 @@ fn running(token: &str) -> usize {
         .count()
 }
 
-/// The three ways a tool call's tree is owned, with what each needs from the config and environment.
-fn paths() -> Vec<(&'static str, &'static str, Vec<(&'static str, &'static str)>)> {
+/// One way a tool call's tree is owned: its name, the config it needs and its environment.
+type TreePath = (&'static str, &'static str, Vec<(&'static str, &'static str)>);
+
+/// The three ways a tool call's tree is owned.
+fn paths() -> Vec<TreePath> {
     let mut paths = vec![("mode off (subreaper)", "[sandbox]\nmode = \"off\"\n", vec![])];
     if landlock() {
         paths.push(("PID namespace", "", vec![]));
