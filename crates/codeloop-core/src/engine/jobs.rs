@@ -35,6 +35,25 @@ impl Engine {
         Ok(jobs)
     }
 
+    /// The newest `max` bytes of a job's output, for a person (the model's read cursor stays): from memory
+    /// while this process holds the job, else from its saved file.
+    pub async fn job_output(
+        &self,
+        session: &SessionId,
+        id: &JobId,
+        max: usize,
+    ) -> Result<String, EngineError> {
+        if let Some(job) = self.services.jobs.get(session, id) {
+            return Ok(job.tail(max));
+        }
+        if !self.jobs(session).await?.iter().any(|job| &job.id == id) {
+            return Err(EngineError::JobNotFound { session: session.clone(), job: id.clone() });
+        }
+        let path = self.services.tool_output_dir.join(format!("{id}.log"));
+        let read = tokio::task::spawn_blocking(move || tail_of_file(&path, max)).await;
+        Ok(read.ok().flatten().unwrap_or_default())
+    }
+
     /// Ends one background job and returns it as it ended.
     pub(super) async fn submit_kill_job(&self, session: &SessionId, id: &JobId) -> Result<Job, EngineError> {
         if let Some(job) = self.services.jobs.get(session, id) {
@@ -73,4 +92,15 @@ impl Engine {
     pub fn running_jobs(&self, session: &SessionId) -> Vec<JobId> {
         self.services.jobs.running(session)
     }
+}
+
+/// The last `max` bytes of a file, as text; `None` when it cannot be read.
+fn tail_of_file(path: &std::path::Path, max: usize) -> Option<String> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(max as u64))).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max as u64).read_to_end(&mut bytes).ok()?;
+    Some(String::from_utf8_lossy(&bytes).into_owned())
 }

@@ -164,6 +164,7 @@ pub fn api() -> Api {
         .add(get("/session/{id}/children", "session.children", "Child sessions (subtasks)").returns(List("Session")), session::children)
         .add(get("/session/{id}/todo", "session.todo", "The session's todo list").returns(List("Todo")), session::todo)
         .add(get("/session/{id}/job", "session.jobs", "The session's background jobs, oldest first: {id, command, state: running|exited|killed|lost, exit_code?, started, ended?}").returns(List("Job")), session::jobs)
+        .add(get("/session/{id}/job/{job}/output", "session.job.output", "The newest output of a background job (at most `bytes`, default 16 KiB), for a person: the model's own reads are not moved").query::<JobOutputQuery>().json::<JobOutput>(), session::job_output)
         .add(post("/session/{id}/job/{job}/kill", "session.job.kill", "End a background job (SIGTERM to its tree, SIGKILL after 2 s); returns it as it ended (409 when another codeloop process runs it)").returns(Model("Job")), session::kill_job)
         .add(get("/session/{id}/message", "session.messages", "A page of messages with their parts, newest first").query::<MessageListQuery>().returns(List("MessageWithParts")), prompt::messages)
         .add(get("/session/{id}/message/{messageID}", "session.message", "One message with its parts").returns(Model("MessageWithParts")), prompt::message)

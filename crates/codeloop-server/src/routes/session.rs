@@ -15,7 +15,7 @@ use codeloop_types::SessionFilter;
 use codeloop_types::{Job, JobId, Session, SessionId, SessionStatus, Todo};
 
 use crate::AppState;
-use crate::api::{CreateSession, SessionListQuery, UpdateSession};
+use crate::api::{CreateSession, JobOutput, JobOutputQuery, SessionListQuery, UpdateSession};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
 /// Longest accepted title, in characters.
@@ -158,6 +158,18 @@ pub async fn jobs(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Job>>, ApiError> {
     Ok(Json(state.engine.jobs(&session_id(&id)?).await?))
+}
+
+pub async fn job_output(
+    State(state): State<AppState>,
+    ApiPath((id, job)): ApiPath<(String, String)>,
+    ApiQuery(query): ApiQuery<JobOutputQuery>,
+) -> Result<Json<JobOutput>, ApiError> {
+    // A job keeps its newest 1 MiB in memory; the saved file has the rest.
+    let max = query.bytes.unwrap_or(16 * 1024).min(1024 * 1024);
+    let job = JobId::from(job.as_str());
+    let output = state.engine.job_output(&session_id(&id)?, &job, max).await?;
+    Ok(Json(JobOutput { id: job.to_string(), output }))
 }
 
 pub async fn kill_job(

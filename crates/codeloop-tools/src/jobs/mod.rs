@@ -58,6 +58,11 @@ impl Job {
         self.info.lock().unwrap_or_else(|e| e.into_inner()).id.clone()
     }
 
+    /// The newest `max` bytes of its output as text, leaving the model's read cursor where it is.
+    pub fn tail(&self, max: usize) -> String {
+        String::from_utf8_lossy(&self.output.lock().unwrap_or_else(|e| e.into_inner()).tail(max)).into_owned()
+    }
+
     /// Asks the job's task to end it (TERM, then KILL after 2 s).
     pub fn kill(&self) {
         self.kill.cancel();

@@ -49,6 +49,12 @@ impl JobOutput {
         self.total - self.read
     }
 
+    /// The newest `max` bytes (or fewer), without moving the read cursor: what a person looks at.
+    pub(crate) fn tail(&self, max: usize) -> Vec<u8> {
+        let start = self.ring.len().saturating_sub(max);
+        self.ring.range(start..).copied().collect()
+    }
+
     pub(crate) fn total(&self) -> u64 {
         self.total
     }
