@@ -86,6 +86,9 @@ impl Agent {
             method::AUTHENTICATE => Ok(json!({})),
             method::SESSION_NEW => self.new_session(params(value)?).await,
             method::SESSION_LOAD => self.load_session(params(value)?).await,
+            method::SESSION_LIST => self.list_sessions(params(value)?).await,
+            method::SESSION_RESUME => self.resume_session(params(value)?).await,
+            method::SESSION_CLOSE => self.close_session(params(value)?),
             method::SESSION_PROMPT => {
                 let request: protocol::PromptRequest = params(value)?;
                 let session = self.session(&request.session_id)?;
@@ -94,10 +97,10 @@ impl Agent {
             method::SESSION_SET_MODE => {
                 let request: protocol::SetModeRequest = params(value)?;
                 let session = self.session(&request.session_id)?;
-                self.set_mode(&session, &request.mode_id)?;
+                self.set_mode(&session, &request.mode_id).await?;
                 Ok(json!({}))
             }
-            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(params(value)?),
+            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(params(value)?).await,
             other => {
                 Err(RpcError::new(protocol::code::METHOD_NOT_FOUND, format!("Method not found: {other}")))
             }
@@ -149,12 +152,14 @@ impl Agent {
             protocol_version: protocol::PROTOCOL_VERSION,
             agent_capabilities: AgentCapabilities {
                 load_session: true,
-                prompt_capabilities: PromptCapabilities {
-                    image: false,
-                    audio: false,
-                    embedded_context: true,
-                },
+                // Images become file parts the model sees; audio has no provider path yet.
+                prompt_capabilities: PromptCapabilities { image: true, audio: false, embedded_context: true },
                 mcp_capabilities: McpCapabilities { http: false, sse: false },
+                session_capabilities: protocol::SessionCapabilities {
+                    list: json!({}),
+                    resume: json!({}),
+                    close: json!({}),
+                },
             },
             auth_methods: Vec::new(),
             agent_info: Implementation {
@@ -184,24 +189,28 @@ impl Agent {
     }
 
     async fn load_session(&self, request: LoadSessionRequest) -> Result<Value, RpcError> {
+        let acp = self.open_session(&request).await?;
+        let history = acp.engine.history(&acp.id).await.map_err(|e| RpcError::internal(e.to_string()))?;
+        for update in stream::replay(&history, acp.cwd.clone()) {
+            self.send_update(&acp.id, update).await;
+        }
+        let response = LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
+        to_value(&response)
+    }
+
+    /// A stored session, under the config of its own directory (whatever directory the editor is in).
+    async fn open_session(&self, request: &LoadSessionRequest) -> Result<Arc<AcpSession>, RpcError> {
         let cwd = directory(&request.cwd)?;
         let id = SessionId::from(request.session_id.as_str());
         let (engine, _) = self.engine(&cwd, &request.mcp_servers).await?;
         let stored = engine.session(&id).await.map_err(|e| RpcError::not_found(e.to_string()))?;
-        // The session's own directory decides its config, whatever directory the editor is in.
         let directory = PathBuf::from(&stored.directory);
         let (engine, warnings) = if directory != cwd && directory.is_dir() {
             self.engine(&directory, &request.mcp_servers).await?
         } else {
             self.engine(&cwd, &request.mcp_servers).await?
         };
-        let history = engine.history(&id).await.map_err(|e| RpcError::internal(e.to_string()))?;
-        let acp = self.register(engine, stored, warnings);
-        for update in stream::replay(&history, acp.cwd.clone()) {
-            self.send_update(&acp.id, update).await;
-        }
-        let response = LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
-        to_value(&response)
+        Ok(self.register(engine, stored, warnings))
     }
 
     fn register(
@@ -236,20 +245,70 @@ impl Agent {
         })
     }
 
-    fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
+    /// The one agent rule (the engine's), then the client hears the new mode.
+    async fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
         session.engine.check_agent(mode).map_err(|e| RpcError::invalid_params(e.to_string()))?;
         lock(&session.choice).mode = mode.to_owned();
+        let update = SessionUpdate::CurrentModeUpdate { current_mode_id: mode.to_owned() };
+        self.send_update(&session.id, update).await;
         Ok(())
     }
 
-    fn set_config_option(&self, request: protocol::SetConfigOptionRequest) -> Result<Value, RpcError> {
+    async fn list_sessions(&self, request: protocol::ListSessionsRequest) -> Result<Value, RpcError> {
+        let directory = match &request.cwd {
+            Some(cwd) => Some(directory(cwd)?.display().to_string()),
+            None => None,
+        };
+        let cwd = request.cwd.clone().map_or_else(|| std::env::current_dir().unwrap_or_default(), |c| c);
+        let (engine, _) = self.engine(&directory.as_ref().map_or(cwd, PathBuf::from), &[]).await?;
+        let filter = codeloop_types::SessionFilter { directory, ..Default::default() };
+        let sessions = engine.sessions(filter).await.map_err(|e| RpcError::internal(e.to_string()))?;
+        // One page: the cursor is the number already sent.
+        const PAGE: usize = 100;
+        let skip: usize = request.cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let page: Vec<protocol::SessionInfo> = sessions
+            .iter()
+            .skip(skip)
+            .take(PAGE)
+            .map(|s| protocol::SessionInfo {
+                session_id: s.id.to_string(),
+                cwd: PathBuf::from(&s.directory),
+                title: Some(s.title.clone()).filter(|t| !t.is_empty()),
+                updated_at: Some(codeloop_types::iso8601(s.time.updated)),
+            })
+            .collect();
+        let next_cursor = (skip + page.len() < sessions.len()).then(|| (skip + page.len()).to_string());
+        to_value(&protocol::ListSessionsResponse { sessions: page, next_cursor })
+    }
+
+    /// Like `session/load`, without replaying the conversation.
+    async fn resume_session(&self, request: protocol::ResumeSessionRequest) -> Result<Value, RpcError> {
+        let acp = self.open_session(&request).await?;
+        let response =
+            protocol::ResumeSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
+        to_value(&response)
+    }
+
+    /// Cancels the session's turns and forgets it here (the stored session stays).
+    fn close_session(&self, request: protocol::CloseSessionRequest) -> Result<Value, RpcError> {
+        let session = lock(&self.sessions).remove(&SessionId::from(request.session_id.as_str()));
+        match session {
+            Some(session) => {
+                lock(&session.cancels).iter().for_each(|(_, c)| c.cancel());
+                Ok(json!({}))
+            }
+            None => Err(RpcError::not_found(format!("Session not found: {}", request.session_id))),
+        }
+    }
+
+    async fn set_config_option(&self, request: protocol::SetConfigOptionRequest) -> Result<Value, RpcError> {
         let session = self.session(&request.session_id)?;
         let value = request
             .value
             .as_str()
             .ok_or_else(|| RpcError::invalid_params("Invalid params: `value` must be a string"))?;
         match request.config_id.as_str() {
-            "mode" => self.set_mode(&session, value)?,
+            "mode" => self.set_mode(&session, value).await?,
             "model" => {
                 let model: ModelRef =
                     value.parse().map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;

@@ -93,12 +93,16 @@ fn input(blocks: Vec<ContentBlock>) -> Result<PromptInput, RpcError> {
             ContentBlock::ResourceLink { uri, name, .. } => {
                 InputPart::Text { text: format!("[@{name}]({uri})"), synthetic: false }
             }
-            ContentBlock::Image { data, mime_type, .. } | ContentBlock::Audio { data, mime_type } => {
-                InputPart::File {
-                    url: format!("data:{mime_type};base64,{data}"),
-                    mime: mime_type,
-                    filename: None,
-                }
+            ContentBlock::Image { data, mime_type, .. } => InputPart::File {
+                url: format!("data:{mime_type};base64,{data}"),
+                mime: mime_type,
+                filename: None,
+            },
+            // Not advertised (`promptCapabilities.audio` is false): refused, not silently dropped.
+            ContentBlock::Audio { .. } => {
+                return Err(RpcError::invalid_params(
+                    "Invalid params: this agent takes no audio (promptCapabilities.audio is false); send text or an image",
+                ));
             }
         });
     }

@@ -30,7 +30,7 @@ pub use permission::{
     PermissionAction, PermissionRequest, PermissionRule, Question, QuestionOption, QuestionRequest,
     ToolCallRef,
 };
-pub use session::{ModelRef, ModelRefError, Revert, Session, SessionTime, ToolProfile, date_of};
+pub use session::{ModelRef, ModelRefError, Revert, Session, SessionTime, ToolProfile, date_of, iso8601};
 pub use tool_state::{
     INTERRUPTED_ERROR, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,
     TransitionError,
