@@ -259,7 +259,7 @@ impl Agent {
             Some(cwd) => Some(directory(cwd)?.display().to_string()),
             None => None,
         };
-        let cwd = request.cwd.clone().map_or_else(|| std::env::current_dir().unwrap_or_default(), |c| c);
+        let cwd = request.cwd.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
         let (engine, _) = self.engine(&directory.as_ref().map_or(cwd, PathBuf::from), &[]).await?;
         let filter = codeloop_types::SessionFilter { directory, ..Default::default() };
         let sessions = engine.sessions(filter).await.map_err(|e| RpcError::internal(e.to_string()))?;
