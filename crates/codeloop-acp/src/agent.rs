@@ -24,6 +24,7 @@ use crate::protocol::{
 };
 use crate::rpc::{Peer, RpcError};
 use crate::{AcpOptions, Host, stream};
+use codeloop_types::LockExt;
 
 /// What a prompt turn uses of a session, changed by `session/set_mode` and `session/set_config_option`.
 #[derive(Debug, Clone)]
@@ -60,10 +61,6 @@ pub struct Agent {
 
 fn params<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
     serde_json::from_value(params).map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Agent {
@@ -117,9 +114,9 @@ impl Agent {
             method::SESSION_CANCEL => match params::<protocol::CancelNotification>(value) {
                 Ok(cancel) => {
                     let session =
-                        lock(&self.sessions).get(&SessionId::from(cancel.session_id.as_str())).cloned();
+                        self.sessions.locked().get(&SessionId::from(cancel.session_id.as_str())).cloned();
                     match session {
-                        Some(session) => lock(&session.cancels).iter().for_each(|(_, c)| c.cancel()),
+                        Some(session) => session.cancels.locked().iter().for_each(|(_, c)| c.cancel()),
                         None => tracing::debug!("session/cancel for unknown session {}", cancel.session_id),
                     }
                 }
@@ -128,7 +125,7 @@ impl Agent {
             method::CANCEL_REQUEST => match params::<protocol::CancelRequestNotification>(value) {
                 // A cancelled `session/prompt` ends like `session/cancel`; other requests finish quickly.
                 Ok(cancel) => {
-                    if let Some(token) = lock(&self.prompts).get(&cancel.request_id.to_string()) {
+                    if let Some(token) = self.prompts.locked().get(&cancel.request_id.to_string()) {
                         token.cancel();
                     }
                 }
@@ -140,7 +137,7 @@ impl Agent {
 
     fn initialize(&self, request: InitializeRequest) -> Result<Value, RpcError> {
         let notices = request.client_capabilities.session.and_then(|s| s.notices).is_some();
-        *lock(&self.notices) = notices;
+        *self.notices.locked() = notices;
         if request.protocol_version != protocol::PROTOCOL_VERSION {
             tracing::info!(
                 "the client speaks ACP version {}; answering with {}",
@@ -219,7 +216,7 @@ impl Agent {
         session: codeloop_types::Session,
         warnings: Vec<String>,
     ) -> Arc<AcpSession> {
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = self.sessions.locked();
         // Loaded again while known: keep its running turn, cancel list and choices.
         if let Some(known) = sessions.get(&session.id) {
             return known.clone();
@@ -238,7 +235,7 @@ impl Agent {
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<AcpSession>, RpcError> {
-        lock(&self.sessions).get(&SessionId::from(id)).cloned().ok_or_else(|| {
+        self.sessions.locked().get(&SessionId::from(id)).cloned().ok_or_else(|| {
             RpcError::not_found(format!(
                 "Session not found: {id} (create it with session/new or session/load)"
             ))
@@ -248,7 +245,7 @@ impl Agent {
     /// The one agent rule (the engine's), then the client hears the new mode.
     async fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
         session.engine.check_agent(mode).map_err(|e| RpcError::invalid_params(e.to_string()))?;
-        lock(&session.choice).mode = mode.to_owned();
+        session.choice.locked().mode = mode.to_owned();
         let update = SessionUpdate::CurrentModeUpdate { current_mode_id: mode.to_owned() };
         self.send_update(&session.id, update).await;
         Ok(())
@@ -291,10 +288,10 @@ impl Agent {
 
     /// Cancels the session's turns and forgets it here (the stored session stays).
     fn close_session(&self, request: protocol::CloseSessionRequest) -> Result<Value, RpcError> {
-        let session = lock(&self.sessions).remove(&SessionId::from(request.session_id.as_str()));
+        let session = self.sessions.locked().remove(&SessionId::from(request.session_id.as_str()));
         match session {
             Some(session) => {
-                lock(&session.cancels).iter().for_each(|(_, c)| c.cancel());
+                session.cancels.locked().iter().for_each(|(_, c)| c.cancel());
                 Ok(json!({}))
             }
             None => Err(RpcError::not_found(format!("Session not found: {}", request.session_id))),
@@ -316,7 +313,7 @@ impl Agent {
                     .engine
                     .check_model(Some(&model))
                     .map_err(|e| RpcError::invalid_params(e.to_string()))?;
-                lock(&session.choice).model = Some(model);
+                session.choice.locked().model = Some(model);
             }
             other => {
                 return Err(RpcError::invalid_params(format!("Invalid params: no config option `{other}`")));
@@ -360,7 +357,7 @@ impl Agent {
     /// quoted line in the message stream.
     pub(crate) async fn notice(&self, session: &SessionId, text: &str) {
         tracing::warn!("{text}");
-        let update = if *lock(&self.notices) {
+        let update = if *self.notices.locked() {
             SessionUpdate::Notice { severity: "warning", title: text.to_owned() }
         } else {
             SessionUpdate::AgentMessageChunk {
@@ -372,9 +369,9 @@ impl Agent {
 
     /// Stops every running turn (the input ended).
     pub async fn shutdown(&self) {
-        let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
+        let sessions: Vec<Arc<AcpSession>> = self.sessions.locked().values().cloned().collect();
         for session in sessions {
-            lock(&session.cancels).iter().for_each(|(_, c)| c.cancel());
+            session.cancels.locked().iter().for_each(|(_, c)| c.cancel());
         }
     }
 
@@ -438,7 +435,7 @@ fn mcp_settings(servers: &[McpServer]) -> (BTreeMap<String, McpSettings>, Vec<St
 }
 
 fn modes(session: &AcpSession) -> SessionModeState {
-    let current = lock(&session.choice).mode.clone();
+    let current = session.choice.locked().mode.clone();
     let available = session
         .engine
         .agents()
@@ -451,7 +448,7 @@ fn modes(session: &AcpSession) -> SessionModeState {
 /// Mode and model as select options (clients that prefer config options over modes use these).
 fn config_options(session: &AcpSession) -> Vec<ConfigOption> {
     let modes = modes(session);
-    let choice = lock(&session.choice).clone();
+    let choice = session.choice.locked().clone();
     let mut options = vec![ConfigOption {
         id: "mode".into(),
         name: "Mode".into(),

@@ -23,6 +23,7 @@ use crate::mcp::McpServers;
 use crate::models::Models;
 use crate::permission::PermissionEngine;
 use crate::snapshot::Snapshots;
+use codeloop_types::LockExt;
 
 pub struct Services {
     pub config: Config,
@@ -96,7 +97,7 @@ impl Services {
         if self.config.snapshot == Some(false) || !project.is_git {
             return None;
         }
-        let mut all = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.snapshots.locked();
         if let Some(existing) = all.get(&project.root) {
             return Some(existing.clone());
         }
@@ -135,7 +136,7 @@ impl Services {
     /// Records and announces a session's status.
     pub fn set_status(&self, session: &SessionId, status: SessionStatus) {
         {
-            let mut statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            let mut statuses = self.statuses.locked();
             match status {
                 SessionStatus::Idle => statuses.remove(session),
                 ref other => statuses.insert(session.clone(), other.clone()),
@@ -267,11 +268,11 @@ impl Journal {
 
     /// A title a client gave the session while it runs: kept over the run's copy at its next save.
     pub fn rename(&self, session: &SessionId, title: String) {
-        self.renames.lock().unwrap_or_else(|e| e.into_inner()).insert(session.clone(), title);
+        self.renames.locked().insert(session.clone(), title);
     }
 
     fn take_rename(&self, session: &mut Session) {
-        if let Some(title) = self.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
+        if let Some(title) = self.renames.locked().remove(&session.id) {
             session.title = title;
         }
     }
@@ -305,8 +306,7 @@ impl Services {
         };
         let loaded = load(directory)?;
         if let Some(project) = &loaded.project {
-            let first =
-                self.warned_projects.lock().unwrap_or_else(|e| e.into_inner()).insert(project.root.clone());
+            let first = self.warned_projects.locked().insert(project.root.clone());
             if first {
                 for warning in &loaded.warnings {
                     tracing::warn!("{warning}");

@@ -19,10 +19,11 @@ use super::{
     Coordinator, Done, Entry, FirstTurn, Inner, LOCK_RETRIES, LOCK_RETRY_DELAY, OWNERSHIP_CHECK, Queue,
     Replies, RunResult, Slot, Started, Step, off_runtime,
 };
+use codeloop_types::LockExt;
 
 impl Inner {
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, Slot>> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+        self.sessions.locked()
     }
 
     /// Decides under the map's lock: wait for a claim or an ending run, claim an idle session (its slot
@@ -363,7 +364,7 @@ pub(super) fn watch_ownership(session: &SessionId, entry: &Arc<Entry>) {
         loop {
             tokio::time::sleep(OWNERSHIP_CHECK).await;
             let Some(entry) = entry.upgrade() else { return };
-            let held = match entry.ownership.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let held = match entry.ownership.locked().as_ref() {
                 None => return,
                 Some(guard) => guard.is_held(),
             };

@@ -29,6 +29,7 @@ use crate::outcome::{RunOutcome, StopReason};
 use crate::run::Inbox;
 use crate::runs::Runs;
 use crate::services::Services;
+use codeloop_types::LockExt;
 
 pub type RunResult = Result<RunOutcome, RunError>;
 
@@ -92,7 +93,7 @@ impl Entry {
 
     /// Lets the session go: off the async threads, as releasing a lease is a database call.
     async fn release(&self) {
-        let guard = self.ownership.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let guard = self.ownership.locked().take();
         if let Some(guard) = guard {
             let _ = tokio::task::spawn_blocking(move || drop(guard)).await;
         }

@@ -27,6 +27,7 @@ use crate::models::ResolvedModel;
 use crate::outcome::{RunOutcome, StopReason};
 use crate::services::Services;
 use crate::snapshot::Snapshots;
+use codeloop_types::LockExt;
 
 /// Input steered into an active run: applied at the next step boundary.
 #[derive(Default)]
@@ -36,15 +37,15 @@ pub struct Inbox {
 
 impl Inbox {
     pub fn push(&self, input: PromptInput) {
-        self.steer.lock().unwrap_or_else(|e| e.into_inner()).push(input);
+        self.steer.locked().push(input);
     }
 
     pub fn take(&self) -> Vec<PromptInput> {
-        std::mem::take(&mut *self.steer.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.steer.locked())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.steer.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.steer.locked().is_empty()
     }
 }
 
