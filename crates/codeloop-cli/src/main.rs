@@ -2,6 +2,7 @@
 //! and renders its events. Everything else lives in the library crates.
 
 mod acp;
+mod attach;
 mod config_cmd;
 mod demo;
 mod doctor;
@@ -14,6 +15,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod session;
+mod session_args;
 mod terminal;
 mod trust;
 mod tui;
