@@ -156,7 +156,13 @@ impl Engine {
                 }
             }
         });
-        let mcp_settings = options.config.mcp.clone();
+        let mcp = crate::mcp::McpServers::new(
+            options.config.mcp.clone(),
+            crate::mcp::StartContext {
+                auth: crate::mcp::AuthStore::new(&options.data_dir),
+                env: options.env.clone(),
+            },
+        );
         let data_dir = options.data_dir.clone();
         let services = Arc::new(Services {
             agents,
@@ -181,7 +187,7 @@ impl Engine {
             skill_dirs,
             statuses: Default::default(),
             snapshots: Default::default(),
-            mcp: crate::mcp::McpServers::new(mcp_settings),
+            mcp,
             peers: peers.clone(),
             project_config: options.project_config,
             warned_projects: Default::default(),
