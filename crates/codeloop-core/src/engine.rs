@@ -264,6 +264,27 @@ impl Engine {
         &self.coordinator
     }
 
+    /// The MCP servers' state (starting them on first use): what `codeloop mcp list` shows.
+    pub async fn mcp_status(&self) -> Vec<crate::mcp::ServerStatus> {
+        self.services.mcp.status().await
+    }
+
+    /// The MCP servers' prompts as commands `mcp__SERVER__PROMPT` (DESIGN.md §5g): the commands module
+    /// lists these next to the Markdown commands.
+    pub async fn mcp_prompts(&self) -> Vec<crate::mcp::McpPrompt> {
+        self.services.mcp.prompts().await
+    }
+
+    /// The text of MCP prompt `command` (`mcp__SERVER__PROMPT`) with its arguments filled in: what a
+    /// command sends as the user's message.
+    pub async fn mcp_prompt(
+        &self,
+        command: &str,
+        arguments: std::collections::BTreeMap<String, String>,
+    ) -> Result<crate::mcp::McpPromptText, crate::mcp::McpPromptError> {
+        self.services.mcp.prompt(command, arguments).await
+    }
+
     pub fn config(&self) -> &Config {
         &self.services.config
     }
