@@ -12,7 +12,8 @@ use codeloop_core::{Engine, EngineOptions, EventIds, StoreChoice};
 
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CODELOOP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        // rmcp logs a server that went away as an error of its own; codeloop says it once, in its words.
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -19,7 +19,7 @@ use std::time::Duration;
 use rmcp::model::{ClientConfig, Implementation, ProtocolVersion, ServerCapabilities, SubscriptionFilter};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::auth::{AuthClient, AuthorizationManager, OAuthClientConfig};
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
 use tokio_util::sync::CancellationToken;
@@ -447,8 +447,59 @@ fn listen_for_changes(peer: &rmcp::Peer<RoleClient>, signals: Arc<Signals>, stop
     });
 }
 
-/// An error and its innermost cause, once each: "cannot reach …: Connection refused".
+/// An error in words a person can act on: its message and innermost cause, once each ("cannot connect
+/// to http://…: Connection refused"), seeing through rmcp's transport wrappers.
 pub(crate) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(start) = error.downcast_ref::<rmcp::service::ClientInitializeError>() {
+        use rmcp::service::ClientInitializeError as E;
+        match start {
+            E::TransportError { error, context } => {
+                return match transport_cause(error) {
+                    (cause, Reach::Unreachable) => cause,
+                    (cause, Reach::Answered) => format!("{cause} ({context})"),
+                };
+            }
+            E::LegacyFallbackFailed { fallback, .. } => return describe(fallback.as_ref()),
+            _ => {}
+        }
+    }
+    if let Some(rmcp::ServiceError::TransportSend(error)) = error.downcast_ref::<rmcp::ServiceError>() {
+        return transport_cause(error).0;
+    }
+    chained(error)
+}
+
+/// Whether the server was reached at all.
+enum Reach {
+    Unreachable,
+    Answered,
+}
+
+fn transport_cause(error: &rmcp::transport::DynamicTransportError) -> (String, Reach) {
+    let inner: &(dyn std::error::Error + 'static) = error.error.as_ref();
+    let mut source = Some(inner);
+    let mut deepest = inner.to_string();
+    let mut http: Option<&reqwest_mcp::Error> = None;
+    while let Some(cause) = source {
+        http = http.or_else(|| cause.downcast_ref::<reqwest_mcp::Error>());
+        deepest = cause.to_string();
+        source = match cause.downcast_ref::<StreamableHttpError<reqwest_mcp::Error>>() {
+            // rmcp keeps the HTTP client's error without naming it as the source.
+            Some(StreamableHttpError::Client(client)) => Some(client as &(dyn std::error::Error + 'static)),
+            _ => cause.source(),
+        };
+    }
+    match http {
+        Some(e) if e.is_connect() => {
+            let url = e.url().map(|u| u.to_string()).unwrap_or_else(|| "the server".into());
+            (format!("cannot connect to {url}: {deepest}"), Reach::Unreachable)
+        }
+        Some(e) if e.is_timeout() => ("the request timed out".to_owned(), Reach::Unreachable),
+        _ => (chained(inner), Reach::Answered),
+    }
+}
+
+fn chained(error: &(dyn std::error::Error + 'static)) -> String {
     let top = error.to_string();
     let mut deepest: Option<String> = None;
     let mut source = error.source();
