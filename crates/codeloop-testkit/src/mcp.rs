@@ -143,6 +143,10 @@ impl McpTestServer {
         }
         let shutdown = stop.clone();
         let task = tokio::spawn(async move {
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                // Small writes go out at once (no Nagle wait on the delayed ACK).
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;
         });
         Ok(Self { addr, shared, sessions, stop, task: Some(task) })
@@ -234,9 +238,49 @@ async fn guard(State(gate): State<Gate>, request: Request, next: Next) -> Respon
         _ => next.run(Request::from_parts(parts, Body::from(bytes))).await,
     };
     record.status = response.status().as_u16();
-    gate.shared.busy_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::SeqCst);
     gate.shared.requests.lock().unwrap_or_else(|e| e.into_inner()).push(record);
-    response
+    // The server's time runs until its answer's last byte (an SSE answer streams after its head).
+    let (parts, body) = response.into_parts();
+    let timed = Timed { inner: body.into_data_stream(), started, shared: gate.shared.clone(), done: false };
+    Response::from_parts(parts, Body::from_stream(timed))
+}
+
+/// A response body that adds the time until its end to the server's busy time.
+struct Timed {
+    inner: axum::body::BodyDataStream,
+    started: Instant,
+    shared: Arc<Shared>,
+    done: bool,
+}
+
+impl Timed {
+    fn finish(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.shared.busy_nanos.fetch_add(self.started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        }
+    }
+}
+
+impl futures::Stream for Timed {
+    type Item = Result<bytes::Bytes, axum::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_next(cx);
+        if let std::task::Poll::Ready(None) = polled {
+            self.finish();
+        }
+        polled
+    }
+}
+
+impl Drop for Timed {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 fn authorized(auth: &McpAuth, headers: &axum::http::HeaderMap) -> bool {

@@ -161,6 +161,10 @@ impl OAuthTestServer {
         let stop = CancellationToken::new();
         let shutdown = stop.clone();
         tokio::spawn(async move {
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                // Small writes go out at once (no Nagle wait on the delayed ACK).
+                let _ = tcp.set_nodelay(true);
+            });
             let _ = axum::serve(listener, router).with_graceful_shutdown(shutdown.cancelled_owned()).await;
         });
         Ok(Self { addr, state, stop })

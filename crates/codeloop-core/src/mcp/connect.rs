@@ -416,6 +416,7 @@ pub(crate) fn http_client(timeout: Duration) -> Result<reqwest_mcp::Client, Stri
     super::ensure_crypto_provider();
     reqwest_mcp::Client::builder()
         .connect_timeout(timeout)
+        .tcp_nodelay(true)
         .user_agent(concat!("codeloop/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| format!("cannot set up an HTTP client: {e}"))
