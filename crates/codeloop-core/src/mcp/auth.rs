@@ -197,7 +197,6 @@ impl AuthStore {
         let records = self.records(server);
         for (path, _) in &records {
             std::fs::remove_file(path)?;
-            let _ = std::fs::remove_file(lock_path(path));
         }
         Ok(records.len())
     }
@@ -211,10 +210,6 @@ impl AuthStore {
 fn read_record(path: &Path) -> std::io::Result<AuthRecord> {
     let bytes = std::fs::read(path)?;
     serde_json::from_slice(&bytes).map_err(std::io::Error::other)
-}
-
-fn lock_path(path: &Path) -> PathBuf {
-    path.with_extension("lock")
 }
 
 /// A server name in the characters a file name takes everywhere.
@@ -278,27 +273,23 @@ impl CredentialStore for FileCredentials {
         self.write(record).await
     }
 
-    /// Another codeloop process may refresh the same token: hold the record's lock file through the
-    /// refresh, and read what it saved first (a rotated refresh token is spent only once).
+    /// Another codeloop process may refresh the same token: hold a lock on `mcp-auth/` itself through
+    /// the refresh (no lock files beside the records), and read what it saved first (a rotated refresh
+    /// token is spent only once).
     async fn acquire_refresh_guard(&self) -> Result<Option<CredentialRefreshGuard>, AuthError> {
         let path = self.path.clone();
         let store = self.store.clone();
         let locked =
             tokio::task::spawn_blocking(move || -> std::io::Result<(std::fs::File, Option<AuthRecord>)> {
                 store.ensure_dir()?;
-                let lock = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create(true)
-                    .truncate(false)
-                    .mode(0o600)
-                    .open(lock_path(&path))?;
+                let lock = std::fs::File::open(store.dir())?;
                 lock.lock()?;
                 Ok((lock, read_record(&path).ok()))
             })
             .await
             .map_err(|e| AuthError::CredentialStoreError(e.to_string()))?
             .map_err(|e| {
-                AuthError::CredentialStoreError(format!("cannot lock {}: {e}", self.path.display()))
+                AuthError::CredentialStoreError(format!("cannot lock {}: {e}", self.store.dir().display()))
             })?;
         let (lock, on_disk) = locked;
         if let Some(on_disk) = on_disk {

@@ -767,6 +767,17 @@ async fn a_token_with_under_a_minute_left_is_refreshed_before_use() {
     assert_eq!(tokens[1].param("grant_type"), Some("refresh_token"));
     assert_eq!(tokens[1].param("resource"), Some(mcp.url().as_str()), "resource in the refresh too");
     assert_eq!(tool_results(&h.messages(1))[0].1, "echo: fresh");
+    let files: Vec<_> = std::fs::read_dir(h._data.path().join("mcp-auth"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(files.len(), 1, "one file per server and issuer, refreshed in place: {files:?}");
+    let saved = std::fs::read_to_string(h._data.path().join("mcp-auth").join(&files[0])).unwrap();
+    assert!(
+        saved.contains("access-")
+            && !saved.contains(&format!("\"{}\"", tokens[0].param("code").unwrap_or("none")))
+    );
 }
 
 #[tokio::test]
