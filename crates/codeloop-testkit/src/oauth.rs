@@ -59,6 +59,8 @@ pub struct OAuthOptions {
     pub metadata_documents: bool,
     /// A pre-registered client: its id and secret.
     pub client: Option<(String, String)>,
+    /// Publish the metadata only as OpenID Connect discovery (`/.well-known/openid-configuration`).
+    pub openid_only: bool,
 }
 
 impl Default for OAuthOptions {
@@ -71,6 +73,7 @@ impl Default for OAuthOptions {
             registration: true,
             metadata_documents: false,
             client: None,
+            openid_only: false,
         }
     }
 }
@@ -140,6 +143,11 @@ impl OAuthTestServer {
     pub async fn start(options: OAuthOptions) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        let metadata_path = if options.openid_only {
+            "/.well-known/openid-configuration"
+        } else {
+            "/.well-known/oauth-authorization-server"
+        };
         let clients: HashSet<String> = options.client.iter().map(|(id, _)| id.clone()).collect();
         let state = Arc::new(AsState {
             issuer: format!("http://{addr}"),
@@ -153,7 +161,7 @@ impl OAuthTestServer {
             counter: AtomicU64::new(1),
         });
         let router = Router::new()
-            .route("/.well-known/oauth-authorization-server", get(metadata))
+            .route(metadata_path, get(metadata))
             .route("/register", post(register))
             .route("/authorize", get(authorize))
             .route("/token", post(token))

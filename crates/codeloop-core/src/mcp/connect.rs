@@ -262,7 +262,9 @@ async fn connect_http(
                     "it refused the configured Authorization header (HTTP 401): check the header's value"
                         .into()
                 } else {
-                    "it asks for a sign-in, and [mcp] oauth = false: remove that line to sign in".to_owned()
+                    format!(
+                        "it asks for a sign-in, and [mcp.{name}] has oauth = false: remove that line to sign in"
+                    )
                 }))
             }
             Err(e) => Err(StartFailure::Failed(describe(&e))),

@@ -619,6 +619,16 @@ async fn sign_in_discovers_registers_and_uses_pkce_resource_and_iss() {
 }
 
 #[tokio::test]
+async fn an_authorization_server_found_by_openid_discovery_works_too() {
+    let (auth, mcp) =
+        protected(OAuthOptions { openid_only: true, ..Default::default() }, Revision::Stateless).await;
+    let data = tempfile::tempdir().unwrap();
+    let signed = sign_in("web", &remote(&mcp.url()), &data_context(data.path(), vec![])).await.unwrap();
+    assert_eq!(signed.issuer, auth.issuer());
+    assert_eq!(auth.calls_to("token")[0].status, 200);
+}
+
+#[tokio::test]
 async fn the_test_authorization_server_refuses_a_wrong_pkce_verifier() {
     let (auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
     let data = tempfile::tempdir().unwrap();
