@@ -246,7 +246,7 @@ async fn connect_http(
     let resource = resource_of(&url);
     let mut config = StreamableHttpClientTransportConfig::with_uri(resource.clone());
     config = config.custom_headers(header_map(name, settings, &context.env)?);
-    let http = http_client(settings.timeout()).map_err(StartFailure::Failed)?;
+    let http = super::http::transport_client().map_err(StartFailure::Failed)?;
     // A configured Authorization header is the credential: codeloop never signs in on top of it.
     let oauth = settings.oauth.enabled() && !settings.has_authorization_header();
     let record = if oauth { context.auth.find(name, &resource) } else { None };
@@ -305,7 +305,7 @@ pub(crate) async fn probe_challenge(
             StartFailure::Failed(why) | StartFailure::NeedsLogin { detail: why, .. } => why,
         })?,
     );
-    let http = http_client(settings.timeout())?;
+    let http = super::http::transport_client()?;
     let transport = StreamableHttpClientTransport::with_client(http, config);
     let handler = Handler { signals: Arc::new(Signals::default()) };
     match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
@@ -411,17 +411,6 @@ fn header_map(
         map.insert(header, value);
     }
     Ok(map)
-}
-
-/// The HTTP client of one server: connecting is bounded by its time-out; streams may stay open.
-pub(crate) fn http_client(timeout: Duration) -> Result<reqwest_mcp::Client, String> {
-    super::ensure_crypto_provider();
-    reqwest_mcp::Client::builder()
-        .connect_timeout(timeout)
-        .tcp_nodelay(true)
-        .user_agent(concat!("codeloop/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("cannot set up an HTTP client: {e}"))
 }
 
 /// On a 2026-07-28 connection list changes come on a `subscriptions/listen` stream.

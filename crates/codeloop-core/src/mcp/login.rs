@@ -94,9 +94,10 @@ pub async fn begin_login(
             Ok(Ok(None)) => return Err(LoginError::NotNeeded(name.to_owned())),
             Ok(Ok(Some(challenge))) => challenge,
         };
-    super::ensure_crypto_provider();
-    let mut manager =
-        AuthorizationManager::new(resource.as_str()).await.map_err(|e| failed(e.to_string()))?;
+    let http = super::http::oauth_client().map_err(failed)?;
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(resource.as_str(), http)
+        .await
+        .map_err(|e| failed(e.to_string()))?;
     let discovered = manager
         .resolve_metadata_from_challenge(Some(challenge.as_str()).filter(|c| !c.is_empty()))
         .await

@@ -14,6 +14,7 @@
 mod auth;
 mod connect;
 mod edit;
+mod http;
 mod login;
 mod prompts;
 mod settings;
