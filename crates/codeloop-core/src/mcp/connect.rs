@@ -4,8 +4,9 @@
 //! Protocol revisions: over HTTP the client probes with `server/discover` (2026-07-28, stateless) and
 //! falls back to `initialize` (2025-11-25, `Mcp-Session-Id`) as the spec's backward-compatibility rules
 //! say; rmcp does both and re-opens a session the server dropped (404). Over stdio it starts with
-//! `initialize`, which every server of either revision takes (servers of the older revisions do not
-//! all answer an unknown first request, and a probe would then cost them seconds).
+//! `initialize` (servers of the older revisions do not all answer an unknown first request, and a probe
+//! would cost them seconds); a server that refuses `initialize` is started again and reached with
+//! `server/discover`.
 //!
 //! Owns: building the transport, the handshake, the first tool list, the refresh of a token with under a
 //! minute left, and watching the connection until it ends. Must not: decide what to tell the user (the
@@ -77,6 +78,9 @@ impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         let mut info = ClientConfig::default();
         info.client_info = Implementation::new("codeloop", env!("CARGO_PKG_VERSION"));
+        // What `initialize` offers: its newest revision (2026-07-28 has no handshake; it is reached by
+        // `server/discover`).
+        info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
         info
     }
 
@@ -175,6 +179,23 @@ async fn connect_stdio(
     settings: &McpSettings,
     handler: Handler,
 ) -> Result<Connected, StartFailure> {
+    let (transport, tail) = spawn_stdio(name, settings)?;
+    let refused = match handler.clone().serve(transport).await {
+        Ok(service) => return Ok(connected(service, AuthState::None, tail, None)),
+        Err(rmcp::service::ClientInitializeError::JsonRpcError(error)) => error,
+        Err(e) => return Err(handshake_failed(&e, &tail)),
+    };
+    // It refused `initialize`: a server of the stateless revision only. Start it again and discover.
+    tracing::debug!(server = %name, "initialize refused ({}); trying server/discover", refused.message);
+    let (transport, tail) = spawn_stdio(name, settings)?;
+    let discover = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    match handler.serve_with_lifecycle(transport, discover).await {
+        Ok(service) => Ok(connected(service, AuthState::None, tail, None)),
+        Err(e) => Err(handshake_failed(&e, &tail)),
+    }
+}
+
+fn spawn_stdio(name: &str, settings: &McpSettings) -> Result<(TokioChildProcess, StderrTail), StartFailure> {
     let Some((program, args)) = settings.command.split_first() else {
         return Err(StartFailure::Failed(format!("[mcp.{name}] has an empty `command`")));
     };
@@ -188,14 +209,15 @@ async fn connect_stdio(
     if let Some(stderr) = stderr {
         tokio::spawn(drain_stderr(name.to_owned(), stderr, tail.clone()));
     }
-    let service = handler.serve(transport).await.map_err(|e| {
-        let why = describe(&e);
-        StartFailure::Failed(match tail.last() {
-            Some(line) => format!("the MCP handshake failed ({why}); its last words: {line}"),
-            None => format!("the MCP handshake failed: {why}"),
-        })
-    })?;
-    Ok(connected(service, AuthState::None, tail, None))
+    Ok((transport, tail))
+}
+
+fn handshake_failed(error: &rmcp::service::ClientInitializeError, tail: &StderrTail) -> StartFailure {
+    let why = describe(error);
+    StartFailure::Failed(match tail.last() {
+        Some(line) => format!("the MCP handshake failed ({why}); its last words: {line}"),
+        None => format!("the MCP handshake failed: {why}"),
+    })
 }
 
 async fn drain_stderr(name: String, stderr: tokio::process::ChildStderr, tail: StderrTail) {
@@ -255,7 +277,7 @@ async fn connect_http(
         return match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
             Ok(service) => Ok(connected(service, AuthState::None, StderrTail::default(), None)),
             Err(e) if e.is_authorization_required() && oauth => {
-                Err(StartFailure::NeedsLogin { expired: false, detail: "it asks for a sign-in".into() })
+                Err(StartFailure::NeedsLogin { expired: false, detail: "no sign-in is saved for it".into() })
             }
             Err(e) if e.is_authorization_required() => {
                 Err(StartFailure::Failed(if settings.oauth.enabled() {

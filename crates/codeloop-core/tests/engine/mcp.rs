@@ -174,6 +174,32 @@ async fn remote_tools_are_called_over_both_protocol_revisions() {
 }
 
 #[tokio::test]
+async fn local_servers_of_either_revision_start_over_stdio() {
+    let h = McpHarness::new(
+        script(vec![
+            Reply::tool_call("old_echo", json!({"text": "a"})),
+            Reply::tool_call("new_echo", json!({"text": "b"})),
+            Reply::text("done"),
+        ]),
+        vec![
+            ("old", McpSettings::local(vec!["bash".into(), fixture("fake-mcp.sh")])),
+            ("new", McpSettings::local(vec!["bash".into(), fixture("stateless-mcp.sh")])),
+        ],
+        vec![],
+    )
+    .await;
+    let (outcome, warnings) = h.prompt("echo on both").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(tool_results(&h.messages(1))[0].1, "echo: a");
+    assert_eq!(
+        tool_results(&h.messages(2)).last().unwrap().1,
+        "stateless echo: b",
+        "initialize refused, then discover"
+    );
+}
+
+#[tokio::test]
 async fn headers_expand_env_and_tool_filters_apply() {
     let server = McpTestServer::start(McpServerOptions::new(Revision::Stateless)).await.unwrap();
     let mut settings = remote(&server.url());
