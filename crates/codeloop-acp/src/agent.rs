@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use codeloop_core::Engine;
-use codeloop_core::agents::AgentMode;
 use codeloop_core::mcp::{McpOrigin, McpSettings};
 use codeloop_types::{ModelRef, SessionId};
 use serde::de::DeserializeOwned;
@@ -43,8 +42,6 @@ pub(crate) struct AcpSession {
     pub turn: tokio::sync::Mutex<()>,
     /// Prompts running or waiting; `session/cancel` cancels them all.
     pub cancels: Mutex<Vec<(u64, CancellationToken)>>,
-    /// `(permission, patterns)` the person chose to always reject in this session.
-    pub rejected: Mutex<Vec<(String, Vec<String>)>>,
     /// Config warnings not yet shown (shown at the start of the next turn).
     pub warnings: Mutex<Vec<String>>,
 }
@@ -173,8 +170,10 @@ impl Agent {
         let cwd = directory(&request.cwd)?;
         let (engine, warnings) = self.engine(&cwd, &request.mcp_servers).await?;
         engine.check_model(None).map_err(|e| RpcError::internal(e.to_string()))?;
-        let session =
-            engine.create_session(&cwd, None, None, None).map_err(|e| RpcError::internal(e.to_string()))?;
+        let session = engine
+            .create_session(&cwd, None, None, None)
+            .await
+            .map_err(|e| RpcError::internal(e.to_string()))?;
         let acp = self.register(engine, session, warnings);
         let response = NewSessionResponse {
             session_id: acp.id.to_string(),
@@ -188,7 +187,7 @@ impl Agent {
         let cwd = directory(&request.cwd)?;
         let id = SessionId::from(request.session_id.as_str());
         let (engine, _) = self.engine(&cwd, &request.mcp_servers).await?;
-        let stored = engine.session(&id).map_err(|e| RpcError::not_found(e.to_string()))?;
+        let stored = engine.session(&id).await.map_err(|e| RpcError::not_found(e.to_string()))?;
         // The session's own directory decides its config, whatever directory the editor is in.
         let directory = PathBuf::from(&stored.directory);
         let (engine, warnings) = if directory != cwd && directory.is_dir() {
@@ -196,7 +195,7 @@ impl Agent {
         } else {
             self.engine(&cwd, &request.mcp_servers).await?
         };
-        let history = engine.history(&id).map_err(|e| RpcError::internal(e.to_string()))?;
+        let history = engine.history(&id).await.map_err(|e| RpcError::internal(e.to_string()))?;
         let acp = self.register(engine, stored, warnings);
         for update in stream::replay(&history, acp.cwd.clone()) {
             self.send_update(&acp.id, update).await;
@@ -223,7 +222,6 @@ impl Agent {
             choice: Mutex::new(Choice { mode: session.agent.clone(), model: session.model.clone() }),
             turn: tokio::sync::Mutex::new(()),
             cancels: Mutex::new(Vec::new()),
-            rejected: Mutex::new(Vec::new()),
             warnings: Mutex::new(warnings),
         });
         sessions.insert(session.id, acp.clone());
@@ -402,15 +400,9 @@ fn modes(session: &AcpSession) -> SessionModeState {
     let current = lock(&session.choice).mode.clone();
     let available = session
         .engine
-        .services()
-        .agents
-        .values()
-        .filter(|a| a.mode == AgentMode::Primary)
-        .map(|a| SessionMode {
-            id: a.name.clone(),
-            name: a.name.clone(),
-            description: Some(a.description.clone()),
-        })
+        .agents()
+        .into_iter()
+        .map(|a| SessionMode { id: a.name.clone(), name: a.name, description: Some(a.description) })
         .collect();
     SessionModeState { current_mode_id: current, available_modes: available }
 }

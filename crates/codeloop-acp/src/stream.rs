@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{
     EventPayload, Message, MessageId, Part, PartId, PartKind, SessionId, Todo, TodoPriority, TodoStatus,
     ToolCallRef, ToolPart,

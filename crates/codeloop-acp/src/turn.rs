@@ -6,13 +6,15 @@
 //! permission timeouts, and the stop reason.
 //! Must not: settle tool calls or permissions itself; the engine's interrupt and reply do.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use codeloop_core::permission::{Reply, wildcard_match};
-use codeloop_core::{Delivery, InputPart, PromptInput, RunError, RunOutcome, StopReason as EngineStop};
-use codeloop_types::{EventPayload, Finish, PermissionId, PermissionReply, PermissionRequest, SessionId};
+use codeloop_core::{
+    Delivery, EngineError, InputPart, PermissionAnswer, PromptInput, RunError, RunOutcome, SessionCommand,
+    StopReason as EngineStop,
+};
+use codeloop_types::{EventPayload, Finish, PermissionId, PermissionRequest, SessionId};
 use serde_json::{Value, json};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
@@ -119,8 +121,6 @@ struct Turn<'a> {
     /// Ends every forwarded request when the turn ends.
     asks: CancellationToken,
     /// Sessions of this turn's subagents (their asks come to this client too), and others seen.
-    children: HashSet<SessionId>,
-    strangers: HashSet<SessionId>,
     /// Whether the person (or a timeout) rejected a call: the run's stop needs no further notice.
     rejected: Arc<AtomicBool>,
 }
@@ -134,8 +134,6 @@ impl<'a> Turn<'a> {
             stream: Stream::new(session.id.clone(), session.cwd.clone()),
             forwarded: HashMap::new(),
             asks: CancellationToken::new(),
-            children: HashSet::new(),
-            strangers: HashSet::new(),
             rejected: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -153,7 +151,11 @@ impl<'a> Turn<'a> {
         }
         let engine = self.session.engine.clone();
         let mut events = engine.bus().subscribe();
-        let prompt = engine.prompt(&self.session.id, input, Delivery::Queue);
+        let prompt = engine.submit(SessionCommand::Prompt {
+            session: self.session.id.clone(),
+            input,
+            delivery: Delivery::Queue,
+        });
         tokio::pin!(prompt);
         let grace = tokio::time::sleep(std::time::Duration::MAX / 4);
         tokio::pin!(grace);
@@ -168,7 +170,7 @@ impl<'a> Turn<'a> {
                     cancelled = true;
                     let engine = engine.clone();
                     let id = self.session.id.clone();
-                    tokio::spawn(async move { engine.abort(&id).await });
+                    tokio::spawn(async move { engine.submit(SessionCommand::Abort { session: id }).await });
                     grace.as_mut().reset(tokio::time::Instant::now() + self.agent.options.cancel_grace);
                 }
                 _ = &mut grace, if cancelled => {
@@ -192,7 +194,7 @@ impl<'a> Turn<'a> {
         // Only a lagging subscriber missed anything; the store has it (after the writer's flush).
         if lagged
             && engine.flush().await.is_ok()
-            && let Ok(history) = engine.history(&self.session.id)
+            && let Ok(history) = engine.history(&self.session.id).await
         {
             for update in self.stream.catch_up(&history) {
                 self.agent.send_update(&self.session.id, update).await;
@@ -203,11 +205,19 @@ impl<'a> Turn<'a> {
             return Ok(StopReason::Cancelled);
         }
         match result {
-            Some(Ok(outcome)) => self.stop_reason(&outcome).await,
-            Some(Err(RunError::Input(message))) => Err(RpcError::invalid_params(message)),
-            Some(Err(error @ (RunError::UnknownAgent(_) | RunError::Model(_)))) => {
-                Err(RpcError::invalid_params(error.to_string()))
-            }
+            Some(Ok(outcome)) => match outcome.into_run() {
+                Some(outcome) => self.stop_reason(&outcome).await,
+                None => Err(RpcError::internal("the prompt did not run")),
+            },
+            Some(Err(
+                error @ (EngineError::Invalid(_)
+                | EngineError::Agent(_)
+                | EngineError::Model(_)
+                | EngineError::SessionNotFound(_)
+                | EngineError::Run(
+                    RunError::Input(_) | RunError::UnknownAgent(_) | RunError::Model(_),
+                )),
+            )) => Err(RpcError::invalid_params(error.to_string())),
             Some(Err(error)) => Err(RpcError::internal(error.to_string())),
             None => Ok(StopReason::Cancelled),
         }
@@ -223,9 +233,11 @@ impl<'a> Turn<'a> {
             }),
             EngineStop::StepLimit(_) => Ok(StopReason::MaxTurnRequests),
             EngineStop::Interrupted => Ok(StopReason::Cancelled),
-            EngineStop::Blocked(message) => {
-                if !self.rejected.load(Ordering::SeqCst) && !message.is_empty() {
-                    self.agent.notice(&self.session.id, message).await;
+            // The person who rejected knows why; anything else is said in the message stream.
+            EngineStop::Blocked(codeloop_core::Blocked::Rejected { .. }) => Ok(StopReason::EndTurn),
+            EngineStop::Blocked(blocked) => {
+                if !self.rejected.load(Ordering::SeqCst) {
+                    self.agent.notice(&self.session.id, &blocked.to_string()).await;
                 }
                 Ok(StopReason::EndTurn)
             }
@@ -235,10 +247,12 @@ impl<'a> Turn<'a> {
 
     async fn event(&mut self, payload: &EventPayload) {
         match payload {
-            EventPayload::SessionWarning { session_id, message } if self.ours(session_id) => {
+            EventPayload::SessionWarning { session_id, message } if self.ours(session_id, None) => {
                 self.agent.notice(&self.session.id, &format!("warning: {message}")).await;
             }
-            EventPayload::PermissionAsked(request) if self.ours(&request.session_id) => {
+            EventPayload::PermissionAsked(request)
+                if self.ours(&request.session_id, request.parent_session_id.as_ref()) =>
+            {
                 self.permission(request.clone()).await;
             }
             EventPayload::PermissionReplied { request_id, .. } => {
@@ -246,7 +260,9 @@ impl<'a> Turn<'a> {
                     token.cancel();
                 }
             }
-            EventPayload::QuestionAsked(request) if self.ours(&request.session_id) => {
+            EventPayload::QuestionAsked(request)
+                if self.ours(&request.session_id, request.parent_session_id.as_ref()) =>
+            {
                 // ACP has no way to ask; the question ends the turn and the person answers in the chat.
                 let text: Vec<String> = request
                     .questions
@@ -265,7 +281,8 @@ impl<'a> Turn<'a> {
                 };
                 self.agent.send_update(&self.session.id, update).await;
                 self.rejected.store(true, Ordering::SeqCst);
-                let _ = self.session.engine.reject_question(&request.id);
+                let command = SessionCommand::AnswerQuestion { request: request.id.clone(), answers: None };
+                let _ = self.session.engine.submit(command).await;
             }
             payload => {
                 for update in self.stream.event(payload) {
@@ -275,48 +292,12 @@ impl<'a> Turn<'a> {
         }
     }
 
-    /// The session itself or one of its subagents' sessions.
-    fn ours(&mut self, id: &SessionId) -> bool {
-        if id == &self.session.id || self.children.contains(id) {
-            return true;
-        }
-        if self.strangers.contains(id) {
-            return false;
-        }
-        let mut current = id.clone();
-        for _ in 0..8 {
-            match self.session.engine.session(&current).ok().and_then(|s| s.parent_id) {
-                Some(parent) if parent == self.session.id => {
-                    self.children.insert(id.clone());
-                    return true;
-                }
-                Some(parent) => current = parent,
-                None => break,
-            }
-        }
-        self.strangers.insert(id.clone());
-        false
+    /// The session itself, or (with its parent named, as requests carry it) one of its subagents'.
+    fn ours(&self, id: &SessionId, parent: Option<&SessionId>) -> bool {
+        id == &self.session.id || parent == Some(&self.session.id)
     }
 
     async fn permission(&mut self, request: PermissionRequest) {
-        let remembered = self.session.rejected.lock().unwrap_or_else(|e| e.into_inner()).iter().any(
-            |(permission, patterns)| {
-                permission == &request.permission
-                    && request.patterns.iter().all(|p| patterns.iter().any(|r| wildcard_match(r, p)))
-            },
-        );
-        if remembered {
-            let message = format!(
-                "The user chose to always reject `{}` for {} in this session; do not try it again.",
-                request.permission,
-                request.patterns.join(", ")
-            );
-            let _ = self.session.engine.reply_permission(
-                &request.id,
-                Reply { reply: PermissionReply::Reject, message: Some(message) },
-            );
-            return;
-        }
         let tool_call = self.tool_call(&request);
         let token = self.asks.child_token();
         self.forwarded.insert(request.id.clone(), token.clone());
@@ -395,11 +376,12 @@ impl Ask {
                 return;
             }
         };
-        let reply = match answer {
-            Ok(Ok(value)) => self.reply(value),
+        let reject = PermissionAnswer::Reject { message: None };
+        let answer = match answer {
+            Ok(Ok(value)) => self.answer(value),
             Ok(Err(error)) => {
                 tracing::warn!("the client failed to answer a permission request: {error}");
-                Reply { reply: PermissionReply::Reject, message: None }
+                reject
             }
             Err(_) => {
                 self.agent.peer.forget(id).await;
@@ -410,19 +392,20 @@ impl Ask {
                     timeout.as_secs_f64()
                 );
                 self.agent.notice(&self.session.id, &text).await;
-                Reply { reply: PermissionReply::Reject, message: None }
+                reject
             }
         };
-        if reply.reply == PermissionReply::Reject {
+        if matches!(answer, PermissionAnswer::Reject { .. } | PermissionAnswer::RejectAlways) {
             self.rejected.store(true, Ordering::SeqCst);
         }
-        if let Err(e) = self.session.engine.reply_permission(&self.request.id, reply) {
+        let command = SessionCommand::AnswerPermission { request: self.request.id.clone(), answer };
+        if let Err(e) = self.session.engine.submit(command).await {
             tracing::debug!("permission answer not used: {e}");
         }
     }
 
-    fn reply(&self, value: Value) -> Reply {
-        let reject = Reply { reply: PermissionReply::Reject, message: None };
+    fn answer(&self, value: Value) -> PermissionAnswer {
+        let reject = PermissionAnswer::Reject { message: None };
         let response: RequestPermissionResponse = match serde_json::from_value(value) {
             Ok(response) => response,
             Err(e) => {
@@ -433,22 +416,11 @@ impl Ask {
         match response.outcome {
             PermissionOutcome::Cancelled => reject,
             PermissionOutcome::Selected { option_id } => match option_id.as_str() {
-                ALLOW_ONCE => Reply { reply: PermissionReply::Once, message: None },
-                ALLOW_ALWAYS => Reply { reply: PermissionReply::Always, message: None },
+                ALLOW_ONCE => PermissionAnswer::Once,
+                ALLOW_ALWAYS => PermissionAnswer::Always,
                 REJECT_ONCE => reject,
-                REJECT_ALWAYS => {
-                    let patterns = if self.request.always.is_empty() {
-                        self.request.patterns.clone()
-                    } else {
-                        self.request.always.clone()
-                    };
-                    self.session
-                        .rejected
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((self.request.permission.clone(), patterns));
-                    reject
-                }
+                // Remembered by the engine for this session: later asks like it are refused there.
+                REJECT_ALWAYS => PermissionAnswer::RejectAlways,
                 other => {
                     tracing::warn!("unknown permission option `{other}`: rejected");
                     reject

@@ -136,7 +136,7 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     options.ask_policy = AskPolicy::Allow;
     let engine = codeloop_core::Engine::open(options)
         .with_context(|| format!("cannot open the data directory {}", data_dir.display()))?;
-    let session = engine.create_session(&dir, None, None, None)?;
+    let session = engine.create_session(&dir, None, None, None).await?;
     if args.tui {
         let options = codeloop_tui::Options {
             directory: dir.clone(),

@@ -27,15 +27,6 @@ pub struct ServerFile {
     pub pid: u32,
 }
 
-/// Where the token came from: the user's (flag or environment), or made by `serve`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenSource {
-    /// `--token` on the command line (readable by any local process: warned about).
-    Flag,
-    Environment,
-    Generated,
-}
-
 /// A fresh random token from the kernel's CSPRNG.
 pub fn generate_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; TOKEN_BYTES];
@@ -118,6 +109,7 @@ mod tests {
     fn generated_tokens_are_long_and_differ() {
         let (a, b) = (generate_token().unwrap(), generate_token().unwrap());
         assert_eq!(a.len(), 2 * TOKEN_BYTES);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()));
         assert_ne!(a, b);
     }
 

@@ -18,6 +18,7 @@ mod session;
 mod terminal;
 mod trust;
 mod tui;
+mod web;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -47,8 +48,10 @@ enum Command {
     Tui(tui::TuiArgs),
     /// Send a message to the agent and stream its answer (tool activity goes to stderr).
     Run(run::RunArgs),
-    /// Serve the HTTP API and the `GET /event` SSE stream.
+    /// Serve the HTTP API, the `GET /event` SSE stream and the web page at `/`.
     Serve(serve::ServeArgs),
+    /// Start a server on 127.0.0.1 and open its web page in a browser (the same sessions, in a tab).
+    Web(web::WebArgs),
     /// Speak the Agent Client Protocol on stdin/stdout, for editors (Zed, JetBrains, Neovim…).
     Acp(acp::AcpArgs),
     /// List, show, export, delete, compact, revert or unrevert stored sessions.
@@ -162,11 +165,12 @@ fn main() -> ExitCode {
             Command::Tui(args) => tui::tui(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Web(args) => web::web(args).await,
             Command::Acp(args) => acp::acp(args).await,
             Command::Session(command) => session::session(command).await,
             Command::Models(args) => models::models(args),
             Command::Demo(args) => demo::demo(args).await,
-            Command::Permissions(command) => permissions::permissions(command),
+            Command::Permissions(command) => permissions::permissions(command).await,
             Command::Trust(args) => trust::trust(args),
             Command::Sandbox(command) => sandbox::sandbox(command),
             Command::Doctor(args) => doctor::doctor(args).await,

@@ -24,10 +24,9 @@ pub enum PermissionsCommand {
     },
 }
 
-pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
+pub async fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
     let config = env::load_config(None)?;
     let engine = env::open_engine(config, AskPolicy::Deny)?;
-    let store = engine.store();
     match command {
         PermissionsCommand::List { dir } => {
             let project = match dir {
@@ -37,7 +36,7 @@ pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
                 }
                 None => None,
             };
-            let approvals = store.list_approvals(project.as_deref())?;
+            let approvals = engine.approvals(project).await?;
             if approvals.is_empty() {
                 eprintln!("no saved approvals");
             }
@@ -55,7 +54,7 @@ pub fn permissions(command: PermissionsCommand) -> anyhow::Result<ExitCode> {
             }
         }
         PermissionsCommand::Revoke { id } => {
-            if store.revoke_approval(id)? {
+            if engine.revoke_approval(id).await? {
                 eprintln!("revoked approval {id}");
             } else {
                 anyhow::bail!("no saved approval with number {id}: see codeloop permissions list");

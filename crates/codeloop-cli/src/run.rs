@@ -8,10 +8,13 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use codeloop_core::models::ModelChoice;
-use codeloop_core::permission::{AskPolicy, Reply};
-use codeloop_core::{Delivery, Engine, PromptInput, RunError, RunOutcome, StopReason};
-use codeloop_store::SessionFilter;
-use codeloop_types::{EventPayload, ModelRef, PermissionReply, PermissionRequest, Session, SessionId};
+use codeloop_core::permission::AskPolicy;
+use codeloop_core::{
+    Delivery, Engine, EngineError, PermissionAnswer, PromptInput, RunError, RunOutcome, SessionCommand,
+    StopReason,
+};
+use codeloop_types::SessionFilter;
+use codeloop_types::{EventPayload, ModelRef, PermissionRequest, Session, SessionId};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
@@ -75,7 +78,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if let Some(agent) = &args.agent {
         engine.check_agent(agent)?;
     }
-    let session = pick_session(&engine, &args, &dir, model.clone())?;
+    let session = pick_session(&engine, &args, &dir, model.clone()).await?;
     let input = PromptInput { model, agent: args.agent.clone(), ..PromptInput::text(message) };
     let driven = drive(&engine, &session.id, input, args.format, interactive).await?;
     Ok(driven.exit_code())
@@ -93,21 +96,21 @@ fn message_text(words: &[String]) -> anyhow::Result<String> {
     Ok(text)
 }
 
-fn pick_session(
+async fn pick_session(
     engine: &Engine,
     args: &RunArgs,
     dir: &std::path::Path,
     model: Option<ModelRef>,
 ) -> anyhow::Result<Session> {
     let existing = if let Some(id) = &args.session {
-        Some(engine.session(&SessionId::from(id.as_str()))?)
+        Some(engine.session(&SessionId::from(id.as_str())).await?)
     } else if args.continue_last {
         let filter = SessionFilter {
             directory: Some(dir.display().to_string()),
             limit: Some(1),
             ..Default::default()
         };
-        let session = engine.sessions(&filter)?.into_iter().next();
+        let session = engine.sessions(filter).await?.into_iter().next();
         Some(session.with_context(|| {
             format!("no session to continue in {}: run without --continue first", dir.display())
         })?)
@@ -117,8 +120,7 @@ fn pick_session(
     // Fail on an unusable model (unknown provider, missing key) before recording anything.
     let wanted = model.clone().or_else(|| existing.as_ref().and_then(|s| s.model.clone()));
     if wanted.is_none()
-        && let Ok((chosen, ModelChoice::FromKey { variable })) =
-            engine.services().models.default_model_choice()
+        && let Ok((chosen, ModelChoice::FromKey { variable })) = engine.default_model_choice()
     {
         eprintln!(
             "using {chosen} (found ${variable}); choose another with --model or `model = \"provider/model\"` \
@@ -128,7 +130,7 @@ fn pick_session(
     engine.check_model(wanted.as_ref())?;
     match existing {
         Some(session) => Ok(session),
-        None => Ok(engine.create_session(dir, args.agent.as_deref(), model, None)?),
+        None => Ok(engine.create_session(dir, args.agent.as_deref(), model, None).await?),
     }
 }
 
@@ -156,7 +158,8 @@ pub async fn drive(
     let mut events = engine.bus().subscribe();
     let mut renderer = Renderer::new(format, session.clone());
     let asker = interactive.then(|| spawn_asker(engine.clone(), session.clone()));
-    let prompt = engine.prompt(session, input, Delivery::Queue);
+    let prompt =
+        engine.submit(SessionCommand::Prompt { session: session.clone(), input, delivery: Delivery::Queue });
     tokio::pin!(prompt);
     // The signal that interrupted the run: SIGINT exits 130, SIGTERM 143. A second Ctrl+C quits at once.
     let mut interrupted: Option<u8> = None;
@@ -202,13 +205,13 @@ pub async fn drive(
                 eprintln!("\ninterrupting… (Ctrl+C again to quit at once)");
                 let engine = engine.clone();
                 let session = session.clone();
-                tokio::spawn(async move { engine.abort(&session).await });
+                tokio::spawn(async move { engine.submit(SessionCommand::Abort { session }).await });
             }
             _ = terminate.recv(), if interrupted.is_none() => {
                 interrupted = Some(EXIT_TERMINATED);
                 let engine = engine.clone();
                 let session = session.clone();
-                tokio::spawn(async move { engine.abort(&session).await });
+                tokio::spawn(async move { engine.submit(SessionCommand::Abort { session }).await });
             }
         }
     };
@@ -219,17 +222,19 @@ pub async fn drive(
     if let Some(asker) = asker {
         asker.abort();
     }
-    let outcome = result.map_err(|e| match e {
-        RunError::Store(_) => storage_error(engine, &e),
-        other => other.into(),
-    })?;
+    let outcome = match result {
+        Ok(outcome) => outcome.into_run().context("the prompt did not run")?,
+        Err(e @ (EngineError::Run(RunError::Store(_)) | EngineError::Store(_))) => {
+            return Err(storage_error(engine, &e));
+        }
+        Err(other) => return Err(other.into()),
+    };
     if let Some(message) = &outcome.message
-        && let Ok(history) = engine.history(session)
-        && let Some(last) = history.iter().find(|m| m.info.id() == &message.id)
+        && let Ok(Some(last)) = engine.message(session, &message.id).await
     {
         renderer.catch_up(&last.parts);
     }
-    let totals = engine.session(session).ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
+    let totals = engine.session(session).await.ok().map(|s| (s.tokens.input, s.tokens.output, s.cost));
     renderer.summary(&outcome, totals);
     engine.flush().await.map_err(|e| storage_error(engine, &e))?;
     Ok(Driven { outcome, signal_exit: interrupted })
@@ -240,7 +245,7 @@ fn storage_error(engine: &Engine, error: &dyn std::fmt::Display) -> anyhow::Erro
     anyhow::anyhow!(
         "could not save this session in the data directory {}: {error}; is the disk full or the directory \
          read-only?",
-        engine.services().data_dir.display()
+        engine.data_dir().display()
     )
 }
 
@@ -284,24 +289,26 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
                 Err(RecvError::Closed) => return,
             };
             match &event.payload {
-                EventPayload::PermissionAsked(request) if request.session_id == session => {
+                // The session's own asks, and those of its subagents (they name it as their parent).
+                EventPayload::PermissionAsked(request)
+                    if request.session_id == session
+                        || request.parent_session_id.as_ref() == Some(&session) =>
+                {
                     let request = request.clone();
                     let answer = tokio::task::spawn_blocking(move || ask_terminal(&request)).await;
-                    if let Ok((id, reply)) = answer {
-                        let _ = engine.reply_permission(&id, reply);
+                    if let Ok((request, answer)) = answer {
+                        let _ = engine.submit(SessionCommand::AnswerPermission { request, answer }).await;
                     }
                 }
-                EventPayload::QuestionAsked(request) if request.session_id == session => {
+                EventPayload::QuestionAsked(request)
+                    if request.session_id == session
+                        || request.parent_session_id.as_ref() == Some(&session) =>
+                {
                     let request = request.clone();
                     let id = request.id.clone();
-                    match tokio::task::spawn_blocking(move || ask_questions(&request)).await {
-                        Ok(Some(answers)) => {
-                            let _ = engine.reply_question(&id, answers);
-                        }
-                        _ => {
-                            let _ = engine.reject_question(&id);
-                        }
-                    }
+                    let answers =
+                        tokio::task::spawn_blocking(move || ask_questions(&request)).await.ok().flatten();
+                    let _ = engine.submit(SessionCommand::AnswerQuestion { request: id, answers }).await;
                 }
                 _ => {}
             }
@@ -309,7 +316,7 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
     })
 }
 
-pub(crate) fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, Reply) {
+pub(crate) fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::PermissionId, PermissionAnswer) {
     let what = request.patterns.join(", ");
     // The patterns come from the model (a bash command, a path): shown, never obeyed, by the terminal.
     let prompt = format!(
@@ -320,18 +327,18 @@ pub(crate) fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::Perm
     eprint!("{}", for_stderr(&prompt));
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
-    let reply = match line.trim().to_lowercase().as_str() {
-        "o" | "once" | "y" | "yes" => Reply { reply: PermissionReply::Once, message: None },
-        "a" | "always" => Reply { reply: PermissionReply::Always, message: None },
+    let answer = match line.trim().to_lowercase().as_str() {
+        "o" | "once" | "y" | "yes" => PermissionAnswer::Once,
+        "a" | "always" => PermissionAnswer::Always,
         "m" | "message" => {
             eprint!("  message for the model > ");
             let mut message = String::new();
             let _ = std::io::stdin().read_line(&mut message);
-            Reply { reply: PermissionReply::Reject, message: Some(message.trim().to_owned()) }
+            PermissionAnswer::Reject { message: Some(message.trim().to_owned()) }
         }
-        _ => Reply { reply: PermissionReply::Reject, message: None },
+        _ => PermissionAnswer::Reject { message: None },
     };
-    (request.id.clone(), reply)
+    (request.id.clone(), answer)
 }
 
 /// Asks the model's questions on the terminal: a number picks an option (several with commas when
@@ -381,7 +388,7 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
         }
         StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
         StopReason::Blocked(message) => {
-            eprintln!("error: {}", for_stderr(message));
+            eprintln!("error: {}", for_stderr(&message.to_string()));
             ExitCode::FAILURE
         }
         StopReason::Error(error) => {

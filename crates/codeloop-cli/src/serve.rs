@@ -1,5 +1,6 @@
-//! `codeloop serve` (the HTTP API and `/event` stream of codeloop-server) and `codeloop run --attach URL`
-//! (the same `run` output, driven through a running server instead of an in-process engine).
+//! `codeloop serve` (the HTTP API and `/event` stream of codeloop-server, and the web page at `/`) and
+//! `codeloop run --attach URL` (the same `run` output, driven through a running server instead of an
+//! in-process engine). `codeloop web` (web.rs) starts its server through [`run_server`] too.
 //!
 //! Owns: the command-line edges of both — binding, signals, the token (given, or made and left for local
 //! clients, see [`crate::door`]), and the HTTP client side of `run --attach`.
@@ -14,9 +15,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use codeloop_core::RunOutcome;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::{EventIds, StoreChoice};
+use codeloop_core::{PermissionAnswer, RunOutcome};
 use codeloop_server::ServerOptions;
 use codeloop_server::api::{
     DeliveryMode, ModelSpec, PermissionReplyBody, PromptBody, PromptResult, ReplyKind,
@@ -27,7 +28,8 @@ use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::door::{self, ServerFile, TOKEN_ENV, TokenSource};
+pub use crate::door::TOKEN_ENV;
+use crate::door::{self, ServerFile};
 use crate::render::Renderer;
 use crate::run::{RunArgs, exit_code};
 use crate::terminal::for_stderr;
@@ -59,56 +61,88 @@ pub struct ServeArgs {
 }
 
 pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let dir = project_dir(None)?;
-    let given = args.token.filter(|t| !t.is_empty());
-    let source = match &given {
-        None => TokenSource::Generated,
-        Some(token) if std::env::var(TOKEN_ENV).is_ok_and(|env| env == *token) => TokenSource::Environment,
-        Some(_) => TokenSource::Flag,
+    let token = match args.token.clone().filter(|t| !t.is_empty()) {
+        Some(token) if std::env::var(TOKEN_ENV).is_ok_and(|env| env == token) => TokenChoice::Given(token),
+        Some(token) => {
+            eprintln!(
+                "warning: a --token on the command line can be read by any local process \
+                 (/proc/<pid>/cmdline); set CODELOOP_SERVER_TOKEN instead, or give none and let serve make one"
+            );
+            TokenChoice::Given(token)
+        }
+        None => TokenChoice::Generate,
     };
-    // Before binding or opening anything: a refused start leaves no trace. Only a token the user gave
-    // opens CORS or a public address; a generated one is for clients on this machine.
-    codeloop_server::check_cors(&args.cors, given.as_deref())?;
-    if source == TokenSource::Flag {
-        eprintln!(
-            "warning: a --token on the command line can be read by any local process (/proc/<pid>/cmdline); \
-             set CODELOOP_SERVER_TOKEN instead, or give none and let serve make one"
-        );
-    }
+    let launch = Launch { args, token, port_taken: PortTaken::Fail };
+    run_server(launch, |_| {}).await
+}
+
+/// Where the server's token comes from: it always has one (DESIGN.md §5c).
+pub enum TokenChoice {
+    /// `--token` or `CODELOOP_SERVER_TOKEN`: the only kind that opens CORS or a bind beyond loopback.
+    Given(String),
+    /// A fresh random token for clients on this machine, left in `$DATA_DIR/server/<port>.json`.
+    Generate,
+}
+
+/// What to do when the port is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortTaken {
+    /// Fail (a port the user asked for).
+    Fail,
+    /// Listen on a free one (`web` without `--port`).
+    AnyFree,
+}
+
+/// How a server is started: `serve`'s flags, and what `web` adds to them.
+pub struct Launch {
+    pub args: ServeArgs,
+    pub token: TokenChoice,
+    pub port_taken: PortTaken,
+}
+
+/// Where a started server listens, handed to the caller once it does.
+pub struct Listening<'a> {
+    /// `http://ADDR` of the server.
+    pub url: String,
+    pub token: Option<&'a str>,
+}
+
+/// The one way `serve` and `web` start a server: check the walls, bind, open the engine, say where it
+/// listens (`codeloop server listening on URL` on stderr, then `listening`), and serve until SIGINT or
+/// SIGTERM.
+pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) -> anyhow::Result<ExitCode> {
+    let Launch { args, token, port_taken } = launch;
+    let dir = project_dir(None)?;
+    let given = match &token {
+        TokenChoice::Given(token) => Some(token.as_str()),
+        TokenChoice::Generate => None,
+    };
+    // Before binding or opening anything: a refused start leaves no trace. A generated token is for this
+    // machine only: CORS and a public bind need one the user gave.
+    codeloop_server::check_cors(&args.cors, given)?;
     raise_open_file_limit();
-    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((args.hostname.as_str(), args.port))
-        .await
-        .with_context(|| format!("cannot resolve --hostname {}", args.hostname))?
-        .collect();
-    for addr in &addrs {
-        codeloop_server::check_bind(*addr, given.as_deref())?;
-    }
-    let listener = tokio::net::TcpListener::bind(addrs.as_slice())
-        .await
-        .with_context(|| format!("cannot listen on {}:{}", args.hostname, args.port))?;
+    let listener = bind(&args.hostname, args.port, given, port_taken).await?;
     let addr = listener.local_addr()?;
+    let url = format!("http://{addr}");
+    let (token, server_file) = match token {
+        TokenChoice::Given(token) => (token, None),
+        TokenChoice::Generate => {
+            let token = door::generate_token()?;
+            let path = door::server_file_path(&env::data_dir()?, addr.port());
+            let file = ServerFile { url: url.clone(), token: token.clone(), pid: std::process::id() };
+            door::write_server_file(&path, &file)?;
+            (token, Some(path))
+        }
+    };
     let config = env::load_config(Some(&dir))?;
     let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
     let engine = env::open_engine_on(config, AskPolicy::Wait, store, EventIds::Store, env::Watchers::Remote)?;
     // Queued input and runs that a dead process or worker left are picked up here.
     let _failover = engine.spawn_failover();
-    let url = format!("http://{addr}");
-    let token = match given {
-        Some(token) => token,
-        None => door::generate_token()?,
-    };
-    let server_file = match source {
-        TokenSource::Generated => {
-            let path = door::server_file_path(&env::data_dir()?, addr.port());
-            let file = ServerFile { url: url.clone(), token: token.clone(), pid: std::process::id() };
-            door::write_server_file(&path, &file)?;
-            Some(path)
-        }
-        TokenSource::Flag | TokenSource::Environment => None,
-    };
     let mut options = ServerOptions::new(&dir);
     options.token = Some(token);
     options.cors_origins = args.cors;
+    let shutdown = shutdown_signal();
     eprintln!("codeloop server listening on {url} (Authorization: Bearer <token> required)");
     if let Some(path) = &server_file {
         eprintln!(
@@ -116,13 +150,43 @@ pub async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             path.display()
         );
     }
-    let served = codeloop_server::serve(engine, listener, options, shutdown_signal()).await;
+    listening(&Listening { url, token: options.token.as_deref() });
+    let served = codeloop_server::serve(engine, listener, options, shutdown).await;
     if let Some(path) = &server_file {
         door::remove_server_file(path);
     }
     served.context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Listens on `hostname:port` (every address it resolves to), after checking that a bind beyond
+/// loopback has a token. With [`PortTaken::AnyFree`], a taken port gives way to a free one.
+async fn bind(
+    hostname: &str,
+    port: u16,
+    token: Option<&str>,
+    port_taken: PortTaken,
+) -> anyhow::Result<tokio::net::TcpListener> {
+    let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((hostname, port))
+        .await
+        .with_context(|| format!("cannot resolve --hostname {hostname}"))?
+        .collect();
+    for addr in &addrs {
+        codeloop_server::check_bind(*addr, token)?;
+    }
+    match tokio::net::TcpListener::bind(addrs.as_slice()).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if port_taken == PortTaken::AnyFree && e.kind() == std::io::ErrorKind::AddrInUse => {
+            let any: Vec<std::net::SocketAddr> =
+                addrs.iter().map(|a| std::net::SocketAddr::new(a.ip(), 0)).collect();
+            eprintln!("port {port} is taken: listening on a free one");
+            tokio::net::TcpListener::bind(any.as_slice())
+                .await
+                .with_context(|| format!("cannot listen on {hostname}"))
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot listen on {hostname}:{port}")),
+    }
 }
 
 /// Raises the soft limit on open files to the hard one. Every connection is a descriptor, and the usual
@@ -141,21 +205,27 @@ fn raise_open_file_limit() {
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Resolves on SIGINT or SIGTERM. The handlers are in place when this returns (not when the future is
+/// first polled), so a signal sent as soon as the server says it listens stops it gracefully.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        let wait = |signal: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match signal {
+                Ok(mut signal) => {
+                    signal.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = wait(interrupt) => {}
+            _ = wait(terminate) => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
+        eprintln!("shutting down: stopping active runs…");
     }
-    eprintln!("shutting down: stopping active runs…");
 }
 
 /// A running server's HTTP API.
@@ -394,12 +464,14 @@ impl Asker {
 /// The terminal's answer (the same prompt as `run`), as the server's reply body.
 fn ask_terminal(request: &PermissionRequest) -> PermissionReplyBody {
     let (_, answer) = crate::run::ask_terminal(request);
-    let reply = match answer.reply {
-        codeloop_types::PermissionReply::Once => ReplyKind::Once,
-        codeloop_types::PermissionReply::Always => ReplyKind::Always,
-        codeloop_types::PermissionReply::Reject => ReplyKind::Reject,
-    };
-    PermissionReplyBody { reply, message: answer.message }
+    match answer {
+        PermissionAnswer::Once => PermissionReplyBody { reply: ReplyKind::Once, message: None },
+        PermissionAnswer::Always => PermissionReplyBody { reply: ReplyKind::Always, message: None },
+        PermissionAnswer::Reject { message } => PermissionReplyBody { reply: ReplyKind::Reject, message },
+        PermissionAnswer::RejectAlways => {
+            PermissionReplyBody { reply: ReplyKind::RejectAlways, message: None }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,11 +5,13 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Subcommand;
+use codeloop_core::SessionCommand as Command;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::projection::hidden_ids;
-use codeloop_store::{MessageWithParts, SessionFilter};
 use codeloop_types::{Message, MessageId, PartKind, Session, SessionId, Tokens, ToolState, date_of};
+use codeloop_types::{MessageWithParts, SessionFilter};
 use serde_json::json;
 
 use crate::render::{group, summarize_input};
@@ -73,8 +75,9 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
                 Some(dir) => Some(crate::project_dir(Some(dir))?.display().to_string()),
                 None => None,
             };
-            let sessions =
-                engine.sessions(&SessionFilter { include_children: all, directory, ..Default::default() })?;
+            let sessions = engine
+                .sessions(SessionFilter { include_children: all, directory, ..Default::default() })
+                .await?;
             if format == Format::Json {
                 writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&sessions)?)?;
                 return Ok(ExitCode::SUCCESS);
@@ -99,8 +102,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Show { id } => {
             let id = SessionId::from(id);
-            let session = engine.session(&id)?;
-            let history = engine.history(&id)?;
+            let session = engine.session(&id).await?;
+            let history = engine.history(&id).await?;
             let hidden = hidden_ids(&history);
             // Titles, answers and tool output are the model's and the tools' text.
             let mut out = Neutralising::stdout();
@@ -140,8 +143,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Export { id } => {
             let id = SessionId::from(id);
-            let session = engine.session(&id)?;
-            let history = engine.history(&id)?;
+            let session = engine.session(&id).await?;
+            let history = engine.history(&id).await?;
             let hidden = hidden_ids(&history);
             let messages: Vec<serde_json::Value> = history
                 .iter()
@@ -158,7 +161,7 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Delete { id } => {
             let id = SessionId::from(id);
-            if engine.delete_session(&id)? {
+            if engine.delete_session(&id).await? {
                 eprintln!("deleted {id}");
             } else {
                 anyhow::bail!("session {id} not found");
@@ -166,8 +169,8 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Compact { id } => {
             let id = SessionId::from(id);
-            engine.session(&id)?;
-            let outcome = engine.compact(&id).await?;
+            let outcome = engine.submit(Command::Compact { session: id.clone(), focus: None }).await?;
+            let outcome = outcome.into_run().context("the compaction did not run")?;
             engine.flush().await?;
             match &outcome.stop {
                 codeloop_core::StopReason::Completed => eprintln!("compacted {id}"),
@@ -176,7 +179,11 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Revert { id, message } => {
             let id = SessionId::from(id);
-            let session = engine.revert(&id, &codeloop_types::MessageId::from(message)).await?;
+            let command =
+                Command::Revert { session: id.clone(), message: codeloop_types::MessageId::from(message) };
+            let codeloop_core::CommandOutcome::Session(session) = engine.submit(command).await? else {
+                anyhow::bail!("the revert of {id} did not change the session");
+            };
             let files = session.revert.as_ref().map_or(0, |r| r.files.len());
             eprintln!(
                 "reverted {id}: {files} file(s) restored; the next message continues from there (undo with codeloop session unrevert {id})"
@@ -184,12 +191,12 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
         }
         SessionCommand::Unrevert { id } => {
             let id = SessionId::from(id);
-            if engine.session(&id)?.revert.is_none() {
+            if engine.session(&id).await?.revert.is_none() {
                 anyhow::bail!(
                     "session {id} has no revert to undo (a message sent after a revert makes it final)"
                 );
             }
-            engine.unrevert(&id).await?;
+            engine.submit(Command::Unrevert { session: id.clone() }).await?;
             eprintln!("unreverted {id}");
         }
     }

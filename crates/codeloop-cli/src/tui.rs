@@ -64,8 +64,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
             let opened = env::open_engine(loaded.config, AskPolicy::Wait)?;
             if model.is_none()
                 && start == Start::New
-                && let Ok((chosen, ModelChoice::FromKey { variable })) =
-                    opened.services().models.default_model_choice()
+                && let Ok((chosen, ModelChoice::FromKey { variable })) = opened.default_model_choice()
             {
                 warnings.push(format!(
                     "using {chosen} (found ${variable}); choose another with /model provider/model or \

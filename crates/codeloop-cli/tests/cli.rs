@@ -20,6 +20,8 @@ mod tui;
 mod walls;
 #[path = "cli/walls_round3.rs"]
 mod walls_round3;
+#[path = "cli/web.rs"]
+mod web;
 #[path = "cli/workers.rs"]
 mod workers;
 

@@ -51,13 +51,14 @@ fn bench(c: &mut Criterion) {
     let data = tempfile::tempdir().unwrap();
     let project = tempfile::tempdir().unwrap();
     let engine = common::engine(data.path(), "http://127.0.0.1:9/v1");
-    let session = engine.create_session(project.path(), None, None, None).unwrap();
+    let session = runtime.block_on(engine.create_session(project.path(), None, None, None)).unwrap();
     let ctx = Arc::new(TurnContext {
         journal: engine.services().journal.clone(),
         gate: Arc::new(ToolGate::new(
             engine.services().clone(),
-            engine.coordinator().clone(),
+            std::sync::Arc::new(engine.coordinator().clone()),
             session.id.clone(),
+            None,
             Arc::new(Vec::new()),
             Arc::new(Vec::new()),
             project.path().display().to_string(),

@@ -115,7 +115,9 @@ fn bench(c: &mut Criterion) {
             group.bench_with_input(BenchmarkId::new(name, parts), &parts, |b, &parts| {
                 b.iter_batched(
                     || {
-                        let session = engine.create_session(project.path(), None, None, None).unwrap();
+                        let session = runtime
+                            .block_on(engine.create_session(project.path(), None, None, None))
+                            .unwrap();
                         populate(&engine, &session.id, parts);
                         session.id
                     },

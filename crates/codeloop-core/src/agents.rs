@@ -106,6 +106,46 @@ pub struct UnknownAgent {
     pub available: Vec<String>,
 }
 
+/// Why a person may not pick an agent as a session's own (see [`primary`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentRefusal {
+    Missing,
+    /// It runs only as a subagent, through the task tool.
+    Subagent,
+    /// codeloop uses it itself (compaction, titles).
+    Hidden,
+}
+
+/// A refused pick of an agent, naming the ones a person may pick.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("agent \"{name}\" {}: choose one of {}", reason_text(*reason), primary.join(", "))]
+pub struct AgentRefused {
+    pub name: String,
+    pub reason: AgentRefusal,
+    pub primary: Vec<String>,
+}
+
+fn reason_text(reason: AgentRefusal) -> &'static str {
+    match reason {
+        AgentRefusal::Missing => "does not exist",
+        AgentRefusal::Subagent => "runs only as a subagent, through the task tool",
+        AgentRefusal::Hidden => "is used by codeloop itself",
+    }
+}
+
+/// The one rule for an agent a person picks (a prompt's, a new session's, a client's mode): a primary
+/// agent. Subagents run only through the task tool; hidden ones only inside the runtime.
+pub fn primary<'a>(agents: &'a BTreeMap<String, Agent>, name: &str) -> Result<&'a Agent, AgentRefused> {
+    let reason = match agents.get(name) {
+        Some(agent) if agent.mode == AgentMode::Primary => return Ok(agent),
+        Some(agent) if agent.mode == AgentMode::Subagent => AgentRefusal::Subagent,
+        Some(_) => AgentRefusal::Hidden,
+        None => AgentRefusal::Missing,
+    };
+    let primary = agents.values().filter(|a| a.mode == AgentMode::Primary).map(|a| a.name.clone()).collect();
+    Err(AgentRefused { name: name.to_owned(), reason, primary })
+}
+
 /// The agent called `name`, or an error that lists the ones there are.
 pub fn find<'a>(agents: &'a BTreeMap<String, Agent>, name: &str) -> Result<&'a Agent, UnknownAgent> {
     agents

@@ -24,8 +24,11 @@ use codeloop_types::SessionId;
 use tokio::sync::{OwnedMutexGuard, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::error::RunError;
 use crate::input::{Delivery, PromptInput};
-use crate::run::{Inbox, RunError, RunOutcome, StopReason, run_session};
+use crate::outcome::{RunOutcome, StopReason};
+use crate::run::{Inbox, run_session};
+use crate::runs::Runs;
 use crate::services::Services;
 
 pub type RunResult = Result<RunOutcome, RunError>;
@@ -660,10 +663,9 @@ impl Inner {
         mut reply: Option<oneshot::Sender<RunResult>>,
     ) {
         loop {
-            let coordinator = Coordinator { inner: self.clone() };
+            let runs: Arc<dyn Runs> = Arc::new(Coordinator { inner: self.clone() });
             let result =
-                run_session(self.services.clone(), coordinator, &session, entry.cancel.clone(), &entry.inbox)
-                    .await;
+                run_session(self.services.clone(), runs, &session, entry.cancel.clone(), &entry.inbox).await;
             // The turn's caller hears back once the session's next state is settled (another turn
             // started, or the run gone), so whatever it does next finds the session as it will be.
             let answer = |reply: Option<oneshot::Sender<RunResult>>| {
@@ -796,5 +798,16 @@ async fn wait(mut rx: Done) -> RunResult {
     match rx.wait_for(Option::is_some).await {
         Ok(result) => result.clone().unwrap_or(Err(RunError::Lost)),
         Err(_) => Err(RunError::Lost),
+    }
+}
+
+#[async_trait::async_trait]
+impl Runs for Coordinator {
+    async fn prompt(&self, session: &SessionId, input: PromptInput, delivery: Delivery) -> RunResult {
+        Coordinator::prompt(self, session, input, delivery).await
+    }
+
+    async fn interrupt(&self, session: &SessionId) {
+        Coordinator::interrupt(self, session).await;
     }
 }

@@ -41,6 +41,7 @@ impl Questions {
     pub async fn ask(
         &self,
         session: &SessionId,
+        parent: Option<&SessionId>,
         tool: Option<ToolCallRef>,
         questions: Vec<Question>,
     ) -> Result<Vec<Vec<String>>, PermissionError> {
@@ -49,7 +50,13 @@ impl Questions {
                 message: "the model asked a question and no one can answer in this headless run".into(),
             });
         }
-        let request = QuestionRequest { id: QuestionId::new(), session_id: session.clone(), questions, tool };
+        let request = QuestionRequest {
+            id: QuestionId::new(),
+            session_id: session.clone(),
+            parent_session_id: parent.cloned(),
+            questions,
+            tool,
+        };
         let (tx, rx) = oneshot::channel();
         self.pending
             .lock()

@@ -55,11 +55,9 @@ pub struct Services {
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
     /// Each session directory's own config (see [`crate::EngineOptions::project_config`]).
-    pub project_config: Option<crate::engine::ProjectConfigLoader>,
+    pub project_config: Option<crate::config::ProjectConfigLoader>,
     /// Project roots whose config warnings were already given.
     pub(crate) warned_projects: Mutex<std::collections::HashSet<PathBuf>>,
-    /// Other workers' runs on a shared store (`None` with a store of this process alone).
-    pub peers: Option<Arc<crate::peers::Peers>>,
     /// Dropped with the services: the hourly spill-file sweep thread then ends.
     pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
     /// Built-in and MCP tools together, as of the MCP servers' last change.
@@ -96,15 +94,7 @@ impl Services {
                 Arc::new(registry)
             }
         };
-        let specs = registry
-            .specs()
-            .into_iter()
-            .map(|s| codeloop_provider::ToolSpec {
-                name: s.name,
-                description: s.description,
-                parameters: s.parameters,
-            })
-            .collect();
+        let specs = registry.specs();
         let set = ToolSet { registry, specs, generation };
         *cached = Some(set.clone());
         set

@@ -19,9 +19,9 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::agents::{Agent, AgentMode};
-use crate::coordinator::Coordinator;
 use crate::input::{Delivery, PromptInput};
-use crate::run::StopReason;
+use crate::outcome::StopReason;
+use crate::runs::Runs;
 use crate::services::Services;
 
 #[derive(Deserialize, JsonSchema)]
@@ -93,7 +93,7 @@ impl Tool for TaskTool {
 /// continues) the child session and waits for its answer.
 pub(crate) async fn run_subtask(
     services: &Services,
-    coordinator: &Coordinator,
+    runs: &dyn Runs,
     host: &dyn ToolHost,
     call: &CallInfo,
     task: Subtask,
@@ -140,11 +140,11 @@ pub(crate) async fn run_subtask(
         Some(task.description.clone()),
         Some(json!({"session_id": child.id, "agent": agent.name})),
     );
-    let run = coordinator.prompt(&child.id, PromptInput::text(task.prompt.clone()), Delivery::Queue);
+    let run = runs.prompt(&child.id, PromptInput::text(task.prompt.clone()), Delivery::Queue);
     let outcome = tokio::select! {
         outcome = run => outcome,
         _ = cancel.cancelled() => {
-            coordinator.interrupt(&child.id).await;
+            runs.interrupt(&child.id).await;
             return Err(ToolFailure::Cancelled);
         }
     };

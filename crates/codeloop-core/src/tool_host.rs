@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::permission::AskContext;
+use crate::runs::Runs;
 use crate::services::Services;
 
 /// What running tools tell the processor.
@@ -25,8 +26,11 @@ pub enum ToolEvent {
 /// processor's tools may touch goes through here.
 pub struct ToolGate {
     services: Arc<Services>,
-    coordinator: crate::Coordinator,
+    /// Where a task's child session runs.
+    runs: Arc<dyn Runs>,
     session_id: SessionId,
+    /// The session's parent, when it is a subagent's.
+    parent_id: Option<SessionId>,
     /// Agent, config and session rules, in that order.
     layers: Arc<Vec<PermissionRule>>,
     /// An untrusted project's rules: each call gets the stricter of these and `layers`.
@@ -38,13 +42,14 @@ pub struct ToolGate {
 impl ToolGate {
     pub fn new(
         services: Arc<Services>,
-        coordinator: crate::Coordinator,
+        runs: Arc<dyn Runs>,
         session_id: SessionId,
+        parent_id: Option<SessionId>,
         layers: Arc<Vec<PermissionRule>>,
         narrowing: Arc<Vec<PermissionRule>>,
         project: String,
     ) -> Self {
-        Self { services, coordinator, session_id, layers, narrowing, project }
+        Self { services, runs, session_id, parent_id, layers, narrowing, project }
     }
 
     /// False when the rules switch `permission` off: its tools are then not offered to the model.
@@ -76,6 +81,7 @@ impl ToolGate {
     ) -> AskContext<'a> {
         AskContext {
             session_id: &self.session_id,
+            parent: self.parent_id.as_ref(),
             project: &self.project,
             layers,
             narrowing: &self.narrowing,
@@ -121,7 +127,8 @@ impl ToolHost for RunToolHost {
         questions: Vec<codeloop_types::Question>,
     ) -> Result<Vec<Vec<String>>, PermissionError> {
         let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
-        self.gate.services.questions.ask(&self.gate.session_id, Some(tool), questions).await
+        let parent = self.gate.parent_id.as_ref();
+        self.gate.services.questions.ask(&self.gate.session_id, parent, Some(tool), questions).await
     }
 
     async fn run_subtask(
@@ -130,7 +137,7 @@ impl ToolHost for RunToolHost {
         task: Subtask,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolFailure> {
-        crate::subagent::run_subtask(&self.gate.services, &self.gate.coordinator, self, call, task, cancel)
+        crate::subagent::run_subtask(&self.gate.services, self.gate.runs.as_ref(), self, call, task, cancel)
             .await
     }
 

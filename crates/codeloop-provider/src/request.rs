@@ -35,13 +35,7 @@ pub enum ToolChoice {
     Required,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    /// JSON Schema of the arguments object.
-    pub parameters: Value,
-}
+pub use codeloop_types::ToolSpec;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChatMessage {

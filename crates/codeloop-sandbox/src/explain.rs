@@ -256,7 +256,8 @@ mod tests {
         let mut policy = policy();
         policy.cache_overlays =
             vec![crate::CacheOverlay { path: "/home/u/.npm".into(), state: "/data/layers/npm".into() }];
-        let note = explain_failure(&policy, "touch: cannot touch '/home/u/.npm/x': Read-only file system").unwrap();
+        let note =
+            explain_failure(&policy, "touch: cannot touch '/home/u/.npm/x': Read-only file system").unwrap();
         assert!(note.contains("cache_dirs"), "{note}");
     }
 

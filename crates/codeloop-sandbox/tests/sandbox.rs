@@ -496,7 +496,8 @@ fn a_call_owns_its_tree_leftovers_are_ended_and_counted() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "main-done\n", "{}", text(&out));
     assert!(out.status.success(), "{}", text(&out));
     let report = report.expect("the helper reports how the tree ended");
-    assert_eq!(report.leftovers, 3, "{report:?}");
+    // The double fork's shell may or may not have started its `sleep` yet: three or four processes.
+    assert!((3..=4).contains(&report.leftovers), "{report:?}");
     std::thread::sleep(std::time::Duration::from_millis(2500));
     assert!(!marker.exists(), "the double-forked child was ended with the call");
 

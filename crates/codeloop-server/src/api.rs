@@ -5,9 +5,10 @@
 //! Owns: shapes, their JSON schemas (for `/doc`) and conversions to engine inputs.
 //! Must not: validate against state (whether a session exists is the routes' and the engine's job).
 
-use codeloop_core::permission::Reply;
+use codeloop_core::Blocked;
+use codeloop_core::PermissionAnswer;
 use codeloop_core::{Delivery, InputPart, PromptInput, StopReason};
-use codeloop_types::{AssistantError, Message, ModelRef, Part, PermissionReply};
+use codeloop_types::{AssistantError, Message, ModelRef, Part};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -170,9 +171,15 @@ impl PromptBody {
 pub enum Stop {
     Completed,
     Interrupted,
-    /// A permission was rejected or could not be asked, or the doom-loop guard stopped the run.
+    /// A permission was rejected or could not be asked, the doom-loop brake held, or the model called a
+    /// tool while summarising (`reason`: rejected | unanswerable | doom_loop | tool_call_during_summary).
     Blocked {
         message: String,
+        #[serde(default)]
+        reason: String,
+        /// The tool, for `rejected` and `tool_call_during_summary`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool: Option<String>,
     },
     /// An error was recorded on the last message.
     Error {
@@ -189,7 +196,17 @@ impl From<&StopReason> for Stop {
         match stop {
             StopReason::Completed => Stop::Completed,
             StopReason::Interrupted => Stop::Interrupted,
-            StopReason::Blocked(message) => Stop::Blocked { message: message.clone() },
+            StopReason::Blocked(blocked) => {
+                let (reason, tool) = match blocked {
+                    Blocked::Rejected { tool } => ("rejected", Some(tool.clone())),
+                    Blocked::Unanswerable { .. } => ("unanswerable", None),
+                    Blocked::DoomLoop { .. } => ("doom_loop", None),
+                    Blocked::ToolCallDuringSummary { tool } => {
+                        ("tool_call_during_summary", Some(tool.clone()))
+                    }
+                };
+                Stop::Blocked { message: blocked.to_string(), reason: reason.to_owned(), tool }
+            }
             StopReason::Error(error) => Stop::Error { error: error.clone() },
             StopReason::StepLimit(steps) => Stop::StepLimit { steps: *steps },
         }
@@ -201,7 +218,13 @@ impl From<Stop> for StopReason {
         match stop {
             Stop::Completed => StopReason::Completed,
             Stop::Interrupted => StopReason::Interrupted,
-            Stop::Blocked { message } => StopReason::Blocked(message),
+            Stop::Blocked { message, reason, tool } => StopReason::Blocked(match (reason.as_str(), tool) {
+                ("rejected", Some(tool)) => Blocked::Rejected { tool },
+                ("doom_loop", _) => Blocked::DoomLoop { message },
+                ("tool_call_during_summary", Some(tool)) => Blocked::ToolCallDuringSummary { tool },
+                // What an older server, or an unanswerable ask, says: the message as it was.
+                _ => Blocked::Unanswerable { message: message.trim_start_matches("Stopped: ").to_owned() },
+            }),
             Stop::Error { error } => StopReason::Error(error),
             Stop::StepLimit { steps } => StopReason::StepLimit(steps),
         }
@@ -251,11 +274,21 @@ pub struct EventQuery {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum ReplyKind {
     Once,
     Always,
     Reject,
+    /// Reject, and every request like it in this session from now on (this server process).
+    RejectAlways,
+}
+
+/// `POST /session/{id}/compact?focus=…`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactQuery {
+    /// What the summary should keep in view.
+    #[serde(default)]
+    pub focus: Option<String>,
 }
 
 /// `POST /permission/{requestID}/reply`.
@@ -268,13 +301,14 @@ pub struct PermissionReplyBody {
 }
 
 impl PermissionReplyBody {
-    pub fn to_reply(&self) -> Reply {
-        let reply = match self.reply {
-            ReplyKind::Once => PermissionReply::Once,
-            ReplyKind::Always => PermissionReply::Always,
-            ReplyKind::Reject => PermissionReply::Reject,
-        };
-        Reply { reply, message: self.message.clone() }
+    /// The engine's answer this body carries.
+    pub fn to_answer(&self) -> PermissionAnswer {
+        match self.reply {
+            ReplyKind::Once => PermissionAnswer::Once,
+            ReplyKind::Always => PermissionAnswer::Always,
+            ReplyKind::Reject => PermissionAnswer::Reject { message: self.message.clone() },
+            ReplyKind::RejectAlways => PermissionAnswer::RejectAlways,
+        }
     }
 }
 
@@ -298,6 +332,15 @@ pub struct RevertBody {
 pub struct Aborted {
     /// Whether a run was active (an idle abort is a no-op).
     pub aborted: bool,
+}
+
+/// One row of `GET /agent`: an agent a person may pick for a session or a prompt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AgentEntry {
+    pub name: String,
+    pub description: String,
+    /// Whether this is the agent a session gets when none is named.
+    pub default: bool,
 }
 
 /// One row of `GET /models`.
@@ -358,7 +401,10 @@ mod tests {
         for stop in [
             StopReason::Completed,
             StopReason::Interrupted,
-            StopReason::Blocked("no".into()),
+            StopReason::Blocked(Blocked::Rejected { tool: "bash".into() }),
+            StopReason::Blocked(Blocked::Unanswerable { message: "no one can answer".into() }),
+            StopReason::Blocked(Blocked::DoomLoop { message: "Stopped: doom loop detected".into() }),
+            StopReason::Blocked(Blocked::ToolCallDuringSummary { tool: "read".into() }),
             StopReason::StepLimit(3),
             StopReason::Error(AssistantError::Aborted { message: "x".into() }),
         ] {

@@ -78,12 +78,18 @@ impl From<RunError> for ApiError {
 
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
+        let message = error.to_string();
         match error {
-            EngineError::SessionNotFound(_) => Self::not_found(error.to_string()),
-            EngineError::Invalid(message) => Self::invalid(message),
-            EngineError::Busy(message) => Self::conflict("busy", message),
+            EngineError::SessionNotFound(_) => Self::not_found(message),
+            EngineError::Invalid(_) | EngineError::Agent(_) | EngineError::SnapshotsOff => {
+                Self::invalid(message)
+            }
+            EngineError::Model(_) => Self::new(StatusCode::BAD_REQUEST, "invalid_model", message),
+            EngineError::Busy { .. } => Self::conflict("busy", message),
             EngineError::Run(run) => run.into(),
-            EngineError::Store(store) => Self::internal(store.to_string()),
+            EngineError::Store(_) | EngineError::Snapshot(_) => Self::internal(message),
+            EngineError::Reply(reply) => reply.into(),
+            EngineError::Question(_) => Self::conflict("not_pending", message),
         }
     }
 }
@@ -170,17 +176,6 @@ where
             .map(|p| ApiPath(p.0))
             .map_err(|e: PathRejection| rejection(e.status(), "path", e.body_text()))
     }
-}
-
-/// Runs store work off the async threads (SQLite calls block).
-pub async fn blocking<T, F>(work: F) -> Result<T, ApiError>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
-{
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| ApiError::internal(format!("a server task failed: {e}")))?
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! codeloop's HTTP API and SSE event stream (DESIGN.md §2, §4 "Event stream", §5): sessions, messages,
 //! prompts (blocking and async), abort, compaction, permission replies, config and models, the
-//! OpenAPI document at `/doc`, and `GET /event`.
+//! OpenAPI document at `/doc`, `GET /event`, and the web page at `/` (a client of all of these).
 //!
 //! Owns: HTTP — routing, validation, JSON errors, auth, CORS, body limits, SSE delivery.
 //! Must not: hold business rules; every decision (one run per session, steer/queue, permissions,
@@ -14,6 +14,7 @@ mod events;
 mod frames;
 mod routes;
 mod security;
+mod web;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -29,7 +30,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use error::ApiError;
-pub use security::{BindError, check_bind, check_cors};
+pub use security::{BindError, check_bind, check_cors, is_open_path};
+pub use web::{CONTENT_SECURITY_POLICY, page_size};
 
 /// Default request body limit.
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
@@ -105,10 +107,11 @@ impl AppState {
     }
 }
 
-/// The application: every route, the auth guard, the body limit and (when configured) CORS.
+/// The application: every route, the web page, the auth guard, the body limit and (when configured) CORS.
 pub fn router(state: AppState) -> Router {
     let (routes, _) = routes::api().finish();
     let mut app = routes
+        .merge(web::routes())
         .fallback(route_not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.options.body_limit))
@@ -165,8 +168,7 @@ pub async fn serve(
     let app = router(state);
     let signal = async move {
         shutdown.await;
-        let active = engine.coordinator().active();
-        futures::future::join_all(active.iter().map(|session| engine.abort(session))).await;
+        engine.abort_all().await;
         if let Err(e) = engine.flush().await {
             tracing::warn!("could not persist everything at shutdown: {e}");
         }

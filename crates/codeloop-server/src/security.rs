@@ -1,11 +1,12 @@
-//! Who may talk to the server (DESIGN.md §5, §5c "The server's own door"): loopback-only unless a token
-//! is set; with a token, `Authorization: Bearer <token>` on every route but `/health` (compared in
-//! constant time); without one, a request must name a loopback host (a DNS-rebinding guard); CORS only
+//! Who may talk to the server (DESIGN.md §5, §5c, issue 7 item 4): loopback-only unless a token is set;
+//! with a token, `Authorization: Bearer <token>` on every route (compared in constant time) except the
+//! open ones — `/health`, and the web page with its static files (§5i), which carry no data; without a
+//! token, a request must name a loopback host (a DNS-rebinding guard, for the open paths too); CORS only
 //! for configured origins, and only with a token. `codeloop serve` always sets a token (it makes one when
-//! the user gives none); the tokenless mode is for embedding the router in tests.
+//! the user gives none, DESIGN.md §5c); the tokenless mode is for embedding the router in tests.
 //!
 //! Owns: the bind check, the request guard and the CORS layer.
-//! Must not: know any route.
+//! Must not: know any route beyond which paths are open ([`is_open_path`]).
 
 use std::net::SocketAddr;
 
@@ -77,14 +78,22 @@ fn is_loopback_host(host: &str) -> bool {
         || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Paths served without the token: liveness only (DESIGN.md §5c).
-const OPEN_PATHS: [&str; 1] = ["/health"];
+/// Paths served without the token: the liveness check, and the web page and its files (the same for
+/// everyone; the page asks for the token before it reads anything). Exact paths: an unknown path is never
+/// open.
+pub fn is_open_path(path: &str) -> bool {
+    path == "/health" || crate::web::is_page_path(path)
+}
 
-/// Checks the token on every request; without a token, only loopback `Host`s are served.
+fn is_read(method: &Method) -> bool {
+    method == Method::GET || method == Method::HEAD
+}
+
+/// Checks the token on every request but reads of the open paths; without a token, only loopback `Host`s are
+/// served.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let open = OPEN_PATHS.contains(&request.uri().path());
     match &state.options.token {
-        Some(_) if open => {}
+        Some(_) if is_read(request.method()) && is_open_path(request.uri().path()) => {}
         Some(token) => {
             let given = bearer(request.headers()).unwrap_or("");
             if !constant_time_eq(given.as_bytes(), token.as_bytes()) {

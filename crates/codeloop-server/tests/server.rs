@@ -5,6 +5,8 @@
 
 #[path = "server/api.rs"]
 mod api;
+#[path = "server/browser.rs"]
+mod browser;
 #[path = "server/load.rs"]
 mod load;
 #[path = "server/security.rs"]
@@ -15,3 +17,7 @@ mod slow;
 mod stream;
 #[path = "server/support.rs"]
 mod support;
+#[path = "server/web.rs"]
+mod web;
+#[path = "server/webdriver.rs"]
+mod webdriver;

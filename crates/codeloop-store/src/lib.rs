@@ -25,14 +25,8 @@ pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
 pub use writer::{Flush, StoreWriter};
 
 use codeloop_types::{Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
-use serde::{Deserialize, Serialize};
 
-/// A message with its parts, in id order: the unit of history reads (`{info, parts}` in JSON).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MessageWithParts {
-    pub info: Message,
-    pub parts: Vec<Part>,
-}
+pub use codeloop_types::{Approval, MessageWithParts, Page, SessionFilter};
 
 /// One change in a write batch.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,32 +48,6 @@ pub struct QueuedInput {
     pub session_id: SessionId,
     /// The prompt as the caller encoded it (JSON); the store does not read it.
     pub input: String,
-    pub created: i64,
-}
-
-/// Which sessions to list.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct SessionFilter {
-    /// Only children of this session; `None` lists root sessions only unless `include_children`.
-    pub parent: Option<SessionId>,
-    pub include_children: bool,
-    pub directory: Option<String>,
-    pub limit: Option<usize>,
-}
-
-/// A page of history, newest first: messages strictly older than `before`. `limit == 0` means no limit.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Page {
-    pub before: Option<MessageId>,
-    pub limit: usize,
-}
-
-/// A saved "always" approval: a permission rule remembered for one project.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Approval {
-    pub id: i64,
-    pub project: String,
-    pub rule: PermissionRule,
     pub created: i64,
 }
 

@@ -9,13 +9,7 @@ use codeloop_types::{FilePart, MessageId, Question, SessionId, Todo};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// What the model sees of a tool.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
-    pub parameters: Value,
-}
+pub use codeloop_types::ToolSpec;
 
 /// A finished call.
 #[derive(Debug, Clone, PartialEq)]

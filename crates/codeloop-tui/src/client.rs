@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{Event, MessageId, ModelRef, PermissionReply, QuestionId, Session, SessionId};
 use tokio::sync::mpsc;
 
@@ -61,7 +61,8 @@ pub trait Client: Send + Sync + 'static {
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()>;
     /// Stops the session's run; returns after its cleanup.
     async fn abort(&self, id: &SessionId) -> anyhow::Result<()>;
-    async fn compact(&self, id: &SessionId) -> anyhow::Result<()>;
+    /// Summarises the session now; `focus` tells the summariser what matters most.
+    async fn compact(&self, id: &SessionId, focus: Option<String>) -> anyhow::Result<()>;
     async fn revert(&self, id: &SessionId, message: &MessageId) -> anyhow::Result<Session>;
     async fn unrevert(&self, id: &SessionId) -> anyhow::Result<Session>;
     async fn reply_permission(
@@ -82,6 +83,8 @@ pub trait Client: Send + Sync + 'static {
     async fn context_window(&self, model: &ModelRef) -> Option<u64>;
     /// Checks that a model can be used before it is chosen (`None`: the configured default).
     async fn check_model(&self, model: Option<&ModelRef>) -> anyhow::Result<()>;
+    /// Checks that a person may pick `name` as the session's agent (the engine's one agent rule).
+    async fn check_agent(&self, name: &str) -> anyhow::Result<()>;
     /// Names of the agents a person can choose (`None`: unknown, accept any and let the engine say).
     async fn agents(&self) -> Option<Vec<String>>;
 }

@@ -255,7 +255,7 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
             }
             Err(e) => error(e),
         },
-        Action::Compact(id) => match client.compact(&id).await {
+        Action::Compact(id, focus) => match client.compact(&id, focus).await {
             Ok(()) => {
                 Some(Outcome::Notice(Notice::info("compacted: the next message starts from the summary")))
             }
@@ -265,11 +265,9 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
             Ok(()) => Some(Outcome::ModelChosen(model)),
             Err(e) => error(e),
         },
-        Action::CheckAgent(agent) => match client.agents().await {
-            Some(names) if !names.contains(&agent) => {
-                error(anyhow::anyhow!("Agent not found: \"{agent}\". Available agents: {}", names.join(", ")))
-            }
-            _ => Some(Outcome::AgentChosen(agent)),
+        Action::CheckAgent(agent) => match client.check_agent(&agent).await {
+            Ok(()) => Some(Outcome::AgentChosen(agent)),
+            Err(e) => error(e),
         },
         Action::Export(id) => match export(client, directory, &id).await {
             Ok(path) => {

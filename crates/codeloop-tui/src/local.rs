@@ -3,12 +3,12 @@
 use std::path::Path;
 
 use async_trait::async_trait;
-use codeloop_core::permission::Reply;
-use codeloop_core::{Delivery, Engine, PromptInput};
-use codeloop_store::{MessageWithParts, SessionFilter};
+use codeloop_core::{CommandOutcome, Delivery, Engine, PromptInput, SessionCommand};
 use codeloop_types::{
-    MessageId, ModelRef, PermissionId, PermissionRequest, QuestionId, QuestionRequest, Session, SessionId,
+    MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId, QuestionRequest,
+    Session, SessionId,
 };
+use codeloop_types::{MessageWithParts, SessionFilter};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
@@ -48,12 +48,12 @@ impl Client for LocalClient {
     }
 
     async fn session(&self, id: &SessionId) -> anyhow::Result<Session> {
-        Ok(self.engine.session(id)?)
+        Ok(self.engine.session(id).await?)
     }
 
     async fn sessions(&self, directory: &Path) -> anyhow::Result<Vec<Session>> {
         let filter = SessionFilter { directory: Some(directory.display().to_string()), ..Default::default() };
-        Ok(self.engine.sessions(&filter)?)
+        Ok(self.engine.sessions(filter).await?)
     }
 
     async fn create_session(
@@ -62,17 +62,17 @@ impl Client for LocalClient {
         agent: Option<&str>,
         model: Option<&ModelRef>,
     ) -> anyhow::Result<Session> {
-        Ok(self.engine.create_session(directory, agent, model.cloned(), None)?)
+        Ok(self.engine.create_session(directory, agent, model.cloned(), None).await?)
     }
 
     async fn delete_session(&self, id: &SessionId) -> anyhow::Result<()> {
-        self.engine.delete_session(id)?;
+        self.engine.delete_session(id).await?;
         Ok(())
     }
 
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>> {
         self.engine.flush().await?;
-        Ok(self.engine.history(id)?)
+        Ok(self.engine.history(id).await?)
     }
 
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()> {
@@ -80,40 +80,46 @@ impl Client for LocalClient {
             PromptInput { model: prompt.model, agent: prompt.agent, ..PromptInput::text(prompt.text) };
         // Stops with an error are published by the run itself (session.error); only a refusal before
         // any run comes back here.
-        self.engine.prompt(id, input, Delivery::Queue).await?;
+        self.submit(SessionCommand::Prompt { session: id.clone(), input, delivery: Delivery::Queue }).await?;
         Ok(())
     }
 
     async fn abort(&self, id: &SessionId) -> anyhow::Result<()> {
-        self.engine.abort(id).await;
+        self.submit(SessionCommand::Abort { session: id.clone() }).await?;
         Ok(())
     }
 
-    async fn compact(&self, id: &SessionId) -> anyhow::Result<()> {
-        self.engine.compact(id).await?;
+    async fn compact(&self, id: &SessionId, focus: Option<String>) -> anyhow::Result<()> {
+        self.submit(SessionCommand::Compact { session: id.clone(), focus }).await?;
         Ok(())
     }
 
     async fn revert(&self, id: &SessionId, message: &MessageId) -> anyhow::Result<Session> {
-        Ok(self.engine.revert(id, message).await?)
+        let command = SessionCommand::Revert { session: id.clone(), message: message.clone() };
+        changed_session(self.submit(command).await?)
     }
 
     async fn unrevert(&self, id: &SessionId) -> anyhow::Result<Session> {
-        Ok(self.engine.unrevert(id).await?)
+        changed_session(self.submit(SessionCommand::Unrevert { session: id.clone() }).await?)
     }
 
     async fn reply_permission(&self, id: &PermissionId, answer: PermissionAnswer) -> anyhow::Result<()> {
-        self.engine.reply_permission(id, Reply { reply: answer.reply, message: answer.message })?;
+        let answer = match answer.reply {
+            PermissionReply::Once => codeloop_core::PermissionAnswer::Once,
+            PermissionReply::Always => codeloop_core::PermissionAnswer::Always,
+            PermissionReply::Reject => codeloop_core::PermissionAnswer::Reject { message: answer.message },
+        };
+        self.submit(SessionCommand::AnswerPermission { request: id.clone(), answer }).await?;
         Ok(())
     }
 
     async fn reply_question(&self, id: &QuestionId, answers: Vec<Vec<String>>) -> anyhow::Result<()> {
-        self.engine.reply_question(id, answers)?;
+        self.submit(SessionCommand::AnswerQuestion { request: id.clone(), answers: Some(answers) }).await?;
         Ok(())
     }
 
     async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()> {
-        self.engine.reject_question(id)?;
+        self.submit(SessionCommand::AnswerQuestion { request: id.clone(), answers: None }).await?;
         Ok(())
     }
 
@@ -125,16 +131,11 @@ impl Client for LocalClient {
     }
 
     async fn status(&self, id: &SessionId) -> codeloop_types::SessionStatus {
-        match self.engine.statuses().remove(id) {
-            Some(status) => status,
-            None if self.engine.coordinator().is_busy(id) => codeloop_types::SessionStatus::Busy,
-            None => codeloop_types::SessionStatus::Idle,
-        }
+        self.engine.statuses().remove(id).unwrap_or(codeloop_types::SessionStatus::Idle)
     }
 
     async fn context_window(&self, model: &ModelRef) -> Option<u64> {
-        let resolved = self.engine.services().models.resolve(model).ok()?;
-        Some(resolved.limits.context)
+        self.engine.context_window(model)
     }
 
     async fn check_model(&self, model: Option<&ModelRef>) -> anyhow::Result<()> {
@@ -142,7 +143,26 @@ impl Client for LocalClient {
         Ok(())
     }
 
+    async fn check_agent(&self, name: &str) -> anyhow::Result<()> {
+        self.engine.check_agent(name)?;
+        Ok(())
+    }
+
     async fn agents(&self) -> Option<Vec<String>> {
-        Some(self.engine.services().agents.keys().cloned().collect())
+        Some(self.engine.agents().into_iter().map(|a| a.name).collect())
+    }
+}
+
+impl LocalClient {
+    async fn submit(&self, command: SessionCommand) -> anyhow::Result<CommandOutcome> {
+        Ok(self.engine.submit(command).await?)
+    }
+}
+
+/// The session a revert or an unrevert left.
+fn changed_session(outcome: CommandOutcome) -> anyhow::Result<Session> {
+    match outcome {
+        CommandOutcome::Session(session) => Ok(session),
+        other => anyhow::bail!("the engine answered a revert with {other:?}"),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{
     Event, MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId,
     QuestionRequest, Session, SessionId,
@@ -186,8 +186,15 @@ impl Client for RemoteClient {
         Ok(())
     }
 
-    async fn compact(&self, id: &SessionId) -> anyhow::Result<()> {
-        self.post::<Value>(&format!("/session/{id}/compact"), &json!({})).await?;
+    async fn compact(&self, id: &SessionId, focus: Option<String>) -> anyhow::Result<()> {
+        let path = match focus {
+            Some(focus) => {
+                let encoded: String = url_encode(&focus);
+                format!("/session/{id}/compact?focus={encoded}")
+            }
+            None => format!("/session/{id}/compact"),
+        };
+        self.post::<Value>(&path, &json!({})).await?;
         Ok(())
     }
 
@@ -259,7 +266,19 @@ impl Client for RemoteClient {
         Ok(())
     }
 
-    async fn agents(&self) -> Option<Vec<String>> {
-        None
+    async fn check_agent(&self, name: &str) -> anyhow::Result<()> {
+        // The server answers with the engine's own refusal.
+        self.get::<Value>(&format!("/agent/{}", url_encode(name))).await?;
+        Ok(())
     }
+
+    async fn agents(&self) -> Option<Vec<String>> {
+        let agents: Vec<Value> = self.get("/agent").await.ok()?;
+        Some(agents.iter().filter_map(|a| a["name"].as_str().map(str::to_owned)).collect())
+    }
+}
+
+/// `text` as one query value or path segment.
+fn url_encode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

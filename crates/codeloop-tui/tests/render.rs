@@ -4,8 +4,8 @@
 
 use std::path::PathBuf;
 
-use codeloop_store::MessageWithParts;
 use codeloop_tui::{App, Cache, Outcome, draw};
+use codeloop_types::MessageWithParts;
 use codeloop_types::{EventPayload, Message, Part, PermissionRequest, Session, SessionStatus};
 use ratatui::Terminal;
 use ratatui::backend::TestBackend;

@@ -7,6 +7,7 @@
 
 mod error;
 mod event;
+mod history;
 mod ids;
 mod message;
 mod part;
@@ -18,6 +19,7 @@ pub use error::AssistantError;
 pub use event::{
     Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus, WorkerRequest,
 };
+pub use history::{Approval, MessageWithParts, Page, SessionFilter, ToolSpec};
 pub use ids::{MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{

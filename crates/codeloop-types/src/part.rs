@@ -122,6 +122,9 @@ pub struct CompactionPart {
     /// Every message of the tail, by id: the projection never re-attaches messages by position.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tail: Vec<MessageId>,
+    /// What the person asked the summary to keep in view (`/compact FOCUS`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub focus: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -30,6 +30,9 @@ impl PermissionRule {
 pub struct PermissionRequest {
     pub id: PermissionId,
     pub session_id: SessionId,
+    /// The session's parent when a subagent asks: a client shows the request with the session it watches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<SessionId>,
     pub permission: String,
     pub patterns: Vec<String>,
     /// Patterns an `always` reply approves for the future.
@@ -45,6 +48,9 @@ pub struct PermissionRequest {
 pub struct QuestionRequest {
     pub id: QuestionId,
     pub session_id: SessionId,
+    /// The session's parent when a subagent asks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<SessionId>,
     pub questions: Vec<Question>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolCallRef>,

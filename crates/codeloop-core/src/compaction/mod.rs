@@ -6,12 +6,15 @@
 
 mod overflow;
 mod prune;
+mod requests;
 mod summary;
 
 pub use overflow::{
     COMPACTION_BUFFER, OUTPUT_TOKEN_MAX, is_overflow, max_output, overflow_threshold, request_size, usable,
 };
 pub use prune::{PRUNE_MINIMUM, PRUNE_PROTECT, estimate_tokens, prune_candidates};
+pub use requests::new_compaction_request;
+pub(crate) use requests::user_info;
 pub(crate) use summary::chat_chars;
 pub use summary::{
     CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,

@@ -54,6 +54,8 @@ const ANSWERED_MEMORY: usize = 1_024;
 /// Who is asking, and under which rules.
 pub struct AskContext<'a> {
     pub session_id: &'a SessionId,
+    /// The session's parent, when a subagent asks (carried on the request for clients).
+    pub parent: Option<&'a SessionId>,
     /// The project the approval applies to (the worktree root).
     pub project: &'a str,
     /// Rule layers after the built-in defaults: agent, config, session (in that order).
@@ -72,6 +74,9 @@ struct Pending {
     answer: oneshot::Sender<Reply>,
 }
 
+/// What a person chose to always reject in a session: a permission, for the patterns these cover.
+type RejectedAlways = (String, Vec<String>);
+
 pub struct PermissionEngine {
     store: Arc<dyn Store>,
     bus: Bus,
@@ -80,6 +85,8 @@ pub struct PermissionEngine {
     pending: Mutex<HashMap<PermissionId, Pending>>,
     answered: Mutex<std::collections::VecDeque<PermissionId>>,
     approvals: Mutex<HashMap<String, Vec<PermissionRule>>>,
+    /// `(permission, patterns)` a person chose to always reject, per session, in this process.
+    session_rejects: Mutex<HashMap<SessionId, Vec<RejectedAlways>>>,
 }
 
 /// Built-in defaults (reference §9): everything allowed except doom loops, paths outside the project and
@@ -127,6 +134,7 @@ impl PermissionEngine {
             pending: Mutex::new(HashMap::new()),
             answered: Mutex::new(std::collections::VecDeque::new()),
             approvals: Mutex::new(HashMap::new()),
+            session_rejects: Mutex::new(HashMap::new()),
         }
     }
 
@@ -232,11 +240,16 @@ impl PermissionEngine {
                     ),
                 });
             }
-            (AskPolicy::Wait, _) => {}
+            (AskPolicy::Wait, _) => {
+                if let Some(message) = self.rejected_always(ctx.session_id, &ask) {
+                    return Err(PermissionError::Corrected { message });
+                }
+            }
         }
         let request = PermissionRequest {
             id: PermissionId::new(),
             session_id: ctx.session_id.clone(),
+            parent_session_id: ctx.parent.cloned(),
             permission: ask.permission.clone(),
             patterns: ask.patterns.clone(),
             always: ask.always.clone(),
@@ -273,6 +286,37 @@ impl PermissionEngine {
             }
             Ok(Reply { reply: PermissionReply::Reject, .. }) | Err(_) => Err(PermissionError::Rejected),
         }
+    }
+
+    /// Rejects a pending request as a plain rejection does (the run stops), and from now on every ask of
+    /// its session for the same permission whose patterns the request's "always" patterns cover (in this
+    /// process): those are refused without asking, the model is told, and the run goes on.
+    pub fn reject_always(&self, id: &PermissionId) -> Result<(), ReplyError> {
+        let found = self.pending.lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|p| {
+            let request = &p.request;
+            let covers = if request.always.is_empty() { &request.patterns } else { &request.always };
+            (request.session_id.clone(), request.permission.clone(), covers.clone())
+        });
+        let Some((session, permission, always)) = found else {
+            return self.reply(id, Reply { reply: PermissionReply::Reject, message: None });
+        };
+        self.session_rejects
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(session)
+            .or_default()
+            .push((permission, always));
+        self.reply(id, Reply { reply: PermissionReply::Reject, message: None })
+    }
+
+    /// The note for an ask a person chose to always reject in its session, if they did.
+    fn rejected_always(&self, session: &SessionId, ask: &PermissionAsk) -> Option<String> {
+        let rejects = self.session_rejects.lock().unwrap_or_else(|e| e.into_inner());
+        let covered = rejects.get(session)?.iter().any(|(permission, patterns)| {
+            permission == &ask.permission
+                && ask.patterns.iter().all(|p| patterns.iter().any(|r| rules::wildcard_match(r, p)))
+        });
+        covered.then(|| reject_always_note(&ask.permission, &ask.patterns))
     }
 
     /// Requests waiting for an answer, oldest first.
@@ -438,6 +482,13 @@ fn decide_patterns(
 fn narrowed(permission: &str, pattern: &str, narrowing: &[PermissionRule]) -> PermissionAction {
     let (action, rule) = evaluate(permission, pattern, [narrowing]);
     if rule.is_some() { action } else { PermissionAction::Allow }
+}
+
+fn reject_always_note(permission: &str, patterns: &[String]) -> String {
+    format!(
+        "The user chose to always reject `{permission}` for {} in this session; do not try it again.",
+        patterns.join(", ")
+    )
 }
 
 /// The stricter of two actions: deny > ask > allow.

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::doom_loop::DoomLoopGuard;
 use crate::models::ModelPricing;
+use crate::outcome::Blocked;
 use crate::services::Journal;
 use crate::tool_host::ToolGate;
 use crate::tool_host::{RunToolHost, ToolEvent};
@@ -29,7 +30,10 @@ use crate::tool_host::{RunToolHost, ToolEvent};
 mod steps;
 mod tools;
 
-pub use tools::TOOL_WATCHDOG;
+/// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
+/// `timeout`): this watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its
+/// limit).
+pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
 
 /// Streamed text reaches the store at most this long after it arrived.
 pub const TEXT_FLUSH_INTERVAL: Duration = Duration::from_millis(200);
@@ -44,7 +48,7 @@ pub enum Next {
     /// The context overflowed: compact, then go on.
     Compact,
     /// A permission block or a halt: stop, and say why.
-    Blocked(String),
+    Blocked(Blocked),
     /// The message ended with an error (its `error` says which).
     Stop,
 }
@@ -65,7 +69,7 @@ pub enum AttemptEnd {
     /// The provider failed; the run loop may retry.
     Failed(ProviderError),
     /// The processor refused to go on (doom loop denied, tool call during a summary, permission block).
-    Halted(String),
+    Halted(Blocked),
     /// The run was interrupted.
     Aborted,
 }
@@ -111,7 +115,7 @@ pub struct Processor {
     flush_at: Option<Instant>,
     needs_compaction: bool,
     /// Why the run must stop (a permission block), shown to the user.
-    blocked: Option<String>,
+    blocked: Option<Blocked>,
     tool_tx: mpsc::UnboundedSender<ToolEvent>,
     tool_rx: mpsc::UnboundedReceiver<ToolEvent>,
     host: Arc<RunToolHost>,
@@ -402,10 +406,10 @@ impl Processor {
     }
 
     /// A halt during a summary is an error on the summary; other halts (permission blocks) are not.
-    pub(crate) fn summary_halt_error(&self, message: &str) -> Option<AssistantError> {
+    pub(crate) fn summary_halt_error(&self, halt: &Blocked) -> Option<AssistantError> {
         match self.blocked {
             Some(_) => None,
-            None => Some(AssistantError::Unknown { message: message.to_owned() }),
+            None => Some(AssistantError::Unknown { message: halt.to_string() }),
         }
     }
 
@@ -418,7 +422,7 @@ impl Processor {
     /// with the signal for the run loop: blocked (a permission block, or `halted` by the run loop) before
     /// compact (overflow seen at a step, or requested) before stop (the message has an error) before
     /// continue.
-    pub fn finish(mut self, error: Option<AssistantError>, halted: Option<String>) -> Finished {
+    pub fn finish(mut self, error: Option<AssistantError>, halted: Option<Blocked>) -> Finished {
         if let Some(error) = error
             && self.message.error.is_none()
         {

@@ -1,22 +1,16 @@
 //! The tool-call lifecycle inside one turn: pending → running → completed | error, the doom-loop guard,
 //! tools started as soon as their call is complete, and a watchdog for tools that hang.
 
-use std::time::Duration;
-
 use codeloop_provider::ToolCall;
 use codeloop_tools::{CallInfo, PermissionAsk, PermissionError, ToolContext, ToolFailure};
 use codeloop_types::{EventPayload, Part, PartKind, ToolPart, ToolState, now_ms};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::{AttemptEnd, Processor};
+use super::{AttemptEnd, Processor, TOOL_WATCHDOG};
 use crate::doom_loop::{DoomLoop, DoomLoopGuard};
+use crate::outcome::Blocked;
 use crate::tool_host::ToolEvent;
-
-/// Longest a tool may run before it is stopped, unless the tool names its own deadline (bash's
-/// `timeout`): this watchdog only catches one that hangs (a stuck filesystem, a tool that ignores its
-/// limit).
-pub const TOOL_WATCHDOG: Duration = Duration::from_secs(15 * 60);
 
 impl Processor {
     pub(super) fn ensure_call(&mut self, call_id: &str, name: &str) -> usize {
@@ -40,9 +34,7 @@ impl Processor {
 
     pub(super) fn summary_guard(&self, name: &str) -> Result<(), AttemptEnd> {
         if self.ctx.summary {
-            return Err(AttemptEnd::Halted(format!(
-                "Tool call not allowed while generating summary: {name}"
-            )));
+            return Err(AttemptEnd::Halted(Blocked::ToolCallDuringSummary { tool: name.to_owned() }));
         }
         Ok(())
     }
@@ -129,8 +121,9 @@ impl Processor {
                     };
                     self.settle(index, Err(ToolFailure::Permission(failure)));
                     if let Some(message) = message {
-                        self.blocked = Some(message.clone());
-                        return Err(AttemptEnd::Halted(message));
+                        let blocked = Blocked::DoomLoop { message };
+                        self.blocked = Some(blocked.clone());
+                        return Err(AttemptEnd::Halted(blocked));
                     }
                     return Ok(());
                 }
@@ -240,10 +233,10 @@ impl Processor {
                 if let ToolFailure::Permission(PermissionError::Rejected) = &failure
                     && !continue_on_reject
                 {
-                    block = Some(format!("Stopped: permission for `{}` was rejected.", tool.tool));
+                    block = Some(Blocked::Rejected { tool: tool.tool.clone() });
                 }
                 if let ToolFailure::Permission(PermissionError::Blocked { message }) = &failure {
-                    block = Some(format!("Stopped: {message}"));
+                    block = Some(Blocked::Unanswerable { message: message.clone() });
                 }
                 tool.state.fail(failure.to_string(), now)
             }

@@ -3,18 +3,18 @@
 
 use codeloop_provider::{ChatMessage, ProviderRequest, ToolChoice, UserContent};
 use codeloop_store::MessageWithParts;
-use codeloop_types::{
-    AssistantError, CompactionPart, EventPayload, Message, MessageId, MessageTime, Part, PartKind,
-    UserMessage, now_ms,
-};
+use codeloop_types::{AssistantError, EventPayload, Message, MessageId, Part, PartKind, UserMessage};
 
 use super::turn::estimate_request_tokens;
-use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run, RunError, StopReason};
+use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run};
 use crate::agents::COMPACTION_AGENT;
 use crate::compaction::{
     CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,
     is_overflow, max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
 };
+use crate::compaction::{new_compaction_request, user_info};
+use crate::error::RunError;
+use crate::outcome::StopReason;
 use crate::processor::Processor;
 use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
 
@@ -110,7 +110,13 @@ impl Run<'_> {
             ProjectionOptions { strip_media: true, tool_output_max_chars: Some(SUMMARY_TOOL_OUTPUT_CHARS) };
         let mut messages = to_provider_messages(&head, &model.reference, options);
         let record = WorkRecord::of(&head);
-        let prompt = summary_prompt(previous.as_deref(), &record);
+        let mut prompt = summary_prompt(previous.as_deref(), &record);
+        if let Some(focus) = &part.focus {
+            // `/compact FOCUS`: what the person wants the summary to keep in view.
+            prompt.push_str(&format!(
+                "\n\nThe user asked this summary to focus on: {focus}. Keep everything about it in detail."
+            ));
+        }
         messages.push(ChatMessage::User(vec![UserContent::Text(prompt)]));
         let request = ProviderRequest {
             model: model.api_id.clone(),
@@ -144,9 +150,9 @@ impl Run<'_> {
                 body: None,
             }),
             (Some(error), false) => Some(error),
-            (None, false) if end.halted.is_some() => {
-                Some(AssistantError::Unknown { message: end.halted.clone().unwrap_or_default() })
-            }
+            (None, false) if end.halted.is_some() => Some(AssistantError::Unknown {
+                message: end.halted.as_ref().map(ToString::to_string).unwrap_or_default(),
+            }),
             (None, false) => None,
         };
         let mut finished = processor.finish(error.clone(), None);
@@ -196,33 +202,6 @@ impl Run<'_> {
         }
         self.services.journal.save_part(part);
     }
-}
-
-fn user_info(session_id: &codeloop_types::SessionId, like: &UserMessage) -> UserMessage {
-    UserMessage {
-        id: MessageId::new(),
-        session_id: session_id.clone(),
-        time: MessageTime { created: now_ms(), completed: None },
-        agent: like.agent.clone(),
-        model: like.model.clone(),
-        system: None,
-        format: None,
-    }
-}
-
-pub fn new_compaction_request(
-    session_id: &codeloop_types::SessionId,
-    like: &UserMessage,
-    auto: bool,
-    overflow: bool,
-) -> MessageWithParts {
-    let info = user_info(session_id, like);
-    let part = Part::new(
-        session_id.clone(),
-        info.id.clone(),
-        PartKind::Compaction(CompactionPart { auto, overflow, tail_start_id: None, tail: Vec::new() }),
-    );
-    MessageWithParts { info: Message::User(info), parts: vec![part] }
 }
 
 fn continue_message(

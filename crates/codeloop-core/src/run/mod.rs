@@ -9,8 +9,6 @@ mod compact;
 mod offer;
 mod turn;
 
-pub use compact::new_compaction_request;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -22,90 +20,13 @@ use codeloop_types::{
 use tokio_util::sync::CancellationToken;
 
 use crate::doom_loop::DoomLoopGuard;
+use crate::error::RunError;
 use crate::input::{PromptInput, create_user_message};
 use crate::instructions::ProjectInfo;
 use crate::models::ResolvedModel;
+use crate::outcome::{RunOutcome, StopReason};
 use crate::services::Services;
 use crate::snapshot::Snapshots;
-
-/// Why a run ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum StopReason {
-    /// The model finished its answer.
-    Completed,
-    /// The run was interrupted.
-    Interrupted,
-    /// A permission was rejected or could not be asked, or the doom-loop guard stopped the run.
-    Blocked(String),
-    /// An error was recorded on the last message (provider, overflow, circuit breaker…).
-    Error(AssistantError),
-    /// The agent's step limit was reached.
-    StepLimit(u32),
-}
-
-/// The result every caller of a run receives.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunOutcome {
-    pub session_id: SessionId,
-    /// The last assistant message of the run.
-    pub message: Option<AssistantMessage>,
-    pub stop: StopReason,
-}
-
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum RunError {
-    #[error(
-        "session {0} not found: `codeloop session list --all` (or GET /session) shows the sessions in this data directory"
-    )]
-    SessionNotFound(SessionId),
-    #[error("{0}")]
-    Busy(String),
-    #[error("{0}")]
-    Input(String),
-    #[error(transparent)]
-    UnknownAgent(#[from] crate::agents::UnknownAgent),
-    /// The model cannot be used (unknown provider, missing key…); the cause says which.
-    #[error(transparent)]
-    Model(#[from] crate::models::ModelError),
-    /// A store failure; shared, as a run's outcome is cloned to every caller that joined it.
-    #[error("storage error: {0}")]
-    Store(#[source] SharedStoreError),
-    /// The run's task ended without handing back a result (it panicked or was cancelled).
-    #[error("the run ended without reporting a result")]
-    Lost,
-}
-
-/// A store error every caller of a run shares (they all get a clone of its outcome; store errors hold
-/// I/O and database errors that cannot be cloned). Equal when they say the same.
-#[derive(Debug, Clone)]
-pub struct SharedStoreError(pub Arc<codeloop_store::StoreError>);
-
-impl std::fmt::Display for SharedStoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for SharedStoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source()
-    }
-}
-
-impl PartialEq for SharedStoreError {
-    fn eq(&self, other: &Self) -> bool {
-        self.0.to_string() == other.0.to_string()
-    }
-}
-
-impl From<codeloop_store::StoreError> for RunError {
-    fn from(error: codeloop_store::StoreError) -> Self {
-        match error {
-            codeloop_store::StoreError::SessionBusy(_) => RunError::Busy(error.to_string()),
-            other => RunError::Store(SharedStoreError(Arc::new(other))),
-        }
-    }
-}
 
 /// Input steered into an active run: applied at the next step boundary.
 #[derive(Default)]
@@ -201,13 +122,20 @@ struct Breaker {
     no_progress: u32,
 }
 
+/// One agent's offer on one model.
+pub(crate) struct Offer {
+    pub system: crate::instructions::SystemPrompt,
+    /// Sorted by name, as the registry lists them.
+    pub tools: Vec<codeloop_types::ToolSpec>,
+}
+
 /// Compactions in a row that did not shrink the context before the run stops.
 pub const MAX_NO_PROGRESS_COMPACTIONS: u32 = 3;
 
 /// One run of a session.
 pub(crate) struct Run<'a> {
     services: Arc<Services>,
-    coordinator: crate::Coordinator,
+    runs: Arc<dyn crate::runs::Runs>,
     /// The permission rules and instructions of the session's project.
     policy: crate::services::ProjectPolicy,
     session: Session,
@@ -220,7 +148,7 @@ pub(crate) struct Run<'a> {
     doom: DoomLoopGuard,
     step: u32,
     /// What each agent and model is offered, worked out once per run so every step sends the same prefix.
-    offers: HashMap<(String, ModelRef), Arc<offer::Offer>>,
+    offers: HashMap<(String, ModelRef), Arc<Offer>>,
     /// Each agent's OS walls, worked out once per run (they stat the protected paths).
     walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,
@@ -236,7 +164,7 @@ pub(crate) struct Run<'a> {
 /// Runs a session until the model is done, blocked, interrupted or failing.
 pub(crate) async fn run_session(
     services: Arc<Services>,
-    coordinator: crate::Coordinator,
+    runs: Arc<dyn crate::runs::Runs>,
     session_id: &SessionId,
     cancel: CancellationToken,
     inbox: &Inbox,
@@ -274,7 +202,7 @@ pub(crate) async fn run_session(
     let paths = services.project_paths(&project, session_id);
     let mut run = Run {
         services: services.clone(),
-        coordinator,
+        runs,
         policy,
         session,
         history,
@@ -323,7 +251,7 @@ pub(crate) async fn run_session(
     if let StopReason::Blocked(message) = &stop {
         services.bus.publish(EventPayload::SessionError {
             session_id: Some(session_id.clone()),
-            error: AssistantError::Unknown { message: message.clone() },
+            error: AssistantError::Unknown { message: message.to_string() },
         });
     }
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })

@@ -9,18 +9,11 @@ use codeloop_provider::ToolSpec;
 use codeloop_tools::{Needs, SkillInfo};
 use codeloop_types::PermissionAction;
 
-use super::Run;
+use super::{Offer, Run};
 use crate::agents::{Agent, AgentMode};
-use crate::instructions::{SystemPrompt, instruction_files, system_prompt};
+use crate::instructions::{instruction_files, system_prompt};
 use crate::models::ResolvedModel;
 use crate::permission::{evaluate, offered};
-
-/// One agent's offer on one model.
-pub(crate) struct Offer {
-    pub system: SystemPrompt,
-    /// Sorted by name, as the registry lists them.
-    pub tools: Vec<ToolSpec>,
-}
 
 impl Run<'_> {
     /// The offer for `agent` on `model`, computed on first use in the run.

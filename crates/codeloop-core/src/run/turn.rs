@@ -10,11 +10,13 @@ use codeloop_types::{
     PermissionRule, SessionStatus, UserMessage, now_ms,
 };
 
-use super::{Flow, Run, RunError, StopReason};
+use super::{Flow, Run};
 use crate::agents::Agent;
 use crate::compaction::{max_output, overflow_threshold, request_size, usable};
+use crate::error::RunError;
 use crate::instructions::SystemPrompt;
 use crate::models::ResolvedModel;
+use crate::outcome::StopReason;
 use crate::processor::{AttemptEnd, Finished, Next, Processor, TurnContext};
 use crate::projection::{ProjectionOptions, lead_with_context, to_provider_messages, visible_history};
 use crate::retry::{RetryDecision, RetryPolicy};
@@ -28,7 +30,7 @@ pub(super) struct TurnEnd {
     pub error: Option<AssistantError>,
     /// The provider said the request does not fit.
     pub overflow: bool,
-    pub halted: Option<String>,
+    pub halted: Option<crate::outcome::Blocked>,
 }
 
 impl Run<'_> {
@@ -67,8 +69,9 @@ impl Run<'_> {
             journal: self.services.journal.clone(),
             gate: Arc::new(ToolGate::new(
                 self.services.clone(),
-                self.coordinator.clone(),
+                self.runs.clone(),
                 self.session.id.clone(),
+                self.session.parent_id.clone(),
                 self.layers(agent),
                 self.policy.narrowing.clone(),
                 self.project.root.display().to_string(),

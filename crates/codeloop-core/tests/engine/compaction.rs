@@ -311,6 +311,7 @@ async fn a_compaction_request_left_by_a_failed_compact_does_not_swallow_the_next
             overflow: false,
             tail_start_id: None,
             tail: vec![],
+            focus: None,
         }),
     );
     h.engine

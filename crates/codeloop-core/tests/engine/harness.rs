@@ -62,7 +62,7 @@ impl Harness {
         let mut config = config_for(&fake.base_url());
         tweak(&mut config);
         let engine = open_engine(data.path(), config, policy);
-        let session = engine.create_session(project.path(), None, None, None).unwrap();
+        let session = engine.create_session(project.path(), None, None, None).await.unwrap();
         Harness { data, project, fake, engine, session }
     }
 
@@ -97,7 +97,7 @@ impl Harness {
     }
 
     pub fn history(&self) -> Vec<MessageWithParts> {
-        self.engine.history(&self.session.id).unwrap()
+        self.engine.store().load_history(&self.session.id).unwrap()
     }
 
     pub fn write(&self, name: &str, text: &str) {

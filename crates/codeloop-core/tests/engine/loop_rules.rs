@@ -1,8 +1,8 @@
 //! Loop rules: doom-loop guard and step limits.
 
-use codeloop_core::StopReason;
 use codeloop_core::config::{AgentSettings, PermissionConfig};
 use codeloop_core::permission::{AskPolicy, Reply as Answer};
+use codeloop_core::{Blocked, StopReason};
 use codeloop_testkit::{Reply, Script, Turn};
 use codeloop_types::{PermissionAction, PermissionReply, PermissionRule, ToolState};
 use serde_json::json;
@@ -15,7 +15,9 @@ async fn doom_loop_fires_on_three_identical_calls_spread_over_three_steps() {
     let h = Harness::new(Script::new([read(), read(), read(), Turn::from(Reply::text("never sent"))])).await;
     h.write("a.txt", "hi\n");
     let outcome = h.prompt("read a.txt").await;
-    let StopReason::Blocked(message) = &outcome.stop else { panic!("expected a block: {:?}", outcome.stop) };
+    let StopReason::Blocked(Blocked::DoomLoop { message }) = &outcome.stop else {
+        panic!("expected the doom-loop brake: {:?}", outcome.stop)
+    };
     assert!(
         message.contains("doom loop") && message.contains("read") && message.contains("a.txt"),
         "{message}"
@@ -35,7 +37,9 @@ async fn doom_loop_fires_on_an_abababab_cycle() {
         .await;
     h.write("a.txt", "hi\n");
     let outcome = h.prompt("look around").await;
-    let StopReason::Blocked(message) = &outcome.stop else { panic!("expected a block: {:?}", outcome.stop) };
+    let StopReason::Blocked(Blocked::DoomLoop { message }) = &outcome.stop else {
+        panic!("expected the doom-loop brake: {:?}", outcome.stop)
+    };
     assert!(message.contains("repeated"), "{message}");
     assert_eq!(h.fake.request_count(), 6);
 }
@@ -75,7 +79,9 @@ async fn on_ask_allow_does_not_answer_the_doom_loop_brake() {
     .await;
     h.write("a.txt", "hi\n");
     let outcome = h.prompt("fix a.txt").await;
-    let StopReason::Blocked(message) = &outcome.stop else { panic!("expected a stop: {:?}", outcome.stop) };
+    let StopReason::Blocked(Blocked::DoomLoop { message }) = &outcome.stop else {
+        panic!("expected the doom-loop brake: {:?}", outcome.stop)
+    };
     assert!(message.contains("doom loop") && message.contains("`edit` was called 3 times"), "{message}");
     assert!(message.contains("doom_loop = \"allow\""), "says how to allow it: {message}");
     assert_eq!(h.fake.request_count(), 3, "the third identical call stops the run");
@@ -101,7 +107,7 @@ async fn an_interactive_run_is_asked_about_a_doom_loop_and_a_rejection_stops_it(
     assert!(description.contains("3 times in a row"), "{description}");
     h.engine.reply_permission(&request.id, Answer { reply: PermissionReply::Reject, message: None }).unwrap();
     let outcome = run.await.unwrap();
-    assert!(matches!(&outcome.stop, StopReason::Blocked(m) if m.contains("doom loop")), "{:?}", outcome.stop);
+    assert!(matches!(&outcome.stop, StopReason::Blocked(Blocked::DoomLoop { .. })), "{:?}", outcome.stop);
     assert_eq!(h.fake.request_count(), 3);
 }
 

@@ -65,7 +65,7 @@ impl McpHarness {
         options.env = Arc::new(move |name| env.get(name).cloned());
         options.skill_dirs = Some(Vec::new());
         let engine = Engine::open(options).unwrap();
-        let session = engine.create_session(project.path(), None, None, None).unwrap();
+        let session = engine.create_session(project.path(), None, None, None).await.unwrap();
         McpHarness { _data: data, _project: project, fake, engine, session }
     }
 
@@ -96,9 +96,10 @@ impl McpHarness {
         self.fake.requests()[n].body["messages"].as_array().cloned().unwrap_or_default()
     }
 
-    fn tool_states(&self) -> Vec<ToolState> {
+    async fn tool_states(&self) -> Vec<ToolState> {
         self.engine
             .history(&self.session.id)
+            .await
             .unwrap()
             .into_iter()
             .flat_map(|m| m.parts)
@@ -299,7 +300,7 @@ async fn a_crashed_server_is_withdrawn_restarted_once_and_both_sides_are_told() 
     .await;
     let (outcome, warnings) = h.prompt("crash it").await;
     assert_eq!(outcome.stop, StopReason::Completed);
-    let ToolState::Error(error) = &h.tool_states()[0] else { panic!("{:?}", h.tool_states()) };
+    let ToolState::Error(error) = &h.tool_states().await[0] else { panic!("{:?}", h.tool_states().await) };
     assert!(error.error.contains("MCP server `c` is gone"), "{}", error.error);
     assert!(
         !h.offered(1).iter().any(|t| t.starts_with("c_")),
@@ -345,7 +346,7 @@ async fn a_stopped_remote_server_is_withdrawn_and_says_so() {
     server.stop().await;
     let (outcome, warnings) = h.prompt("echo twice").await;
     assert_eq!(outcome.stop, StopReason::Completed);
-    let states = h.tool_states();
+    let states = h.tool_states().await;
     let ToolState::Error(error) = &states[0] else { panic!("{states:?}") };
     assert!(error.error.contains("is gone"), "{}", error.error);
     assert!(!h.offered(1).iter().any(|t| t.starts_with("web_")), "{:?}", h.offered(1));
@@ -417,7 +418,7 @@ async fn images_and_audio_reach_the_model_as_attachments() {
     )
     .await;
     h.prompt("look and listen").await;
-    let states = h.tool_states();
+    let states = h.tool_states().await;
     let ToolState::Completed(image) = &states[0] else { panic!("{states:?}") };
     assert_eq!(image.attachments[0].mime, "image/png");
     let ToolState::Completed(audio) = &states[1] else { panic!("{states:?}") };
@@ -453,7 +454,7 @@ async fn resources_are_listed_and_read_through_two_tools() {
         ])
     );
     assert_eq!(results[1].1, "the notes say hi");
-    let ToolState::Completed(logo) = &h.tool_states()[2] else { panic!() };
+    let ToolState::Completed(logo) = &h.tool_states().await[2] else { panic!() };
     assert_eq!(logo.attachments[0].mime, "image/png");
 }
 
@@ -499,7 +500,7 @@ async fn timeout_ms_bounds_each_call_and_the_server_stays_usable() {
         "the slow call was cut at 400 ms: {:?}",
         started.elapsed()
     );
-    let states = h.tool_states();
+    let states = h.tool_states().await;
     let ToolState::Error(slow) = &states[0] else { panic!("{states:?}") };
     assert!(slow.error.contains("within 400 ms"), "{}", slow.error);
     assert_eq!(tool_results(&h.messages(2)).last().unwrap().1, "echo: still here");

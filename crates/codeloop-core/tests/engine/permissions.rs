@@ -2,7 +2,7 @@
 
 use codeloop_core::config::PermissionConfig;
 use codeloop_core::permission::{AskPolicy, Reply};
-use codeloop_core::{Delivery, PromptInput, StopReason};
+use codeloop_core::{Blocked, Delivery, PromptInput, StopReason};
 use codeloop_testkit::{Reply as ScriptReply, Script, Turn};
 use codeloop_types::{EventPayload, PermissionAction, PermissionReply, PermissionRule, ToolState};
 use serde_json::json;
@@ -24,7 +24,9 @@ fn bash_script() -> Script {
 async fn a_headless_ask_is_denied_and_stops_the_run_with_a_clear_message() {
     let h = Harness::with(bash_script(), AskPolicy::Deny, ask_for_bash).await;
     let outcome = h.prompt("write out.txt").await;
-    let StopReason::Blocked(message) = &outcome.stop else { panic!("{:?}", outcome.stop) };
+    let StopReason::Blocked(Blocked::Unanswerable { message }) = &outcome.stop else {
+        panic!("{:?}", outcome.stop)
+    };
     assert!(message.contains("bash") && message.contains("--on-ask allow"), "{message}");
     assert!(!h.project.path().join("out.txt").exists(), "the command must not run");
     assert!(matches!(state(&h.tool_parts()[0]), ToolState::Error(_)));
@@ -75,7 +77,7 @@ async fn an_always_approval_is_saved_and_honoured_by_a_new_process() {
     let Harness { data, project, engine: old, .. } = h;
     drop(old);
     let engine = open_engine(data.path(), config, AskPolicy::Deny);
-    let session = engine.create_session(project.path(), None, None, None).unwrap();
+    let session = engine.create_session(project.path(), None, None, None).await.unwrap();
     std::fs::remove_file(project.path().join("out.txt")).unwrap();
     let outcome = engine.prompt(&session.id, PromptInput::text("again"), Delivery::Queue).await.unwrap();
     assert_eq!(outcome.stop, StopReason::Completed);

@@ -53,7 +53,7 @@ async fn first_requests(api: WireApi) -> (Value, Value, [String; 2]) {
         |config| config.provider.get_mut("fake").unwrap().api = api,
     )
     .await;
-    let second = h.engine.create_session(h.project.path(), None, None, None).unwrap();
+    let second = h.engine.create_session(h.project.path(), None, None, None).await.unwrap();
     // Gemini is not served by the test kit: its requests are recorded and answered 404.
     let _ = h.prompt("say hello").await;
     let _ = h.engine.prompt(&second.id, PromptInput::text("say hello"), Delivery::Queue).await;

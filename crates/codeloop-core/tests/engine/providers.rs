@@ -27,7 +27,7 @@ async fn round_trip(api: WireApi) -> Value {
     h.write("a.txt", "hi\n");
     let outcome = h.prompt("what is in a.txt?").await;
     assert_eq!(outcome.stop, StopReason::Completed);
-    let session = h.engine.session(&h.session.id).unwrap();
+    let session = h.engine.session(&h.session.id).await.unwrap();
     assert!(session.cost > 0.0, "cost comes from the configured prices");
     let mut body = h.fake.requests()[1].body.clone();
     let project = h.project.path().canonicalize().unwrap().display().to_string();

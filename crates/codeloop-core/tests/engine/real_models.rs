@@ -36,7 +36,7 @@ fn add_model(config: &mut Config, id: &str, settings: ModelSettings) {
 /// A prompt in a new session of `h`'s project on `model`; returns the session's first request body.
 async fn first_request_on(h: &Harness, model: &str) -> Value {
     let model = ModelRef::new("fake", model);
-    let session = h.engine.create_session(h.project.path(), None, Some(model), None).unwrap();
+    let session = h.engine.create_session(h.project.path(), None, Some(model), None).await.unwrap();
     let before = h.fake.request_count();
     let outcome = h.engine.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
     assert_eq!(outcome.stop, StopReason::Completed);
@@ -128,7 +128,7 @@ fn engine_with_project_skills(h: &Harness) -> Engine {
 async fn skill_is_offered_only_when_a_skill_is_installed() {
     let h = Harness::new(Script::new([Turn::from(Reply::text("ok")), Turn::from(Reply::text("ok"))])).await;
     let engine = engine_with_project_skills(&h);
-    let session = engine.create_session(h.project.path(), None, None, None).unwrap();
+    let session = engine.create_session(h.project.path(), None, None, None).await.unwrap();
     engine.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
     let without = offered(&h.fake.requests()[0].body);
     assert!(!without.contains(&"skill".into()), "no skills, no skill tool: {without:?}");

@@ -47,7 +47,7 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
     // Not while another process (another `codeloop`, another worker) runs the session: nothing changes.
     let elsewhere = h.engine.store().lock_session(&h.session.id).unwrap();
     let refused = h.engine.revert(&h.session.id, &first).await;
-    assert!(matches!(refused, Err(codeloop_core::EngineError::Busy(_))), "{refused:?}");
+    assert!(matches!(refused, Err(codeloop_core::EngineError::Busy { .. })), "{refused:?}");
     assert_eq!(h.read("notes.txt"), "v2\n");
     drop(elsewhere);
     let session = h.engine.revert(&h.session.id, &first).await.unwrap();
@@ -62,7 +62,7 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
     assert_eq!(h.prompt("start over").await.stop, StopReason::Completed);
     let history = h.history();
     assert_eq!(history.len(), 2, "only the new turn remains: {history:#?}");
-    assert!(h.engine.session(&h.session.id).unwrap().revert.is_none());
+    assert!(h.engine.session(&h.session.id).await.unwrap().revert.is_none());
     let sent = h.request_messages(2);
     assert!(!serde_json::Value::Array(sent.clone()).to_string().contains("rewrite notes.txt"), "{sent:?}");
 }

@@ -27,7 +27,7 @@ fn worker_with(url: &str, fake: &FakeProvider, data: &Path, events: EventIds) ->
 }
 
 fn answer_text(engine: &Engine, session: &codeloop_types::SessionId) -> String {
-    let history = engine.history(session).unwrap();
+    let history = engine.store().load_history(session).unwrap();
     history
         .last()
         .unwrap()
@@ -47,14 +47,15 @@ async fn a_turn_runs_on_postgres_and_another_worker_reads_it() {
     let (data_a, data_b, project) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = worker(&url, &fake, data_a.path());
-    let session = a.create_session(project.path(), None, None, None).unwrap();
+    let session = a.create_session(project.path(), None, None, None).await.unwrap();
     let outcome = a.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
     assert_eq!(outcome.stop, StopReason::Completed);
 
     let b = worker(&url, &fake, data_b.path());
-    let listed: Vec<_> = b.sessions(&SessionFilter::default()).unwrap().into_iter().map(|s| s.id).collect();
+    let listed: Vec<_> =
+        b.sessions(SessionFilter::default()).await.unwrap().into_iter().map(|s| s.id).collect();
     assert_eq!(listed, vec![session.id.clone()]);
-    assert_eq!(b.history(&session.id).unwrap().len(), 2);
+    assert_eq!(b.history(&session.id).await.unwrap().len(), 2);
     assert_eq!(answer_text(&b, &session.id), "hello from postgres");
 }
 
@@ -68,7 +69,7 @@ async fn a_second_workers_prompt_queues_behind_the_running_one_and_never_overlap
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = worker(&url, &fake, data_a.path());
     let b = worker(&url, &fake, data_b.path());
-    let session = a.create_session(project.path(), None, None, None).unwrap();
+    let session = a.create_session(project.path(), None, None, None).await.unwrap();
 
     let mut events = a.bus().subscribe();
     let running = {
@@ -83,14 +84,15 @@ async fn a_second_workers_prompt_queues_behind_the_running_one_and_never_overlap
     assert_eq!(running.await.unwrap().unwrap().stop, StopReason::Completed);
     assert_eq!(second.stop, StopReason::Completed);
     assert_eq!(texts_of(&b, &session.id), ["one", "first answer", "two", "second answer"]);
-    let answer = b.history(&session.id).unwrap().pop().unwrap();
+    let answer = b.history(&session.id).await.unwrap().pop().unwrap();
     assert_eq!(second.message.as_ref().map(|m| &m.id), Some(answer.info.id()));
     assert_eq!(fake.request_count(), 2);
 }
 
 fn texts_of(engine: &Engine, session: &codeloop_types::SessionId) -> Vec<String> {
     engine
-        .history(session)
+        .store()
+        .load_history(session)
         .unwrap()
         .iter()
         .map(|m| {
@@ -165,7 +167,7 @@ async fn input_queued_by_a_dead_worker_is_run_by_another_once_its_lease_expires(
     let (data_a, data_b, project) =
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = worker(&url, &fake, data_a.path());
-    let session = a.create_session(project.path(), None, None, None).unwrap();
+    let session = a.create_session(project.path(), None, None, None).await.unwrap();
     a.prompt(&session.id, PromptInput::text("first"), Delivery::Queue).await.unwrap();
 
     // A worker that accepted a prompt while running the session, then died: its input is stored and
@@ -213,7 +215,7 @@ async fn every_worker_sees_every_workers_events_with_the_same_store_ids() {
     let a = worker_with(&url, &fake, data_a.path(), EventIds::Store);
     let b = worker_with(&url, &fake, data_b.path(), EventIds::Store);
     let (mut on_a, mut on_b) = (a.bus().subscribe(), b.bus().subscribe());
-    let session = a.create_session(project.path(), None, None, None).unwrap();
+    let session = a.create_session(project.path(), None, None, None).await.unwrap();
     a.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
 
     // Worker B, which did not run anything, sees worker A's run: every event, same ids, same order.
@@ -260,7 +262,7 @@ async fn a_worker_started_later_replays_earlier_events_from_the_stores_log() {
         (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = worker_with(&url, &fake, data_a.path(), EventIds::Store);
     let mut on_a = a.bus().subscribe();
-    let session = a.create_session(project.path(), None, None, None).unwrap();
+    let session = a.create_session(project.path(), None, None, None).await.unwrap();
     a.prompt(&session.id, PromptInput::text("hi"), Delivery::Queue).await.unwrap();
     let mut seen = Vec::new();
     loop {
@@ -307,7 +309,7 @@ async fn a_new_prompt_waits_behind_input_a_dead_process_left_queued() {
     let outcome = h.prompt("new").await;
     assert_eq!(outcome.stop, StopReason::Completed);
     assert_eq!(texts_of(&h.engine, &h.session.id), ["old", "old answer", "new", "new answer"]);
-    let last = h.engine.history(&h.session.id).unwrap().pop().unwrap();
+    let last = h.engine.history(&h.session.id).await.unwrap().pop().unwrap();
     assert_eq!(outcome.message.as_ref().map(|m| &m.id), Some(last.info.id()), "the caller gets its own turn");
     assert_eq!(queued_texts(&h.engine, &h.session.id), Vec::<String>::new());
 }

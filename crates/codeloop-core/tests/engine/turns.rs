@@ -53,7 +53,7 @@ async fn two_turn_tool_round_trip_edits_a_file_and_sends_the_result_back() {
     let results = tool_results(&messages);
     assert_eq!(results.len(), 1);
     assert!(results[0].1.contains("Edit applied successfully."), "{results:?}");
-    let session = h.engine.session(&h.session.id).unwrap();
+    let session = h.engine.session(&h.session.id).await.unwrap();
     assert_eq!(session.tokens.cache.read, 1_400);
 }
 
@@ -224,7 +224,8 @@ async fn the_task_tool_runs_a_subagent_in_a_child_session_and_returns_its_answer
     assert_eq!(outcome.stop, StopReason::Completed);
     let children = h
         .engine
-        .sessions(&codeloop_store::SessionFilter { parent: Some(h.session.id.clone()), ..Default::default() })
+        .sessions(codeloop_store::SessionFilter { parent: Some(h.session.id.clone()), ..Default::default() })
+        .await
         .unwrap();
     assert_eq!(children.len(), 1);
     assert_eq!(children[0].agent, "explore");

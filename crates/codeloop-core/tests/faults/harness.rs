@@ -53,7 +53,7 @@ impl Harness {
         let mut config = config_for(&fake.base_url());
         tweak(&mut config);
         let engine = open_engine(data.path(), config, AskPolicy::Deny);
-        let session = engine.create_session(project.path(), None, None, None).unwrap();
+        let session = engine.create_session(project.path(), None, None, None).await.unwrap();
         std::fs::write(project.path().join("a.txt"), "hello from a.txt\n").unwrap();
         Harness { data, project, fake, engine, session }
     }
@@ -79,7 +79,7 @@ impl Harness {
     }
 
     pub fn history(&self) -> Vec<MessageWithParts> {
-        self.engine.history(&self.session.id).unwrap()
+        self.engine.store().load_history(&self.session.id).unwrap()
     }
 
     pub fn read(&self, name: &str) -> String {

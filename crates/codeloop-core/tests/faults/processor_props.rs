@@ -138,12 +138,12 @@ struct Fixture {
 }
 
 impl Fixture {
-    fn new() -> Fixture {
+    async fn new() -> Fixture {
         let data = tempfile::tempdir().unwrap();
         let project = tempfile::tempdir().unwrap();
         // The provider is never called over HTTP here; the URL only has to be well formed.
         let engine = open_engine(data.path(), config_for("http://127.0.0.1:9/v1"), AskPolicy::Deny);
-        let session = engine.create_session(project.path(), None, None, None).unwrap();
+        let session = engine.create_session(project.path(), None, None, None).await.unwrap();
         Fixture { _data: data, project, engine, session }
     }
 
@@ -158,8 +158,9 @@ impl Fixture {
             journal: self.services().journal.clone(),
             gate: Arc::new(ToolGate::new(
                 self.services(),
-                self.engine.coordinator().clone(),
+                std::sync::Arc::new(self.engine.coordinator().clone()),
                 self.session.id.clone(),
+                None,
                 Arc::new(Vec::new()),
                 Arc::new(Vec::new()),
                 project.display().to_string(),
@@ -262,7 +263,7 @@ impl Fixture {
 fn any_event_sequence_ends_with_every_tool_call_terminal_exactly_once() {
     let cases = std::env::var("CODELOOP_PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(48);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let fixture = runtime.block_on(async { Fixture::new() });
+    let fixture = runtime.block_on(Fixture::new());
     let mut runner =
         TestRunner::new(ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() });
     let result = runner.run(&case(), |(events, ending)| runtime.block_on(fixture.check(events, ending)));
@@ -284,7 +285,7 @@ fn bash_call(call_id: &str, command: &str) -> StreamEvent {
 
 fn a_repeated_call_event_while_the_call_runs_does_not_run_it_twice() {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let fixture = runtime.block_on(async { Fixture::new() });
+    let fixture = runtime.block_on(Fixture::new());
     // Each execution logs as it starts; the first takes 0.3 s, long after the repeat arrived.
     let command = "echo ran >> log.txt; sleep 0.3";
     let events = vec![

@@ -1,4 +1,4 @@
-//! Health, permission requests and replies, configuration and model catalogue (read-only).
+//! Health, permission requests and replies, configuration, agents and model catalogue (read-only).
 //!
 //! Owns: the redaction of `GET /config`: header values, credentials in URLs and any string under a
 //! secret-sounding key are replaced, so a client never sees a secret even if one was put in a config file.
@@ -6,13 +6,15 @@
 
 use axum::Json;
 use axum::extract::State;
+use codeloop_core::SessionCommand;
 use codeloop_core::models::catalogue;
 use codeloop_types::{PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId};
 use serde_json::Value;
 
 use crate::AppState;
 use crate::api::{
-    Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody, SessionQuery,
+    AgentEntry, Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody,
+    SessionQuery,
 };
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
@@ -35,7 +37,11 @@ pub async fn reply_permission(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PermissionReplyBody>,
 ) -> Result<Json<bool>, ApiError> {
-    state.engine.answer_permission(&PermissionId::from(id.as_str()), body.to_reply()).await?;
+    let command = SessionCommand::AnswerPermission {
+        request: PermissionId::from(id.as_str()),
+        answer: body.to_answer(),
+    };
+    state.engine.submit(command).await?;
     Ok(Json(true))
 }
 
@@ -52,11 +58,11 @@ pub async fn reply_question(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<QuestionReplyBody>,
 ) -> Result<Json<bool>, ApiError> {
-    state
-        .engine
-        .answer_question(&QuestionId::from(id.as_str()), Some(body.answers))
-        .await
-        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+    let command = SessionCommand::AnswerQuestion {
+        request: QuestionId::from(id.as_str()),
+        answers: Some(body.answers),
+    };
+    state.engine.submit(command).await?;
     Ok(Json(true))
 }
 
@@ -64,11 +70,8 @@ pub async fn reject_question(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
-    state
-        .engine
-        .answer_question(&QuestionId::from(id.as_str()), None)
-        .await
-        .map_err(|e| ApiError::conflict("not_pending", e.to_string()))?;
+    let command = SessionCommand::AnswerQuestion { request: QuestionId::from(id.as_str()), answers: None };
+    state.engine.submit(command).await?;
     Ok(Json(true))
 }
 
@@ -77,6 +80,28 @@ pub async fn config(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         .map_err(|e| ApiError::internal(format!("cannot serialise the configuration: {e}")))?;
     redact(&mut value, None);
     Ok(Json(value))
+}
+
+/// The primary agents (those a person may choose; subagents run only through the task tool).
+pub async fn agents(State(state): State<AppState>) -> Json<Vec<AgentEntry>> {
+    let entries = state
+        .engine
+        .agents()
+        .into_iter()
+        .map(|agent| AgentEntry { name: agent.name, description: agent.description, default: agent.default })
+        .collect();
+    Json(entries)
+}
+
+/// One agent a person may pick, or the engine's refusal (the one agent rule).
+pub async fn agent(
+    State(state): State<AppState>,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<AgentEntry>, ApiError> {
+    state.engine.check_agent(&name)?;
+    let agent = state.engine.agents().into_iter().find(|a| a.name == name);
+    let agent = agent.ok_or_else(|| ApiError::not_found(format!("agent {name} not found")))?;
+    Ok(Json(AgentEntry { name: agent.name, description: agent.description, default: agent.default }))
 }
 
 pub async fn models(State(state): State<AppState>) -> Json<Vec<ModelEntry>> {

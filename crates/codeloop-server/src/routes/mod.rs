@@ -180,4 +180,6 @@ pub fn api() -> Api {
         .add(post("/question/{requestID}/reject", "question.reject", "Decline a pending question (stops the run like a rejected permission)").returns(Returns::AnyJson), misc::reject_question)
         .add(get("/config", "config.get", "The effective configuration (read-only, secrets redacted)").returns(Model("Config")), misc::config)
         .add(get("/models", "models.list", "The model catalogue").json::<Vec<ModelEntry>>(), misc::models)
+        .add(get("/agent", "agent.list", "The agents a person may pick (primary agents), with the default marked").json::<Vec<AgentEntry>>(), misc::agents)
+        .add(get("/agent/{name}", "agent.get", "One agent a person may pick; 400 with the reason when it may not be picked (a subagent, a hidden or missing one)").json::<AgentEntry>(), misc::agent)
 }

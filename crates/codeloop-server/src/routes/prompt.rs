@@ -1,20 +1,21 @@
 //! Message and run routes: paged history, one message, prompt (blocking and async), abort, compact.
 //!
 //! Owns: validating prompt bodies and shaping run outcomes as `{info, parts, stop}`.
-//! Must not: sequence runs — the engine's coordinator decides whether a prompt starts, joins (steer) or
-//! waits for (queue) a run.
+//! Must not: sequence runs or validate commands — each request becomes a `SessionCommand`, which the
+//! engine checks and carries out (whether a prompt starts, joins (steer) or waits for (queue) a run).
 
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use codeloop_core::{Engine, RunOutcome};
-use codeloop_store::{MessageWithParts, Page};
-use codeloop_types::{AssistantError, EventPayload, Message, MessageId, Session, SessionId};
+use codeloop_core::{CommandOutcome, Engine, SessionCommand};
+use codeloop_types::{
+    AssistantError, EventPayload, Message, MessageId, MessageWithParts, Page, Session, SessionId,
+};
 
 use crate::AppState;
-use crate::api::{Aborted, MessageListQuery, PromptBody, PromptResult, RevertBody, Stop};
-use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
-use crate::routes::session::load;
+use crate::api::{Aborted, CompactQuery, MessageListQuery, PromptBody, PromptResult, RevertBody, Stop};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
+use crate::routes::session::{load, session_id};
 
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 1000;
@@ -30,8 +31,7 @@ pub async fn messages(
     }
     let session = load(&state.engine, &id).await?;
     let page = Page { before: query.before.filter(|b| !b.is_empty()).map(MessageId::from), limit };
-    let store = state.engine.store();
-    blocking(move || Ok(store.list_messages(&session.id, &page)?)).await.map(Json)
+    Ok(Json(state.engine.messages(&session.id, page).await?))
 }
 
 pub async fn message(
@@ -39,45 +39,28 @@ pub async fn message(
     ApiPath((id, message_id)): ApiPath<(String, String)>,
 ) -> Result<Json<MessageWithParts>, ApiError> {
     let session = load(&state.engine, &id).await?;
-    let store = state.engine.store();
-    let wanted = MessageId::from(message_id.as_str());
-    let found = blocking(move || Ok(store.get_message(&wanted)?)).await?;
-    match found {
-        Some(message) if message.info.session_id() == &session.id => Ok(Json(message)),
-        _ => Err(ApiError::not_found(format!("message {message_id} not found in session {id}"))),
+    match state.engine.message(&session.id, &MessageId::from(message_id.as_str())).await? {
+        Some(message) => Ok(Json(message)),
+        None => Err(ApiError::not_found(format!("message {message_id} not found in session {id}"))),
     }
 }
 
-/// Checks the body and the session before anything runs.
-async fn validate(
-    state: &AppState,
-    id: &str,
-    body: &PromptBody,
-) -> Result<(SessionId, codeloop_core::PromptInput, codeloop_core::Delivery), ApiError> {
+/// The command a prompt body asks for (the engine validates it).
+fn prompt_command(id: &str, body: &PromptBody) -> Result<SessionCommand, ApiError> {
     let (input, delivery) = body.to_input().map_err(ApiError::invalid)?;
-    if let Some(agent) = &input.agent {
-        let agents = &state.engine.services().agents;
-        if !agents.contains_key(agent) {
-            let available: Vec<&str> = agents.keys().map(String::as_str).collect();
-            return Err(ApiError::invalid(format!(
-                "agent not found: \"{agent}\"; available agents: {}",
-                available.join(", ")
-            )));
-        }
-    }
-    let session = load(&state.engine, id).await?;
-    Ok((session.id, input, delivery))
+    Ok(SessionCommand::Prompt { session: session_id(id)?, input, delivery })
 }
 
 /// `{info, parts, stop}` of a finished run.
-async fn result(engine: &Engine, outcome: RunOutcome) -> Result<Json<PromptResult>, ApiError> {
+async fn result(engine: &Engine, outcome: CommandOutcome) -> Result<Json<PromptResult>, ApiError> {
+    let Some(outcome) = outcome.into_run() else {
+        return Err(ApiError::internal("the command did not run the session"));
+    };
     let stop = Stop::from(&outcome.stop);
     let Some(message) = outcome.message else {
         return Ok(Json(PromptResult { info: None, parts: Vec::new(), stop }));
     };
-    let store = engine.store();
-    let id = message.id.clone();
-    let parts = blocking(move || Ok(store.get_message(&id)?)).await?.map(|m| m.parts).unwrap_or_default();
+    let parts = engine.message(&outcome.session_id, &message.id).await?.map(|m| m.parts).unwrap_or_default();
     Ok(Json(PromptResult { info: Some(Message::Assistant(message)), parts, stop }))
 }
 
@@ -86,8 +69,7 @@ pub async fn prompt(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<Json<PromptResult>, ApiError> {
-    let (session, input, delivery) = validate(&state, &id, &body).await?;
-    let outcome = state.engine.prompt(&session, input, delivery).await?;
+    let outcome = state.engine.submit(prompt_command(&id, &body)?).await?;
     result(&state.engine, outcome).await
 }
 
@@ -96,12 +78,15 @@ pub async fn prompt_async(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<StatusCode, ApiError> {
-    let (session, input, delivery) = validate(&state, &id, &body).await?;
+    let command = prompt_command(&id, &body)?;
+    // Refused here, before the 202, for the same reasons `prompt` refuses (the engine's one check).
+    state.engine.validate(&command).await?;
     let engine = state.engine.clone();
+    let session = SessionId::from(id.as_str());
     tokio::spawn(async move {
-        // Stops with an error are published by the run itself; a prompt refused before any run
-        // (busy lock, storage, model) is reported here.
-        if let Err(error) = engine.prompt(&session, input, delivery).await {
+        // Stops with an error are published by the run itself; a prompt refused when it came to run
+        // (busy lock, storage) is reported here.
+        if let Err(error) = engine.submit(command).await {
             engine.bus().publish(EventPayload::SessionError {
                 session_id: Some(session),
                 error: AssistantError::Unknown { message: error.to_string() },
@@ -115,9 +100,8 @@ pub async fn abort(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Aborted>, ApiError> {
-    let session = load(&state.engine, &id).await?;
-    let aborted = state.engine.abort(&session.id).await;
-    Ok(Json(Aborted { aborted }))
+    let outcome = state.engine.submit(SessionCommand::Abort { session: session_id(&id)? }).await?;
+    Ok(Json(Aborted { aborted: matches!(outcome, CommandOutcome::Aborted(true)) }))
 }
 
 pub async fn revert(
@@ -125,24 +109,31 @@ pub async fn revert(
     ApiPath(id): ApiPath<String>,
     ApiJson(body): ApiJson<RevertBody>,
 ) -> Result<Json<Session>, ApiError> {
-    let session = load(&state.engine, &id).await?;
     let message = MessageId::from(body.message_id.as_str());
-    Ok(Json(state.engine.revert(&session.id, &message).await?))
+    let command = SessionCommand::Revert { session: session_id(&id)?, message };
+    session_of(state.engine.submit(command).await?)
 }
 
 pub async fn unrevert(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Session>, ApiError> {
-    let session = load(&state.engine, &id).await?;
-    Ok(Json(state.engine.unrevert(&session.id).await?))
+    session_of(state.engine.submit(SessionCommand::Unrevert { session: session_id(&id)? }).await?)
+}
+
+fn session_of(outcome: CommandOutcome) -> Result<Json<Session>, ApiError> {
+    match outcome {
+        CommandOutcome::Session(session) => Ok(Json(session)),
+        _ => Err(ApiError::internal("the command did not change the session")),
+    }
 }
 
 pub async fn compact(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<CompactQuery>,
 ) -> Result<Json<PromptResult>, ApiError> {
-    let session = load(&state.engine, &id).await?;
-    let outcome = state.engine.compact(&session.id).await?;
+    let command = SessionCommand::Compact { session: session_id(&id)?, focus: query.focus };
+    let outcome = state.engine.submit(command).await?;
     result(&state.engine, outcome).await
 }

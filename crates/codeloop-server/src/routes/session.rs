@@ -10,12 +10,12 @@ use std::path::PathBuf;
 use axum::Json;
 use axum::extract::State;
 use codeloop_core::Engine;
-use codeloop_store::SessionFilter;
+use codeloop_types::SessionFilter;
 use codeloop_types::{Session, SessionId, SessionStatus, Todo};
 
 use crate::AppState;
 use crate::api::{CreateSession, SessionListQuery, UpdateSession};
-use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery, blocking};
+use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
 /// Longest accepted title, in characters.
 const MAX_TITLE: usize = 500;
@@ -41,9 +41,7 @@ pub fn session_id(id: &str) -> Result<SessionId, ApiError> {
 
 /// The session, or 400 (malformed id) or 404.
 pub async fn load(engine: &Engine, id: &str) -> Result<Session, ApiError> {
-    let engine = engine.clone();
-    let id = session_id(id)?;
-    blocking(move || Ok(engine.session(&id)?)).await
+    Ok(engine.session(&session_id(id)?).await?)
 }
 
 fn title(text: &str) -> Result<String, ApiError> {
@@ -78,8 +76,7 @@ pub async fn list(
         directory,
         limit: limit(query.limit)?,
     };
-    let engine = state.engine.clone();
-    blocking(move || Ok(engine.sessions(&filter)?)).await.map(Json)
+    Ok(Json(state.engine.sessions(filter).await?))
 }
 
 pub async fn create(
@@ -95,23 +92,13 @@ pub async fn create(
     }
     let model = body.model.as_ref().map(|m| m.to_ref()).transpose().map_err(ApiError::invalid)?;
     let title = body.title.as_deref().map(title).transpose()?;
-    let parent = match body.parent_id.filter(|p| !p.is_empty()) {
-        Some(parent) => Some(load(&state.engine, &parent).await.map_err(|e| match e.code {
-            "not_found" => ApiError::invalid(format!("parent_id: session {parent} not found")),
-            _ => e,
-        })?),
-        None => None,
+    let parent = body.parent_id.filter(|p| !p.is_empty()).map(|p| session_id(&p)).transpose()?;
+    let engine = &state.engine;
+    let session = engine.create_session(&directory, body.agent.as_deref(), model, parent.as_ref()).await?;
+    let session = match title {
+        Some(title) => engine.rename_session(&session.id, &title).await?,
+        None => session,
     };
-    let engine = state.engine.clone();
-    let session = blocking(move || {
-        let session =
-            engine.create_session(&directory, body.agent.as_deref(), model, parent.map(|p| p.id))?;
-        match title {
-            Some(title) => Ok(engine.rename_session(&session.id, &title)?),
-            None => Ok(session),
-        }
-    })
-    .await?;
     // Read-your-writes: a GET right after this sees the title.
     state.engine.flush().await?;
     Ok(Json(session))
@@ -132,7 +119,7 @@ pub async fn update(
     let title = title(&body.title)?;
     let session = load(&state.engine, &id).await?;
     // Goes through the engine so a run in progress keeps the new title.
-    let session = state.engine.rename_session(&session.id, &title)?;
+    let session = state.engine.rename_session(&session.id, &title).await?;
     state.engine.flush().await?;
     Ok(Json(session))
 }
@@ -141,13 +128,7 @@ pub async fn delete(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<bool>, ApiError> {
-    let engine = state.engine.clone();
-    let session = session_id(&id)?;
-    let deleted = blocking(move || match engine.delete_session(&session) {
-        Ok(deleted) => Ok(deleted),
-        Err(other) => Err(other.into()),
-    })
-    .await?;
+    let deleted = state.engine.delete_session(&session_id(&id)?).await?;
     if !deleted {
         return Err(ApiError::not_found(format!("session {id} not found")));
     }
@@ -159,9 +140,8 @@ pub async fn children(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Session>>, ApiError> {
     let session = load(&state.engine, &id).await?;
-    let engine = state.engine.clone();
     let filter = SessionFilter { parent: Some(session.id), include_children: true, ..Default::default() };
-    blocking(move || Ok(engine.sessions(&filter)?)).await.map(Json)
+    Ok(Json(state.engine.sessions(filter).await?))
 }
 
 pub async fn todo(
@@ -169,16 +149,10 @@ pub async fn todo(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Vec<Todo>>, ApiError> {
     let session = load(&state.engine, &id).await?;
-    let store = state.engine.store();
-    blocking(move || Ok(store.get_todos(&session.id)?)).await.map(Json)
+    Ok(Json(state.engine.todos(&session.id).await?))
 }
 
 pub async fn status(State(state): State<AppState>) -> Json<BTreeMap<String, SessionStatus>> {
     // Retrying sessions report their retry; sessions between runs of an active entry count as busy.
-    let mut statuses: BTreeMap<String, SessionStatus> =
-        state.engine.statuses().into_iter().map(|(id, status)| (id.to_string(), status)).collect();
-    for id in state.engine.coordinator().active() {
-        statuses.entry(id.to_string()).or_insert(SessionStatus::Busy);
-    }
-    Json(statuses)
+    Json(state.engine.statuses().into_iter().map(|(id, status)| (id.to_string(), status)).collect())
 }

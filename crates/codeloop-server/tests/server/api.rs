@@ -256,6 +256,8 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("post", "/question/{requestID}/reject"),
     ("get", "/config"),
     ("get", "/models"),
+    ("get", "/agent"),
+    ("get", "/agent/{name}"),
     ("get", "/doc"),
 ];
 

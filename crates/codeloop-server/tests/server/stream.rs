@@ -263,14 +263,32 @@ async fn ten_clients_and_ten_prompts_run_one_at_a_time_and_lose_nothing() {
 }
 
 #[tokio::test]
-async fn prompt_async_failures_arrive_as_session_error() {
+async fn prompt_async_refuses_what_the_engine_refuses_before_the_202() {
+    let h = Harness::start(Script::new(Vec::<Turn>::new())).await;
+    let session = h.create_session().await;
+    let body = json!({"parts": [{"type": "text", "text": "hi"}], "model": "nowhere/none"});
+    let (status, error) = h.post(&format!("/session/{session}/prompt_async"), body).await;
+    assert_eq!(status, 400);
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("nowhere"), "{message}");
+    // The one agent rule: a subagent is not a session's own agent, asynchronously either.
+    let body = json!({"parts": [{"type": "text", "text": "hi"}], "agent": "explore"});
+    let (status, error) = h.post(&format!("/session/{session}/prompt_async"), body).await;
+    assert_eq!(status, 400);
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(message.contains("agent \"explore\" runs only as a subagent"), "{message}");
+}
+
+#[tokio::test]
+async fn prompt_async_failures_at_run_time_arrive_as_session_error() {
     let h = Harness::start(Script::new(Vec::<Turn>::new())).await;
     let session = h.create_session().await;
     let mut sse = h.events(&format!("?session={session}")).await;
-    let body = json!({"parts": [{"type": "text", "text": "hi"}], "model": "nowhere/none"});
-    let (status, _) = h.post(&format!("/session/{session}/prompt_async"), body).await;
+    let (status, _) = h
+        .post(&format!("/session/{session}/prompt_async"), json!({"parts": [{"type": "text", "text": "hi"}]}))
+        .await;
     assert_eq!(status, 202);
+    // The scripted provider has no turn for it: the run fails and says so on the stream.
     let error = sse.until(|e| e.kind() == "session.error").await.pop().unwrap();
-    let message = error.properties()["error"]["message"].as_str().unwrap();
-    assert!(message.contains("nowhere"), "{message}");
+    assert!(error.properties()["error"]["message"].as_str().is_some(), "{:?}", error.data);
 }

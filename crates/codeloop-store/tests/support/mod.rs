@@ -255,6 +255,7 @@ pub fn every_part_kind(message: &Message) -> Vec<Part> {
             overflow: true,
             tail_start_id: Some(message.id().clone()),
             tail: vec![message.id().clone()],
+            focus: Some("the parser".into()),
         }),
         PartKind::Subtask(SubtaskPart {
             prompt: "find the bug".into(),

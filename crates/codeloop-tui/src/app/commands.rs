@@ -54,7 +54,8 @@ impl App {
                 }
                 self.state = RunState::Busy;
                 self.convo.notice(Notice::info("compacting: summarising the conversation…"));
-                vec![Action::Compact(id)]
+                let focus = Some(arg.trim().to_owned()).filter(|f| !f.is_empty());
+                vec![Action::Compact(id, focus)]
             }
             ("model", _) if arg.is_empty() => {
                 let current = self.current_model().map_or("(config default)".to_owned(), ToString::to_string);

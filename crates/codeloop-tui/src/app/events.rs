@@ -25,11 +25,6 @@ impl App {
 
     pub fn event(&mut self, payload: EventPayload) -> Vec<Action> {
         match payload {
-            EventPayload::SessionCreated { info, .. }
-                if info.parent_id.as_ref().is_some_and(|p| self.mine(p) || self.children.contains(p)) =>
-            {
-                self.children.insert(info.id.clone());
-            }
             EventPayload::SessionUpdated { session_id, info } if self.mine(&session_id) => {
                 let model_changed = self.convo.session.as_ref().map(|s| &s.model) != Some(&info.model);
                 self.convo.session = Some(info);
@@ -88,7 +83,8 @@ impl App {
                 self.convo.notice(Notice::warning(message));
             }
             EventPayload::PermissionAsked(request)
-                if self.mine(&request.session_id) || self.children.contains(&request.session_id) =>
+                if self.mine(&request.session_id)
+                    || request.parent_session_id.as_ref().is_some_and(|p| self.mine(p)) =>
             {
                 self.permissions.retain(|p| p.id != request.id);
                 self.permissions.push_back(request);
@@ -101,7 +97,8 @@ impl App {
                 }
             }
             EventPayload::QuestionAsked(request)
-                if self.mine(&request.session_id) || self.children.contains(&request.session_id) =>
+                if self.mine(&request.session_id)
+                    || request.parent_session_id.as_ref().is_some_and(|p| self.mine(p)) =>
             {
                 self.questions.retain(|q| q.id != request.id);
                 self.questions.push_back(request);

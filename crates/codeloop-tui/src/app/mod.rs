@@ -8,7 +8,7 @@ mod events;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{
     MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId, QuestionRequest,
     Session, SessionId, SessionStatus,
@@ -36,7 +36,8 @@ pub enum Action {
     DeleteSession(SessionId),
     Revert(SessionId, MessageId),
     Unrevert(SessionId),
-    Compact(SessionId),
+    /// `/compact [focus]`.
+    Compact(SessionId, Option<String>),
     CheckModel(ModelRef),
     CheckAgent(String),
     Export(SessionId),
@@ -112,8 +113,6 @@ pub struct App {
     pub show_reasoning: bool,
     /// Messages sent while busy and not yet started.
     pub queued: usize,
-    /// Sessions whose prompts this UI answers besides the current one (subagents' children).
-    children: HashSet<SessionId>,
     /// The current session was created by this UI and nothing was sent to it yet.
     created_empty: bool,
     /// Rows of the conversation area at the last draw (the page size).
@@ -143,7 +142,6 @@ impl App {
             quit_armed: false,
             show_reasoning: false,
             queued: 0,
-            children: HashSet::new(),
             created_empty: false,
             page: 20,
             total_rows: 0,
@@ -468,7 +466,6 @@ impl App {
                 self.answers.clear();
                 self.permission_mode = PermissionMode::Choosing;
                 self.state = run_state(status);
-                self.children.clear();
                 self.created_empty = created;
                 self.scroll = None;
                 self.queued = 0;

@@ -1,6 +1,6 @@
 //! The rules of keys and commands, without a terminal or an engine.
 
-use codeloop_store::MessageWithParts;
+use codeloop_types::MessageWithParts;
 use codeloop_types::{EventPayload, Message, Part, QuestionRequest, Session, SessionStatus};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use pretty_assertions::assert_eq;

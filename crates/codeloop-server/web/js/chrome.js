@@ -1,0 +1,132 @@
+// Drawing everything around the conversation: the sessions list, the prompt panel, the pickers, the
+// status line and the connection state. Each redraw waits for the next frame, so a burst of events
+// draws once.
+
+import {clear, compact, h} from './dom.js';
+import {permissionPrompt, questionPrompt, sessionList} from './panels.js';
+import {$, app, currentAgent, currentModel, isBusy, root, timeline} from './state.js';
+import {newSession, openSession} from './session.js';
+import {replyPermission, replyQuestion} from './actions.js';
+
+let sessionsFrame = 0;
+export function renderSessions() {
+  if (!sessionsFrame) sessionsFrame = requestAnimationFrame(paintSessions);
+}
+
+export function paintSessions() {
+  sessionsFrame = 0;
+  sessionList($('sessions'), [...app.sessions.values()], app.statuses, app.convo?.id ?? null, {
+    open: (id) => openSession(id),
+    create: (directory) => newSession(directory),
+  });
+}
+
+export function renderAsks() {
+  const el = $('asks');
+  clear(el);
+  const permission = app.permissions[0];
+  if (permission) {
+    const reply = (kind, message) => replyPermission(permission, kind, message);
+    el.appendChild(permissionPrompt(permission, app.permissions.length - 1, reply, askedCall(permission)));
+  } else if (app.questions[0]) {
+    const question = app.questions[0];
+    el.appendChild(questionPrompt(question, (answers) => replyQuestion(question, answers), () => replyQuestion(question, null)));
+  }
+  el.hidden = !el.firstChild;
+  renderChrome();
+}
+
+/** What the call a permission is asked for works on, in full (its command, path or address). */
+export function askedCall(request) {
+  const ref = request.tool;
+  const entry = ref ? app.convo?.messages.get(ref.message_id) : null;
+  for (const part of entry?.parts.values() ?? []) {
+    if (part.type !== 'tool' || part.call_id !== ref.call_id) continue;
+    const input = part.state?.input ?? {};
+    const text = [input.command, input.filePath, input.url, input.pattern].find((v) => typeof v === 'string');
+    if (text) return text;
+  }
+  return null;
+}
+
+let pickersShown = '';
+export function renderPickers() {
+  const model = $('model');
+  const chosen = currentModel();
+  const ids = app.models.map((m) => m.id);
+  if (chosen && !ids.includes(chosen)) ids.unshift(chosen);
+  const current = currentAgent();
+  // Rebuilt only when something changed (a rebuild closes a picker that is open).
+  const shown = JSON.stringify([ids, chosen, app.agents, current]);
+  if (shown === pickersShown) return;
+  pickersShown = shown;
+  clear(model);
+  if (!ids.length) model.appendChild(h('option', {value: ''}, 'default model'));
+  for (const id of ids) model.appendChild(h('option', {value: id, selected: id === chosen}, id));
+  const agent = $('agent');
+  const names = app.agents.map((a) => a.name);
+  if (!names.includes(current)) names.unshift(current);
+  clear(agent);
+  for (const name of names) {
+    const info = app.agents.find((a) => a.name === name);
+    agent.appendChild(h('option', {value: name, selected: name === current, title: info?.description}, name));
+  }
+}
+
+let chromeFrame = 0;
+export function renderChrome() {
+  if (!chromeFrame) chromeFrame = requestAnimationFrame(paintChrome);
+}
+
+export function paintChrome() {
+  chromeFrame = 0;
+  const convo = app.convo;
+  const busy = isBusy();
+  const status = convo ? app.statuses.get(convo.id) : null;
+  $('title').textContent = convo?.session?.title ?? (convo ? 'Loading…' : 'New session');
+  const state = $('state');
+  state.textContent = status?.type === 'retry' ? `retrying (${status.attempt}/${status.max_attempts})` : busy ? '● working' : 'idle';
+  state.className = busy ? 'state busy' : 'state';
+  $('stop').hidden = !busy;
+  $('steer').hidden = !busy;
+  $('send').textContent = busy ? 'Queue' : 'Send';
+  $('input').placeholder = busy
+    ? 'Enter queues a message for after this run · Ctrl+Enter steers it now · Esc stops'
+    : 'Message (Enter sends, Shift+Enter new line)';
+  const session = convo?.session;
+  const model = currentModel();
+  const entry = app.models.find((m) => m.id === model);
+  const used = convo?.lastUsage();
+  $('context').textContent = used && entry?.limit?.context ? `${Math.round((100 * used) / entry.limit.context)}% context` : used ? `${compact(used)} tokens` : '–% context';
+  $('context').title = used ? `${used} tokens in the last request` : '';
+  $('cost').textContent = `$${(session?.cost ?? 0).toFixed(4)}`;
+  $('cost').title = session ? `${session.tokens?.input ?? 0} in · ${session.tokens?.output ?? 0} out` : '';
+  $('queued').textContent = app.queued ? `${app.queued} queued` : '';
+  $('session-id').textContent = convo?.id ?? '';
+  for (const id of ['undo', 'redo', 'compact', 'export', 'jobs-toggle']) $(id).disabled = !convo;
+  $('redo').disabled = !convo?.hiddenFrom();
+  renderConnection();
+}
+
+export function renderConnection() {
+  const el = $('conn');
+  const text = {open: '', connecting: 'connecting…', retrying: 'reconnecting…', unauthorized: 'token needed'}[app.connection] ?? '';
+  el.textContent = text;
+  el.hidden = !text;
+}
+
+export function painted() {
+  root.dataset.paints = String(timeline.paints);
+  root.dataset.rows = String(timeline.rendered());
+  const convo = app.convo;
+  if (!app.firstPaint && convo?.loaded && timeline.rows.length > 1) {
+    app.firstPaint = true;
+    performance.mark('codeloop:first-frame');
+    // Called inside the animation frame that drew it: a task queued now runs once that frame is on screen.
+    setTimeout(() => (root.dataset.firstPaint = performance.now().toFixed(1)), 0);
+  }
+}
+
+export function closeSidebar() {
+  document.body.classList.remove('sidebar-open');
+}
