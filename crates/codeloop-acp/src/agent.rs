@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use codeloop_core::Engine;
-use codeloop_core::mcp::McpSettings;
+use codeloop_core::mcp::{McpOrigin, McpSettings};
 use codeloop_types::{ModelRef, SessionId};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -151,7 +151,7 @@ impl Agent {
                 load_session: true,
                 // Images become file parts the model sees; audio has no provider path yet.
                 prompt_capabilities: PromptCapabilities { image: true, audio: false, embedded_context: true },
-                mcp_capabilities: McpCapabilities { http: false, sse: false },
+                mcp_capabilities: McpCapabilities { http: true, sse: false },
                 session_capabilities: protocol::SessionCapabilities {
                     list: json!({}),
                     resume: json!({}),
@@ -410,26 +410,44 @@ fn directory(cwd: &Path) -> Result<PathBuf, RpcError> {
     Ok(dir)
 }
 
-/// The client's stdio MCP servers as `[mcp.NAME]` settings, and a warning for each one codeloop
-/// cannot start (http and sse transports).
+/// The client's MCP servers as `[mcp.NAME]` settings: stdio and http (Streamable HTTP, headers sent as
+/// given), started under the same rules as the user's own; a warning for each one codeloop cannot start
+/// (the older SSE transport, which it does not advertise).
 fn mcp_settings(servers: &[McpServer]) -> (BTreeMap<String, McpSettings>, Vec<String>) {
     let mut settings = BTreeMap::new();
     let mut skipped = Vec::new();
     for server in servers {
-        match (&server.kind, &server.command) {
-            (None, Some(command)) => {
+        let entry = match (server.kind.as_deref(), &server.command, &server.url) {
+            (None, Some(command), _) => {
                 let command = std::iter::once(command.display().to_string())
                     .chain(server.args.iter().cloned())
                     .collect();
                 let env = server.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
-                settings.insert(server.name.clone(), McpSettings { command, env, ..Default::default() });
+                McpSettings { command, env, ..Default::default() }
             }
-            (kind, _) => skipped.push(format!(
-                "MCP server `{}` is not started: codeloop starts stdio MCP servers only (this one is {})",
-                server.name,
-                kind.as_deref().unwrap_or("missing its command")
-            )),
-        }
+            (Some("http"), _, Some(url)) => {
+                let mut entry = McpSettings::remote(url.clone());
+                for header in &server.headers {
+                    entry.headers.insert(header.name.clone(), header.value.clone());
+                    // The editor's values are sent as written: nothing in them is expanded.
+                    entry.literal_headers.insert(header.name.clone());
+                }
+                entry
+            }
+            (kind, _, _) => {
+                skipped.push(format!(
+                    "MCP server `{}` is not started: codeloop starts stdio and http (Streamable HTTP) MCP servers ({})",
+                    server.name,
+                    match kind {
+                        Some("sse") => "this one uses the older SSE transport".to_owned(),
+                        Some(other) => format!("this one is `{other}` without a url"),
+                        None => "this one has no command".to_owned(),
+                    }
+                ));
+                continue;
+            }
+        };
+        settings.insert(server.name.clone(), McpSettings { origin: McpOrigin::Editor, ..entry });
     }
     (settings, skipped)
 }
@@ -501,18 +519,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stdio_mcp_servers_become_settings_and_others_a_warning() {
+    fn stdio_and_http_mcp_servers_become_settings_and_sse_a_warning() {
         let servers: Vec<McpServer> = serde_json::from_value(json!([
             {"name": "fs", "command": "/bin/mcp-fs", "args": ["--root", "."], "env": [{"name": "A", "value": "1"}]},
-            {"name": "web", "type": "http", "url": "https://example.invalid/mcp", "headers": []}
+            {"name": "web", "type": "http", "url": "https://example.invalid/mcp", "headers": [{"name": "X-Key", "value": "${K}"}]},
+            {"name": "old", "type": "sse", "url": "https://example.invalid/sse", "headers": []}
         ]))
         .unwrap();
         let (settings, warnings) = mcp_settings(&servers);
         assert_eq!(settings["fs"].command, ["/bin/mcp-fs", "--root", "."]);
         assert_eq!(settings["fs"].env["A"], "1");
         assert!(settings["fs"].enabled);
-        assert!(!settings.contains_key("web"));
-        assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("`web`") && warnings[0].contains("http"), "{warnings:?}");
+        assert_eq!(settings["web"].url.as_deref(), Some("https://example.invalid/mcp"));
+        assert_eq!(settings["web"].headers["X-Key"], "${K}");
+        assert!(settings["web"].literal_headers.contains("X-Key"), "an editor's header is sent as written");
+        assert_eq!(settings["web"].origin, McpOrigin::Editor);
+        assert!(!settings.contains_key("old"));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("`old`") && warnings[0].contains("SSE"), "{warnings:?}");
     }
 }

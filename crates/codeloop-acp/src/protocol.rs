@@ -151,6 +151,15 @@ pub struct McpServer {
     pub env: Vec<EnvVariable>,
     #[serde(default)]
     pub url: Option<String>,
+    /// An http server's headers.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub headers: Vec<HttpHeader>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct HttpHeader {
+    pub name: String,
+    pub value: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

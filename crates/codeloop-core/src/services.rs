@@ -61,8 +61,8 @@ pub struct Services {
     pub(crate) warned_projects: Mutex<std::collections::HashSet<PathBuf>>,
     /// Dropped with the services: the hourly spill-file sweep thread then ends.
     pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
-    /// Built-in and MCP tools together, assembled on the first run.
-    pub all_tools: tokio::sync::OnceCell<ToolSet>,
+    /// Built-in and MCP tools together, as of the MCP servers' last change.
+    pub all_tools: Mutex<Option<ToolSet>>,
 }
 
 /// The tools a run offers and can execute.
@@ -70,26 +70,35 @@ pub struct Services {
 pub struct ToolSet {
     pub registry: Arc<ToolRegistry>,
     pub specs: Vec<codeloop_provider::ToolSpec>,
+    /// The MCP servers' tool generation this set was built from (0: no MCP servers).
+    pub generation: u64,
 }
 
 impl Services {
-    /// Built-in tools plus those of the MCP servers (started here, once).
-    pub async fn tool_set(&self) -> &ToolSet {
-        self.all_tools
-            .get_or_init(|| async {
-                let registry = if self.mcp.is_empty() {
-                    self.tools.clone()
-                } else {
-                    let mut registry = self.tools.as_ref().clone();
-                    for tool in self.mcp.tools().await {
-                        registry.register(tool.clone());
-                    }
-                    Arc::new(registry)
-                };
-                let specs = registry.specs();
-                ToolSet { registry, specs }
-            })
-            .await
+    /// Built-in tools plus those the MCP servers offer now (started on the first call). The set changes
+    /// when a server's tools do (`tools/list_changed`, a connection that ended, a restart): its
+    /// `generation` says so, and a run takes the new set at its next step.
+    pub async fn tool_set(&self) -> ToolSet {
+        let mcp = if self.mcp.is_empty() { None } else { Some(self.mcp.tools().await) };
+        let generation = mcp.as_ref().map_or(0, |m| m.generation);
+        let mut cached = self.all_tools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = cached.as_ref().filter(|s| s.generation == generation) {
+            return set.clone();
+        }
+        let registry = match &mcp {
+            None => self.tools.clone(),
+            Some(mcp) => {
+                let mut registry = self.tools.as_ref().clone();
+                for tool in mcp.tools.iter() {
+                    registry.register(tool.clone());
+                }
+                Arc::new(registry)
+            }
+        };
+        let specs = registry.specs();
+        let set = ToolSet { registry, specs, generation };
+        *cached = Some(set.clone());
+        set
     }
 
     /// The project's snapshots: `None` when off in config or the project is not a git repository.

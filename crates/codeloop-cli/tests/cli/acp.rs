@@ -568,3 +568,36 @@ async fn acp_lists_resumes_and_closes_sessions_and_says_when_the_mode_changes() 
     assert_eq!(client.until_response(audio).await.1["error"]["code"], -32602);
     client.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_advertises_http_mcp_and_runs_the_editors_http_servers_without_a_warning() {
+    use codeloop_testkit::{McpServerOptions, McpTestServer, Revision};
+    let env = Env::new();
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Stateless)).await.unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("web_echo", json!({"text": "from the editor"}))),
+        Turn::from(Reply::text("Done.")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let mut client = Client::spawn(&env, &config, &[]);
+    let init = client.initialize().await;
+    assert_eq!(init["agentCapabilities"]["mcpCapabilities"]["http"], true);
+    let servers = json!([{"name": "web", "type": "http", "url": server.url(), "headers": [{"name": "X-Editor", "value": "${NOT_EXPANDED}"}]}]);
+    let (_, created) =
+        client.call("session/new", json!({"cwd": env.project.path(), "mcpServers": servers})).await;
+    let session = created["sessionId"].as_str().unwrap().to_owned();
+    let id =
+        client.request("session/prompt", Client::prompt_params(&session, "use the editor's server")).await;
+    let (messages, response) = client.until_response(id).await;
+    assert_eq!(response["result"], json!({"stopReason": "end_turn"}));
+    let text = chunks(&messages, "agent_message_chunk");
+    assert_eq!(text, "Done.", "no warning in the message stream: {text}");
+    assert!(updates(&messages, "notice").is_empty(), "{messages:?}");
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains("echo: from the editor"), "{second}");
+    let call = server.requests().into_iter().find(|r| r.tool.as_deref() == Some("echo")).unwrap();
+    assert_eq!(call.header("x-editor"), Some("${NOT_EXPANDED}"), "an editor's header is sent as written");
+    client.finish().await;
+}

@@ -4,8 +4,15 @@
 use super::schema::Config;
 
 /// Permissions asked outside any one tool: by the engine itself (paths outside the project, the doom-loop
-/// brake, sandbox escapes) and by the task tool, which the engine defines.
-const ENGINE_PERMISSIONS: [&str; 4] = ["external_directory", "doom_loop", "sandbox_escalate", "task"];
+/// brake, sandbox escapes), by the task tool, which the engine defines, and by the MCP resource tools.
+const ENGINE_PERMISSIONS: [&str; 6] = [
+    "external_directory",
+    "doom_loop",
+    "sandbox_escalate",
+    "task",
+    crate::mcp::LIST_RESOURCES,
+    crate::mcp::READ_RESOURCE,
+];
 
 /// Every permission codeloop asks for: the built-in tools' own (`write` and `apply_patch` ask as `edit`),
 /// then the engine's. Built once.

@@ -8,6 +8,7 @@ mod compaction;
 mod coordinator;
 mod harness;
 mod loop_rules;
+mod mcp;
 mod permissions;
 mod prompt_cache;
 mod providers;
