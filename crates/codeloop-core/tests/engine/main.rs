@@ -9,6 +9,7 @@ mod coordinator;
 mod harness;
 mod loop_rules;
 mod mcp;
+mod mcp_auth;
 mod permissions;
 mod prompt_cache;
 mod providers;
