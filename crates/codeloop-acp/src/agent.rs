@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use codeloop_core::Engine;
-use codeloop_core::mcp::McpSettings;
+use codeloop_core::mcp::{McpOrigin, McpSettings};
 use codeloop_types::{ModelRef, SessionId};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -24,6 +24,7 @@ use crate::protocol::{
 };
 use crate::rpc::{Peer, RpcError};
 use crate::{AcpOptions, Host, stream};
+use codeloop_types::LockExt;
 
 /// What a prompt turn uses of a session, changed by `session/set_mode` and `session/set_config_option`.
 #[derive(Debug, Clone)]
@@ -62,10 +63,6 @@ fn params<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
     serde_json::from_value(params).map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 impl Agent {
     pub fn new(peer: Peer, host: Arc<dyn Host>, options: AcpOptions) -> Self {
         Self {
@@ -86,6 +83,9 @@ impl Agent {
             method::AUTHENTICATE => Ok(json!({})),
             method::SESSION_NEW => self.new_session(params(value)?).await,
             method::SESSION_LOAD => self.load_session(params(value)?).await,
+            method::SESSION_LIST => self.list_sessions(params(value)?).await,
+            method::SESSION_RESUME => self.resume_session(params(value)?).await,
+            method::SESSION_CLOSE => self.close_session(params(value)?),
             method::SESSION_PROMPT => {
                 let request: protocol::PromptRequest = params(value)?;
                 let session = self.session(&request.session_id)?;
@@ -94,10 +94,10 @@ impl Agent {
             method::SESSION_SET_MODE => {
                 let request: protocol::SetModeRequest = params(value)?;
                 let session = self.session(&request.session_id)?;
-                self.set_mode(&session, &request.mode_id)?;
+                self.set_mode(&session, &request.mode_id).await?;
                 Ok(json!({}))
             }
-            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(params(value)?),
+            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(params(value)?).await,
             other => {
                 Err(RpcError::new(protocol::code::METHOD_NOT_FOUND, format!("Method not found: {other}")))
             }
@@ -114,9 +114,9 @@ impl Agent {
             method::SESSION_CANCEL => match params::<protocol::CancelNotification>(value) {
                 Ok(cancel) => {
                     let session =
-                        lock(&self.sessions).get(&SessionId::from(cancel.session_id.as_str())).cloned();
+                        self.sessions.locked().get(&SessionId::from(cancel.session_id.as_str())).cloned();
                     match session {
-                        Some(session) => lock(&session.cancels).iter().for_each(|(_, c)| c.cancel()),
+                        Some(session) => session.cancels.locked().iter().for_each(|(_, c)| c.cancel()),
                         None => tracing::debug!("session/cancel for unknown session {}", cancel.session_id),
                     }
                 }
@@ -125,7 +125,7 @@ impl Agent {
             method::CANCEL_REQUEST => match params::<protocol::CancelRequestNotification>(value) {
                 // A cancelled `session/prompt` ends like `session/cancel`; other requests finish quickly.
                 Ok(cancel) => {
-                    if let Some(token) = lock(&self.prompts).get(&cancel.request_id.to_string()) {
+                    if let Some(token) = self.prompts.locked().get(&cancel.request_id.to_string()) {
                         token.cancel();
                     }
                 }
@@ -137,7 +137,7 @@ impl Agent {
 
     fn initialize(&self, request: InitializeRequest) -> Result<Value, RpcError> {
         let notices = request.client_capabilities.session.and_then(|s| s.notices).is_some();
-        *lock(&self.notices) = notices;
+        *self.notices.locked() = notices;
         if request.protocol_version != protocol::PROTOCOL_VERSION {
             tracing::info!(
                 "the client speaks ACP version {}; answering with {}",
@@ -149,12 +149,14 @@ impl Agent {
             protocol_version: protocol::PROTOCOL_VERSION,
             agent_capabilities: AgentCapabilities {
                 load_session: true,
-                prompt_capabilities: PromptCapabilities {
-                    image: false,
-                    audio: false,
-                    embedded_context: true,
+                // Images become file parts the model sees; audio has no provider path yet.
+                prompt_capabilities: PromptCapabilities { image: true, audio: false, embedded_context: true },
+                mcp_capabilities: McpCapabilities { http: true, sse: false },
+                session_capabilities: protocol::SessionCapabilities {
+                    list: json!({}),
+                    resume: json!({}),
+                    close: json!({}),
                 },
-                mcp_capabilities: McpCapabilities { http: false, sse: false },
             },
             auth_methods: Vec::new(),
             agent_info: Implementation {
@@ -184,24 +186,28 @@ impl Agent {
     }
 
     async fn load_session(&self, request: LoadSessionRequest) -> Result<Value, RpcError> {
+        let acp = self.open_session(&request).await?;
+        let history = acp.engine.history(&acp.id).await.map_err(|e| RpcError::internal(e.to_string()))?;
+        for update in stream::replay(&history, acp.cwd.clone()) {
+            self.send_update(&acp.id, update).await;
+        }
+        let response = LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
+        to_value(&response)
+    }
+
+    /// A stored session, under the config of its own directory (whatever directory the editor is in).
+    async fn open_session(&self, request: &LoadSessionRequest) -> Result<Arc<AcpSession>, RpcError> {
         let cwd = directory(&request.cwd)?;
         let id = SessionId::from(request.session_id.as_str());
         let (engine, _) = self.engine(&cwd, &request.mcp_servers).await?;
         let stored = engine.session(&id).await.map_err(|e| RpcError::not_found(e.to_string()))?;
-        // The session's own directory decides its config, whatever directory the editor is in.
         let directory = PathBuf::from(&stored.directory);
         let (engine, warnings) = if directory != cwd && directory.is_dir() {
             self.engine(&directory, &request.mcp_servers).await?
         } else {
             self.engine(&cwd, &request.mcp_servers).await?
         };
-        let history = engine.history(&id).await.map_err(|e| RpcError::internal(e.to_string()))?;
-        let acp = self.register(engine, stored, warnings);
-        for update in stream::replay(&history, acp.cwd.clone()) {
-            self.send_update(&acp.id, update).await;
-        }
-        let response = LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
-        to_value(&response)
+        Ok(self.register(engine, stored, warnings))
     }
 
     fn register(
@@ -210,7 +216,7 @@ impl Agent {
         session: codeloop_types::Session,
         warnings: Vec<String>,
     ) -> Arc<AcpSession> {
-        let mut sessions = lock(&self.sessions);
+        let mut sessions = self.sessions.locked();
         // Loaded again while known: keep its running turn, cancel list and choices.
         if let Some(known) = sessions.get(&session.id) {
             return known.clone();
@@ -229,27 +235,77 @@ impl Agent {
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<AcpSession>, RpcError> {
-        lock(&self.sessions).get(&SessionId::from(id)).cloned().ok_or_else(|| {
+        self.sessions.locked().get(&SessionId::from(id)).cloned().ok_or_else(|| {
             RpcError::not_found(format!(
                 "Session not found: {id} (create it with session/new or session/load)"
             ))
         })
     }
 
-    fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
+    /// The one agent rule (the engine's), then the client hears the new mode.
+    async fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
         session.engine.check_agent(mode).map_err(|e| RpcError::invalid_params(e.to_string()))?;
-        lock(&session.choice).mode = mode.to_owned();
+        session.choice.locked().mode = mode.to_owned();
+        let update = SessionUpdate::CurrentModeUpdate { current_mode_id: mode.to_owned() };
+        self.send_update(&session.id, update).await;
         Ok(())
     }
 
-    fn set_config_option(&self, request: protocol::SetConfigOptionRequest) -> Result<Value, RpcError> {
+    async fn list_sessions(&self, request: protocol::ListSessionsRequest) -> Result<Value, RpcError> {
+        let directory = match &request.cwd {
+            Some(cwd) => Some(directory(cwd)?.display().to_string()),
+            None => None,
+        };
+        let cwd = request.cwd.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+        let (engine, _) = self.engine(&directory.as_ref().map_or(cwd, PathBuf::from), &[]).await?;
+        let filter = codeloop_types::SessionFilter { directory, ..Default::default() };
+        let sessions = engine.sessions(filter).await.map_err(|e| RpcError::internal(e.to_string()))?;
+        // One page: the cursor is the number already sent.
+        const PAGE: usize = 100;
+        let skip: usize = request.cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0);
+        let page: Vec<protocol::SessionInfo> = sessions
+            .iter()
+            .skip(skip)
+            .take(PAGE)
+            .map(|s| protocol::SessionInfo {
+                session_id: s.id.to_string(),
+                cwd: PathBuf::from(&s.directory),
+                title: Some(s.title.clone()).filter(|t| !t.is_empty()),
+                updated_at: Some(codeloop_types::iso8601(s.time.updated)),
+            })
+            .collect();
+        let next_cursor = (skip + page.len() < sessions.len()).then(|| (skip + page.len()).to_string());
+        to_value(&protocol::ListSessionsResponse { sessions: page, next_cursor })
+    }
+
+    /// Like `session/load`, without replaying the conversation.
+    async fn resume_session(&self, request: protocol::ResumeSessionRequest) -> Result<Value, RpcError> {
+        let acp = self.open_session(&request).await?;
+        let response =
+            protocol::ResumeSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
+        to_value(&response)
+    }
+
+    /// Cancels the session's turns and forgets it here (the stored session stays).
+    fn close_session(&self, request: protocol::CloseSessionRequest) -> Result<Value, RpcError> {
+        let session = self.sessions.locked().remove(&SessionId::from(request.session_id.as_str()));
+        match session {
+            Some(session) => {
+                session.cancels.locked().iter().for_each(|(_, c)| c.cancel());
+                Ok(json!({}))
+            }
+            None => Err(RpcError::not_found(format!("Session not found: {}", request.session_id))),
+        }
+    }
+
+    async fn set_config_option(&self, request: protocol::SetConfigOptionRequest) -> Result<Value, RpcError> {
         let session = self.session(&request.session_id)?;
         let value = request
             .value
             .as_str()
             .ok_or_else(|| RpcError::invalid_params("Invalid params: `value` must be a string"))?;
         match request.config_id.as_str() {
-            "mode" => self.set_mode(&session, value)?,
+            "mode" => self.set_mode(&session, value).await?,
             "model" => {
                 let model: ModelRef =
                     value.parse().map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;
@@ -257,7 +313,7 @@ impl Agent {
                     .engine
                     .check_model(Some(&model))
                     .map_err(|e| RpcError::invalid_params(e.to_string()))?;
-                lock(&session.choice).model = Some(model);
+                session.choice.locked().model = Some(model);
             }
             other => {
                 return Err(RpcError::invalid_params(format!("Invalid params: no config option `{other}`")));
@@ -301,7 +357,7 @@ impl Agent {
     /// quoted line in the message stream.
     pub(crate) async fn notice(&self, session: &SessionId, text: &str) {
         tracing::warn!("{text}");
-        let update = if *lock(&self.notices) {
+        let update = if *self.notices.locked() {
             SessionUpdate::Notice { severity: "warning", title: text.to_owned() }
         } else {
             SessionUpdate::AgentMessageChunk {
@@ -313,9 +369,9 @@ impl Agent {
 
     /// Stops every running turn (the input ended).
     pub async fn shutdown(&self) {
-        let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
+        let sessions: Vec<Arc<AcpSession>> = self.sessions.locked().values().cloned().collect();
         for session in sessions {
-            lock(&session.cancels).iter().for_each(|(_, c)| c.cancel());
+            session.cancels.locked().iter().for_each(|(_, c)| c.cancel());
         }
     }
 
@@ -354,32 +410,50 @@ fn directory(cwd: &Path) -> Result<PathBuf, RpcError> {
     Ok(dir)
 }
 
-/// The client's stdio MCP servers as `[mcp.NAME]` settings, and a warning for each one codeloop
-/// cannot start (http and sse transports).
+/// The client's MCP servers as `[mcp.NAME]` settings: stdio and http (Streamable HTTP, headers sent as
+/// given), started under the same rules as the user's own; a warning for each one codeloop cannot start
+/// (the older SSE transport, which it does not advertise).
 fn mcp_settings(servers: &[McpServer]) -> (BTreeMap<String, McpSettings>, Vec<String>) {
     let mut settings = BTreeMap::new();
     let mut skipped = Vec::new();
     for server in servers {
-        match (&server.kind, &server.command) {
-            (None, Some(command)) => {
+        let entry = match (server.kind.as_deref(), &server.command, &server.url) {
+            (None, Some(command), _) => {
                 let command = std::iter::once(command.display().to_string())
                     .chain(server.args.iter().cloned())
                     .collect();
                 let env = server.env.iter().map(|v| (v.name.clone(), v.value.clone())).collect();
-                settings.insert(server.name.clone(), McpSettings { command, env, ..Default::default() });
+                McpSettings { command, env, ..Default::default() }
             }
-            (kind, _) => skipped.push(format!(
-                "MCP server `{}` is not started: codeloop starts stdio MCP servers only (this one is {})",
-                server.name,
-                kind.as_deref().unwrap_or("missing its command")
-            )),
-        }
+            (Some("http"), _, Some(url)) => {
+                let mut entry = McpSettings::remote(url.clone());
+                for header in &server.headers {
+                    entry.headers.insert(header.name.clone(), header.value.clone());
+                    // The editor's values are sent as written: nothing in them is expanded.
+                    entry.literal_headers.insert(header.name.clone());
+                }
+                entry
+            }
+            (kind, _, _) => {
+                skipped.push(format!(
+                    "MCP server `{}` is not started: codeloop starts stdio and http (Streamable HTTP) MCP servers ({})",
+                    server.name,
+                    match kind {
+                        Some("sse") => "this one uses the older SSE transport".to_owned(),
+                        Some(other) => format!("this one is `{other}` without a url"),
+                        None => "this one has no command".to_owned(),
+                    }
+                ));
+                continue;
+            }
+        };
+        settings.insert(server.name.clone(), McpSettings { origin: McpOrigin::Editor, ..entry });
     }
     (settings, skipped)
 }
 
 fn modes(session: &AcpSession) -> SessionModeState {
-    let current = lock(&session.choice).mode.clone();
+    let current = session.choice.locked().mode.clone();
     let available = session
         .engine
         .agents()
@@ -392,7 +466,7 @@ fn modes(session: &AcpSession) -> SessionModeState {
 /// Mode and model as select options (clients that prefer config options over modes use these).
 fn config_options(session: &AcpSession) -> Vec<ConfigOption> {
     let modes = modes(session);
-    let choice = lock(&session.choice).clone();
+    let choice = session.choice.locked().clone();
     let mut options = vec![ConfigOption {
         id: "mode".into(),
         name: "Mode".into(),
@@ -445,18 +519,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stdio_mcp_servers_become_settings_and_others_a_warning() {
+    fn stdio_and_http_mcp_servers_become_settings_and_sse_a_warning() {
         let servers: Vec<McpServer> = serde_json::from_value(json!([
             {"name": "fs", "command": "/bin/mcp-fs", "args": ["--root", "."], "env": [{"name": "A", "value": "1"}]},
-            {"name": "web", "type": "http", "url": "https://example.invalid/mcp", "headers": []}
+            {"name": "web", "type": "http", "url": "https://example.invalid/mcp", "headers": [{"name": "X-Key", "value": "${K}"}]},
+            {"name": "old", "type": "sse", "url": "https://example.invalid/sse", "headers": []}
         ]))
         .unwrap();
         let (settings, warnings) = mcp_settings(&servers);
         assert_eq!(settings["fs"].command, ["/bin/mcp-fs", "--root", "."]);
         assert_eq!(settings["fs"].env["A"], "1");
         assert!(settings["fs"].enabled);
-        assert!(!settings.contains_key("web"));
-        assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("`web`") && warnings[0].contains("http"), "{warnings:?}");
+        assert_eq!(settings["web"].url.as_deref(), Some("https://example.invalid/mcp"));
+        assert_eq!(settings["web"].headers["X-Key"], "${K}");
+        assert!(settings["web"].literal_headers.contains("X-Key"), "an editor's header is sent as written");
+        assert_eq!(settings["web"].origin, McpOrigin::Editor);
+        assert!(!settings.contains_key("old"));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("`old`") && warnings[0].contains("SSE"), "{warnings:?}");
     }
 }

@@ -19,6 +19,9 @@ pub mod method {
     pub const AUTHENTICATE: &str = "authenticate";
     pub const SESSION_NEW: &str = "session/new";
     pub const SESSION_LOAD: &str = "session/load";
+    pub const SESSION_LIST: &str = "session/list";
+    pub const SESSION_RESUME: &str = "session/resume";
+    pub const SESSION_CLOSE: &str = "session/close";
     pub const SESSION_PROMPT: &str = "session/prompt";
     pub const SESSION_CANCEL: &str = "session/cancel";
     pub const SESSION_SET_MODE: &str = "session/set_mode";
@@ -81,6 +84,15 @@ pub struct AgentCapabilities {
     pub load_session: bool,
     pub prompt_capabilities: PromptCapabilities,
     pub mcp_capabilities: McpCapabilities,
+    pub session_capabilities: SessionCapabilities,
+}
+
+/// The session methods beyond new/load/prompt: each `{}` when supported.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionCapabilities {
+    pub list: Value,
+    pub resume: Value,
+    pub close: Value,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -139,6 +151,15 @@ pub struct McpServer {
     pub env: Vec<EnvVariable>,
     #[serde(default)]
     pub url: Option<String>,
+    /// An http server's headers.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub headers: Vec<HttpHeader>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct HttpHeader {
+    pub name: String,
+    pub value: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -168,6 +189,46 @@ pub struct NewSessionResponse {
 pub struct LoadSessionResponse {
     pub modes: SessionModeState,
     pub config_options: Vec<ConfigOption>,
+}
+
+/// `session/list`: sessions, of one directory or all.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSessionsRequest {
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// From an earlier response's `nextCursor`.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSessionsResponse {
+    pub sessions: Vec<SessionInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub cwd: PathBuf,
+    pub title: Option<String>,
+    /// RFC 3339.
+    pub updated_at: Option<String>,
+}
+
+/// `session/resume`: like `session/load`, without replaying the conversation.
+pub type ResumeSessionRequest = LoadSessionRequest;
+pub type ResumeSessionResponse = LoadSessionResponse;
+
+/// `session/close`: cancel the session's work and forget it in this process.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseSessionRequest {
+    pub session_id: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

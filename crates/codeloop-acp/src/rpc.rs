@@ -15,6 +15,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::{code, method};
+use codeloop_types::LockExt;
 
 /// Messages waiting for the writer; a client that stops reading makes senders wait, never memory grow.
 const OUTGOING_CAPACITY: usize = 1_024;
@@ -201,7 +202,7 @@ impl Peer {
     pub async fn request(&self, method: &str, params: impl Serialize) -> PendingRequest {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner()).insert(id, tx);
+        self.waiting.locked().insert(id, tx);
         let params = serde_json::to_value(params).unwrap_or(Value::Null);
         self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})).await;
         PendingRequest { id, rx }
@@ -210,7 +211,7 @@ impl Peer {
     /// The answer to request `id` is no longer needed: a late one is ignored, and the client is told
     /// (`$/cancel_request`) so it can close whatever it shows for it.
     pub async fn forget(&self, id: u64) {
-        let was_waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id).is_some();
+        let was_waiting = self.waiting.locked().remove(&id).is_some();
         if was_waiting {
             self.notify(method::CANCEL_REQUEST, json!({"requestId": id})).await;
         }
@@ -219,8 +220,7 @@ impl Peer {
     /// Routes a response to the request that waits for it. Unknown or repeated ids are ignored: each
     /// answer is delivered at most once.
     pub fn resolve(&self, id: &Value, result: Result<Value, RpcError>) {
-        let waiter =
-            id.as_u64().and_then(|id| self.waiting.lock().unwrap_or_else(|e| e.into_inner()).remove(&id));
+        let waiter = id.as_u64().and_then(|id| self.waiting.locked().remove(&id));
         match waiter {
             Some(waiter) => {
                 let _ = waiter.send(result);

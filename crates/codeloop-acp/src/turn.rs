@@ -26,6 +26,7 @@ use crate::protocol::{
 };
 use crate::rpc::RpcError;
 use crate::stream::Stream;
+use codeloop_types::LockExt;
 
 /// Tells the prompts of a session apart in its cancel list.
 static NEXT_TICKET: AtomicU64 = AtomicU64::new(0);
@@ -45,8 +46,8 @@ pub async fn prompt(
     let input = input(blocks)?;
     let cancel = CancellationToken::new();
     let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
-    session.cancels.lock().unwrap_or_else(|e| e.into_inner()).push((ticket, cancel.clone()));
-    agent.prompts.lock().unwrap_or_else(|e| e.into_inner()).insert(request_id.to_string(), cancel.clone());
+    session.cancels.locked().push((ticket, cancel.clone()));
+    agent.prompts.locked().insert(request_id.to_string(), cancel.clone());
     let stop = tokio::select! {
         turn = session.turn.lock() => {
             let _turn = turn;
@@ -58,8 +59,8 @@ pub async fn prompt(
         }
         _ = cancel.cancelled() => Ok(StopReason::Cancelled),
     };
-    session.cancels.lock().unwrap_or_else(|e| e.into_inner()).retain(|(t, _)| *t != ticket);
-    agent.prompts.lock().unwrap_or_else(|e| e.into_inner()).remove(&request_id.to_string());
+    session.cancels.locked().retain(|(t, _)| *t != ticket);
+    agent.prompts.locked().remove(&request_id.to_string());
     let stop = stop?;
     serde_json::to_value(PromptResponse { stop_reason: stop }).map_err(|e| RpcError::internal(e.to_string()))
 }
@@ -93,12 +94,16 @@ fn input(blocks: Vec<ContentBlock>) -> Result<PromptInput, RpcError> {
             ContentBlock::ResourceLink { uri, name, .. } => {
                 InputPart::Text { text: format!("[@{name}]({uri})"), synthetic: false }
             }
-            ContentBlock::Image { data, mime_type, .. } | ContentBlock::Audio { data, mime_type } => {
-                InputPart::File {
-                    url: format!("data:{mime_type};base64,{data}"),
-                    mime: mime_type,
-                    filename: None,
-                }
+            ContentBlock::Image { data, mime_type, .. } => InputPart::File {
+                url: format!("data:{mime_type};base64,{data}"),
+                mime: mime_type,
+                filename: None,
+            },
+            // Not advertised (`promptCapabilities.audio` is false): refused, not silently dropped.
+            ContentBlock::Audio { .. } => {
+                return Err(RpcError::invalid_params(
+                    "Invalid params: this agent takes no audio (promptCapabilities.audio is false); send text or an image",
+                ));
             }
         });
     }
@@ -139,13 +144,12 @@ impl<'a> Turn<'a> {
     }
 
     async fn run(mut self, mut input: PromptInput) -> Result<StopReason, RpcError> {
-        let warnings: Vec<String> =
-            std::mem::take(&mut *self.session.warnings.lock().unwrap_or_else(|e| e.into_inner()));
+        let warnings: Vec<String> = std::mem::take(&mut *self.session.warnings.locked());
         for warning in warnings {
             self.agent.notice(&self.session.id, &format!("warning: {warning}")).await;
         }
         {
-            let choice = self.session.choice.lock().unwrap_or_else(|e| e.into_inner());
+            let choice = self.session.choice.locked();
             input.agent = Some(choice.mode.clone());
             input.model = choice.model.clone();
         }

@@ -110,6 +110,16 @@ read = { "*.env" = "ask", "*.env.*" = "ask", "*.env.example" = "allow", "*.pem" 
 # [tool_output]
 # max_saved_bytes = 67108864          # the most of one output saved to a file (64 MiB)
 
+# MCP servers (`codeloop mcp add|list|login` edit and check these):
+# [mcp.fs]                            # local, over stdio
+# command = ["npx", "-y", "@modelcontextprotocol/server-filesystem", "."]
+# [mcp.tracker]                       # remote, Streamable HTTP; `codeloop mcp login tracker` signs in
+# url = "https://mcp.example.com/mcp"
+# headers = { "X-Api-Key" = "${TRACKER_KEY}" }
+# enabled_tools = ["search"]          # the server's own tool names; disabled_tools = [...] removes
+# timeout_ms = 30000                  # bounds its start and each call
+# oauth = false                       # or { client_id = "…", client_secret_env = "…", scopes = […] }
+
 # [compaction]
 # auto = true
 # [retry]

@@ -353,14 +353,23 @@ fn git_check(checks: &mut Vec<Check>) {
 
 fn mcp_checks(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
     for (name, server) in &loaded.config.mcp {
-        let Some(program) = server.command.first() else {
-            checks.push(Check::bad(
-                format!("mcp {name}"),
-                "no command",
-                format!("set command in [mcp.{name}]"),
-            ));
-            continue;
-        };
+        match server.transport(name) {
+            Err(why) => {
+                checks.push(Check::bad(format!("mcp {name}"), why, format!("fix [mcp.{name}]")));
+                continue;
+            }
+            // Not contacted here: `codeloop mcp list` starts every server and says how each one is.
+            Ok(codeloop_core::mcp::TransportKind::Http) => {
+                let url = server.url.clone().unwrap_or_default();
+                checks.push(Check::ok(
+                    format!("mcp {name}"),
+                    format!("remote `{url}` (`codeloop mcp list` checks it)"),
+                ));
+                continue;
+            }
+            Ok(codeloop_core::mcp::TransportKind::Stdio) => {}
+        }
+        let Some(program) = server.command.first() else { continue };
         if find_program(program).is_some() {
             checks.push(Check::ok(format!("mcp {name}"), format!("`{}`", server.command.join(" "))));
         } else {

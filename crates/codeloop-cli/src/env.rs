@@ -11,8 +11,16 @@ use codeloop_core::trust::TrustStore;
 use codeloop_core::{Engine, EngineOptions, EventIds, StoreChoice};
 
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CODELOOP_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let asked = std::env::var("CODELOOP_LOG").ok().filter(|v| !v.trim().is_empty());
+    // rmcp logs a server that went away as an error of its own (codeloop says it once, in its words),
+    // and its OAuth code logs codes and token responses at debug: never shown, whatever is asked.
+    let directives = match asked {
+        Some(asked) if asked.contains("rmcp") => format!("{asked},rmcp::transport::auth=off"),
+        Some(asked) => format!("{asked},rmcp=off"),
+        None => "warn,rmcp=off".to_owned(),
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp=off"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

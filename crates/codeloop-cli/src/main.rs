@@ -2,11 +2,13 @@
 //! and renders its events. Everything else lives in the library crates.
 
 mod acp;
+mod attach;
 mod config_cmd;
 mod demo;
 mod doctor;
 mod door;
 mod env;
+mod mcp;
 mod models;
 mod permissions;
 mod render;
@@ -14,6 +16,7 @@ mod run;
 mod sandbox;
 mod serve;
 mod session;
+mod session_args;
 mod terminal;
 mod trust;
 mod tui;
@@ -83,6 +86,10 @@ enum Command {
     /// Show and test the OS sandbox that walls in the commands tools run.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
+    /// MCP servers: list them (state, tools, sign-in), add or remove one in your config, sign in to a
+    /// remote one or forget its sign-in.
+    #[command(subcommand)]
+    Mcp(mcp::McpCommand),
     /// Check that a run could start here: config, model, provider keys and reachability, data dir,
     /// sandbox, git, MCP commands. Exit 1 when the model a run would use is unusable.
     Doctor(doctor::DoctorArgs),
@@ -169,6 +176,7 @@ fn main() -> ExitCode {
             Command::Trust(args) => trust::trust(args),
             Command::Sandbox(command) => sandbox::sandbox(command),
             Command::Doctor(args) => doctor::doctor(args).await,
+            Command::Mcp(command) => mcp::mcp(command).await,
             Command::Config(command) => config_cmd::config(command),
             Command::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();

@@ -71,6 +71,10 @@ impl Renderer {
                 if let Ok(line) = serde_json::to_string(event.as_ref()) {
                     let _ = writeln!(self.out, "{line}");
                 }
+                // A warning is for the person too: the same line as in text output, on stderr.
+                if let EventPayload::SessionWarning { message, .. } = &event.payload {
+                    eprintln!("{}", self.stderr.show(&format!("warning: {message}")));
+                }
             }
             Format::Text => self.text_event(&event.payload),
         }

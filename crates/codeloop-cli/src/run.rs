@@ -2,7 +2,6 @@
 //! (0 finished, 1 error, 130 interrupted).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -19,49 +18,31 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
 use crate::render::Renderer;
+use crate::session_args::SessionArgs;
 use crate::terminal::for_stderr;
 use crate::{EXIT_INTERRUPTED, EXIT_TERMINATED, Format, OnAsk, env, project_dir};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Model as provider/model, e.g. openai/gpt-4.1 (default: `model` in config).
-    #[arg(long, short)]
-    pub model: Option<String>,
-    /// Continue the most recent session in this directory.
-    #[arg(long = "continue", short = 'c', conflicts_with = "session")]
-    pub continue_last: bool,
-    /// Continue a specific session.
-    #[arg(long, short)]
-    pub session: Option<String>,
+    #[command(flatten)]
+    pub target: SessionArgs,
     /// text: the answer on stdout, activity on stderr; json: one bus event per line.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
-    /// Project directory (default: the current directory).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Agent to use (build, plan, or one from config).
-    #[arg(long)]
-    pub agent: Option<String>,
     /// Answer for permission questions when no terminal can ask (default: deny).
     #[arg(long, value_enum)]
     pub on_ask: Option<OnAsk>,
-    /// Drive a running `codeloop serve` at this URL instead of running in-process.
-    #[arg(long)]
-    pub attach: Option<String>,
     /// The message. Read from stdin when omitted and stdin is not a terminal.
     pub message: Vec<String>,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let message = message_text(&args.message)?;
-    if let Some(url) = &args.attach {
-        return crate::serve::attach(url, &args, message).await;
+    if let Some(url) = &args.target.attach {
+        return crate::attach::attach(url, &args, message).await;
     }
-    let dir = project_dir(args.dir.clone())?;
-    let model: Option<ModelRef> = match &args.model {
-        Some(text) => Some(text.parse().map_err(|e| anyhow::anyhow!("{e}"))?),
-        None => None,
-    };
+    let dir = project_dir(args.target.dir.clone())?;
+    let model: Option<ModelRef> = args.target.model()?;
     let interactive =
         args.on_ask.is_none() && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let policy = match (args.on_ask, interactive) {
@@ -75,11 +56,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let config = env::load_config(Some(&dir))?;
     let engine = env::open_engine(config, policy)?;
-    if let Some(agent) = &args.agent {
+    if let Some(agent) = &args.target.agent {
         engine.check_agent(agent)?;
     }
     let session = pick_session(&engine, &args, &dir, model.clone()).await?;
-    let input = PromptInput { model, agent: args.agent.clone(), ..PromptInput::text(message) };
+    let input = PromptInput { model, agent: args.target.agent.clone(), ..PromptInput::text(message) };
     let driven = drive(&engine, &session.id, input, args.format, interactive).await;
     // The run's background jobs end with this process (DESIGN.md §5f): recorded as killed, not lost.
     engine.end_jobs().await;
@@ -104,9 +85,9 @@ async fn pick_session(
     dir: &std::path::Path,
     model: Option<ModelRef>,
 ) -> anyhow::Result<Session> {
-    let existing = if let Some(id) = &args.session {
+    let existing = if let Some(id) = &args.target.session {
         Some(engine.session(&SessionId::from(id.as_str())).await?)
-    } else if args.continue_last {
+    } else if args.target.continue_last {
         let filter = SessionFilter {
             directory: Some(dir.display().to_string()),
             limit: Some(1),
@@ -132,7 +113,7 @@ async fn pick_session(
     engine.check_model(wanted.as_ref())?;
     match existing {
         Some(session) => Ok(session),
-        None => Ok(engine.create_session(dir, args.agent.as_deref(), model, None).await?),
+        None => Ok(engine.create_session(dir, args.target.agent.as_deref(), model, None).await?),
     }
 }
 

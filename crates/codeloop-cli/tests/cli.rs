@@ -14,6 +14,8 @@ mod acp;
 mod first_run;
 #[path = "cli/jobs.rs"]
 mod jobs;
+#[path = "cli/mcp.rs"]
+mod mcp;
 #[path = "cli/tui.rs"]
 mod tui;
 #[path = "cli/walls.rs"]
@@ -471,4 +473,17 @@ async fn serve_answers_a_real_client_while_idle_connections_pile_up() {
     .unwrap();
     assert_eq!(response.status(), 200);
     drop(idle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_refuses_a_subagent_as_the_sessions_agent_with_the_engines_one_rule() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("never"))])).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let output = env.codeloop(Some(&config), &["run", "--agent", "explore", "hello"]);
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("agent \"explore\" runs only as a subagent, through the task tool"), "{stderr}");
+    assert!(stderr.contains("choose one of") && stderr.contains("build"), "{stderr}");
+    assert_eq!(fake.request_count(), 0);
 }

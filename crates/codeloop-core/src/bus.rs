@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use codeloop_types::LockExt;
 use codeloop_types::{Event, EventPayload};
 use tokio::sync::broadcast;
 
@@ -86,7 +87,7 @@ impl Bus {
             relay(payload);
             return 0;
         }
-        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.inner.state.locked();
         let id = state.next_id;
         state.next_id += 1;
         self.fan_out(&mut state, Event { id, payload });
@@ -96,7 +97,7 @@ impl Bus {
     /// Fans out an event whose id was assigned elsewhere (a relayed bus). Ids must increase: one that
     /// does not (delivered twice) is dropped. Gaps are fine.
     pub fn deliver(&self, id: u64, payload: EventPayload) {
-        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.inner.state.locked();
         if id < state.next_id {
             return;
         }
@@ -124,7 +125,7 @@ impl Bus {
     /// Subscribes and returns, atomically, the events after `last_id` from the replay buffer: no gap and
     /// no duplicate between the replay and the live receiver.
     pub fn subscribe_after(&self, last_id: u64) -> (Replay, broadcast::Receiver<Arc<Event>>) {
-        let state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = self.inner.state.locked();
         let receiver = self.inner.sender.subscribe();
         let replay = replay_from(&state, last_id);
         (replay, receiver)
@@ -132,13 +133,13 @@ impl Bus {
 
     /// Starts ids after `id` (a relayed bus: events up to it are already in the store's log).
     pub fn start_after(&self, id: u64) {
-        let mut state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.inner.state.locked();
         state.next_id = state.next_id.max(id + 1);
     }
 
     /// The id the next event will get.
     pub fn next_id(&self) -> u64 {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner()).next_id
+        self.inner.state.locked().next_id
     }
 }
 

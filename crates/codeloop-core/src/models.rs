@@ -14,6 +14,7 @@ use codeloop_provider::{Provider, ProviderConfig, ProviderError, ToolCallText, W
 use codeloop_types::{ModelRef, ToolProfile};
 
 use crate::config::{Config, ModelSettings, ProviderSettings};
+use codeloop_types::LockExt;
 
 /// Context window and output limits, and prices in USD per million tokens (the catalogue's own types).
 pub use codeloop_provider::catalogue::{Cost as ModelPricing, Limit as ModelLimits};
@@ -223,7 +224,7 @@ impl Models {
     }
 
     fn connect(&self, name: &str, settings: &ProviderSettings) -> Result<Arc<dyn Provider>, ModelError> {
-        let mut connected = self.connected.lock().unwrap_or_else(|e| e.into_inner());
+        let mut connected = self.connected.locked();
         if let Some(provider) = connected.get(name) {
             return Ok(provider.clone());
         }

@@ -22,6 +22,7 @@ use tokio::sync::broadcast::error::RecvError;
 use crate::coordinator::WeakCoordinator;
 use crate::permission::Reply;
 use crate::services::Services;
+use codeloop_types::LockExt;
 
 /// How long a forwarded answer waits for the owner's confirmation before it counts as not delivered.
 pub(crate) const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,30 +37,30 @@ pub struct Peers {
 impl Peers {
     /// Permission requests other workers' runs wait on.
     pub fn permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
-        let all = self.permissions.lock().unwrap_or_else(|e| e.into_inner());
+        let all = self.permissions.locked();
         all.values().filter(|r| session.is_none_or(|s| &r.session_id == s)).cloned().collect()
     }
 
     /// Questions other workers' runs wait on.
     pub fn questions(&self, session: Option<&SessionId>) -> Vec<QuestionRequest> {
-        let all = self.questions.lock().unwrap_or_else(|e| e.into_inner());
+        let all = self.questions.locked();
         all.values().filter(|r| session.is_none_or(|s| &r.session_id == s)).cloned().collect()
     }
 
     /// The session of another worker's run that waits on permission request `id`.
     pub(crate) fn permission_session(&self, id: &PermissionId) -> Option<SessionId> {
-        self.permissions.lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|r| r.session_id.clone())
+        self.permissions.locked().get(id).map(|r| r.session_id.clone())
     }
 
     /// The session of another worker's run that waits on question `id`.
     pub(crate) fn question_session(&self, id: &QuestionId) -> Option<SessionId> {
-        self.questions.lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|r| r.session_id.clone())
+        self.questions.locked().get(id).map(|r| r.session_id.clone())
     }
 
     /// A run ended somewhere: whatever it waited on is gone with it.
     fn forget_session(&self, session: &SessionId) {
-        self.permissions.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, r| &r.session_id != session);
-        self.questions.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, r| &r.session_id != session);
+        self.permissions.locked().retain(|_, r| &r.session_id != session);
+        self.questions.locked().retain(|_, r| &r.session_id != session);
     }
 }
 
@@ -119,22 +120,22 @@ pub(crate) fn listen(services: &Arc<Services>, coordinator: WeakCoordinator, pee
 fn mirror(peers: &Peers, services: &Services, payload: &EventPayload, local: &dyn Fn(&SessionId) -> bool) {
     match payload {
         EventPayload::PermissionAsked(request) if !local(&request.session_id) => {
-            let mut all = peers.permissions.lock().unwrap_or_else(|e| e.into_inner());
+            let mut all = peers.permissions.locked();
             all.insert(request.id.clone(), request.clone());
         }
         EventPayload::PermissionReplied { request_id, .. } => {
-            peers.permissions.lock().unwrap_or_else(|e| e.into_inner()).remove(request_id);
+            peers.permissions.locked().remove(request_id);
         }
         EventPayload::QuestionAsked(request) if !local(&request.session_id) => {
-            let mut all = peers.questions.lock().unwrap_or_else(|e| e.into_inner());
+            let mut all = peers.questions.locked();
             all.insert(request.id.clone(), request.clone());
         }
         EventPayload::QuestionReplied { request_id, .. }
         | EventPayload::QuestionRejected { request_id, .. } => {
-            peers.questions.lock().unwrap_or_else(|e| e.into_inner()).remove(request_id);
+            peers.questions.locked().remove(request_id);
         }
         EventPayload::SessionStatus { session_id, status } if !local(session_id) => {
-            let mut statuses = services.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            let mut statuses = services.statuses.locked();
             match status {
                 SessionStatus::Idle => {
                     statuses.remove(session_id);

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 
 use crate::Bus;
 use crate::permission::AskPolicy;
+use codeloop_types::LockExt;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum QuestionError {
@@ -58,10 +59,7 @@ impl Questions {
             tool,
         };
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(request.id.clone(), Pending { request: request.clone(), answer: tx });
+        self.pending.locked().insert(request.id.clone(), Pending { request: request.clone(), answer: tx });
         let id = request.id.clone();
         self.bus.publish(EventPayload::QuestionAsked(request));
         let guard = Forget { questions: self, id };
@@ -74,7 +72,7 @@ impl Questions {
     }
 
     pub fn pending(&self, session: Option<&SessionId>) -> Vec<QuestionRequest> {
-        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = self.pending.locked();
         let mut list: Vec<QuestionRequest> = pending
             .values()
             .filter(|p| session.is_none_or(|s| &p.request.session_id == s))
@@ -108,11 +106,7 @@ impl Questions {
     }
 
     fn take(&self, id: &QuestionId) -> Result<Pending, QuestionError> {
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
-            .ok_or_else(|| QuestionError::NotPending(id.clone()))
+        self.pending.locked().remove(id).ok_or_else(|| QuestionError::NotPending(id.clone()))
     }
 }
 
@@ -124,6 +118,6 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        self.questions.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.id);
+        self.questions.pending.locked().remove(&self.id);
     }
 }

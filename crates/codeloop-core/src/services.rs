@@ -23,6 +23,7 @@ use crate::mcp::McpServers;
 use crate::models::Models;
 use crate::permission::PermissionEngine;
 use crate::snapshot::Snapshots;
+use codeloop_types::LockExt;
 
 pub struct Services {
     pub config: Config,
@@ -60,8 +61,8 @@ pub struct Services {
     pub(crate) warned_projects: Mutex<std::collections::HashSet<PathBuf>>,
     /// Dropped with the services: the hourly spill-file sweep thread then ends.
     pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
-    /// Built-in and MCP tools together, assembled on the first run.
-    pub all_tools: tokio::sync::OnceCell<ToolSet>,
+    /// Built-in and MCP tools together, as of the MCP servers' last change.
+    pub all_tools: Mutex<Option<ToolSet>>,
     /// Every session's background jobs in this process (DESIGN.md §5f).
     pub jobs: Arc<codeloop_tools::jobs::Jobs>,
 }
@@ -71,26 +72,35 @@ pub struct Services {
 pub struct ToolSet {
     pub registry: Arc<ToolRegistry>,
     pub specs: Vec<codeloop_provider::ToolSpec>,
+    /// The MCP servers' tool generation this set was built from (0: no MCP servers).
+    pub generation: u64,
 }
 
 impl Services {
-    /// Built-in tools plus those of the MCP servers (started here, once).
-    pub async fn tool_set(&self) -> &ToolSet {
-        self.all_tools
-            .get_or_init(|| async {
-                let registry = if self.mcp.is_empty() {
-                    self.tools.clone()
-                } else {
-                    let mut registry = self.tools.as_ref().clone();
-                    for tool in self.mcp.tools().await {
-                        registry.register(tool.clone());
-                    }
-                    Arc::new(registry)
-                };
-                let specs = registry.specs();
-                ToolSet { registry, specs }
-            })
-            .await
+    /// Built-in tools plus those the MCP servers offer now (started on the first call). The set changes
+    /// when a server's tools do (`tools/list_changed`, a connection that ended, a restart): its
+    /// `generation` says so, and a run takes the new set at its next step.
+    pub async fn tool_set(&self) -> ToolSet {
+        let mcp = if self.mcp.is_empty() { None } else { Some(self.mcp.tools().await) };
+        let generation = mcp.as_ref().map_or(0, |m| m.generation);
+        let mut cached = self.all_tools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(set) = cached.as_ref().filter(|s| s.generation == generation) {
+            return set.clone();
+        }
+        let registry = match &mcp {
+            None => self.tools.clone(),
+            Some(mcp) => {
+                let mut registry = self.tools.as_ref().clone();
+                for tool in mcp.tools.iter() {
+                    registry.register(tool.clone());
+                }
+                Arc::new(registry)
+            }
+        };
+        let specs = registry.specs();
+        let set = ToolSet { registry, specs, generation };
+        *cached = Some(set.clone());
+        set
     }
 
     /// The project's snapshots: `None` when off in config or the project is not a git repository.
@@ -98,7 +108,7 @@ impl Services {
         if self.config.snapshot == Some(false) || !project.is_git {
             return None;
         }
-        let mut all = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.snapshots.locked();
         if let Some(existing) = all.get(&project.root) {
             return Some(existing.clone());
         }
@@ -137,7 +147,7 @@ impl Services {
     /// Records and announces a session's status.
     pub fn set_status(&self, session: &SessionId, status: SessionStatus) {
         {
-            let mut statuses = self.statuses.lock().unwrap_or_else(|e| e.into_inner());
+            let mut statuses = self.statuses.locked();
             match status {
                 SessionStatus::Idle => statuses.remove(session),
                 ref other => statuses.insert(session.clone(), other.clone()),
@@ -269,11 +279,11 @@ impl Journal {
 
     /// A title a client gave the session while it runs: kept over the run's copy at its next save.
     pub fn rename(&self, session: &SessionId, title: String) {
-        self.renames.lock().unwrap_or_else(|e| e.into_inner()).insert(session.clone(), title);
+        self.renames.locked().insert(session.clone(), title);
     }
 
     fn take_rename(&self, session: &mut Session) {
-        if let Some(title) = self.renames.lock().unwrap_or_else(|e| e.into_inner()).remove(&session.id) {
+        if let Some(title) = self.renames.locked().remove(&session.id) {
             session.title = title;
         }
     }
@@ -307,8 +317,7 @@ impl Services {
         };
         let loaded = load(directory)?;
         if let Some(project) = &loaded.project {
-            let first =
-                self.warned_projects.lock().unwrap_or_else(|e| e.into_inner()).insert(project.root.clone());
+            let first = self.warned_projects.locked().insert(project.root.clone());
             if first {
                 for warning in &loaded.warnings {
                     tracing::warn!("{warning}");

@@ -12,7 +12,14 @@ use crate::routes::{Op, Returns};
 const DATA_MODEL: &str = "a codeloop-types value serialised as JSON; see DESIGN.md §3 (data model)";
 
 pub fn openapi(ops: &[Op]) -> Value {
-    let mut generator = schemars::generate::SchemaSettings::openapi3().into_generator();
+    // OpenAPI 3.1 schemas are JSON Schema 2020-12: an optional value is `type: [T, "null"]`, never the
+    // 3.0 `nullable` keyword (which 3.1 validators ignore).
+    let mut generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| {
+            s.definitions_path = "/components/schemas".into();
+            s.meta_schema = None;
+        })
+        .into_generator();
     let error = generator.subschema_for::<ErrorBody>();
     let mut paths: Map<String, Value> = Map::new();
     let mut models: Vec<&'static str> = Vec::new();

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 use codeloop_types::Event;
+use codeloop_types::LockExt;
 use serde_json::{Value, json};
 
 /// Slots of the frame cache; an event's slot is `id % SLOTS`.
@@ -33,14 +34,14 @@ impl FrameCache {
     /// The frame of a bus event, serialised at most once while it stays in its slot.
     pub fn frame(&self, event: &Event) -> Bytes {
         let slot = &self.slots[(event.id % SLOTS as u64) as usize];
-        if let Some((id, bytes)) = &*slot.lock().unwrap_or_else(|e| e.into_inner())
+        if let Some((id, bytes)) = &*slot.locked()
             && *id == event.id
         {
             return bytes.clone();
         }
         let bytes = encode(Some(event.id), event);
         if bytes.len() <= MAX_CACHED_FRAME {
-            *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some((event.id, bytes.clone()));
+            *slot.locked() = Some((event.id, bytes.clone()));
         }
         bytes
     }

@@ -7,6 +7,8 @@
 mod api;
 #[path = "server/browser.rs"]
 mod browser;
+#[path = "server/browser_more.rs"]
+mod browser_more;
 #[path = "server/load.rs"]
 mod load;
 #[path = "server/security.rs"]

@@ -68,7 +68,7 @@ fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> StoreError + '_ {
 /// Recovers a poisoned mutex: a panic elsewhere cannot leave a connection mid-transaction, because the
 /// transaction guard rolls back while unwinding.
 fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    codeloop_types::LockExt::locked(mutex)
 }
 
 impl SqliteStore {

@@ -49,7 +49,7 @@ struct Shared {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         // The queue is a plain Vec; a panic while holding it cannot leave it half-updated.
-        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        codeloop_types::LockExt::locked(&self.queue)
     }
 }
 

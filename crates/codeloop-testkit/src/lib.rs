@@ -31,6 +31,10 @@
 mod anthropic;
 mod chat;
 mod feed;
+#[cfg(feature = "mcp")]
+pub mod mcp;
+#[cfg(feature = "mcp")]
+pub mod oauth;
 mod plan;
 pub mod postgres;
 mod responses;
@@ -38,5 +42,9 @@ mod script;
 mod server;
 mod sse;
 
+#[cfg(feature = "mcp")]
+pub use mcp::{McpAuth, McpRequest, McpServerOptions, McpTestServer, Revision};
+#[cfg(feature = "mcp")]
+pub use oauth::{Iss, OAuthCall, OAuthOptions, OAuthTestServer, Tokens};
 pub use script::{Arguments, Fault, Reply, Script, ScriptError, ScriptToolCall, ScriptUsage, Turn};
 pub use server::{FakeProvider, RecordedRequest, Recording};

@@ -60,6 +60,11 @@ pub trait Tool: Send + Sync {
     fn permission(&self) -> &str {
         self.name()
     }
+    /// The name hooks and matchers see when it differs from [`Tool::name`] (an MCP tool's
+    /// `mcp__SERVER__TOOL`, DESIGN.md §5d/§5e).
+    fn hook_name(&self) -> Option<&str> {
+        None
+    }
     /// The file-editing style this tool belongs to: a model is offered the tools of its own
     /// [`ToolProfile`] only (`apply_patch` is `Patch`, `edit` and `write` are `Edit`). `None`: every model.
     fn profile(&self) -> Option<ToolProfile> {

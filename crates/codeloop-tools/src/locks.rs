@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use codeloop_types::LockExt;
 use tokio::sync::OwnedMutexGuard;
 
 /// A set of per-path locks. Cheap to clone; clones share the set.
@@ -18,7 +19,7 @@ impl FileLocks {
     /// the await.
     pub(crate) async fn lock(&self, path: &Path) -> OwnedMutexGuard<()> {
         let entry = {
-            let mut map = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+            let mut map = self.inner.locked();
             // Drop entries nobody holds so the map stays as small as the set of files in use.
             map.retain(|_, lock| Arc::strong_count(lock) > 1);
             map.entry(path.to_path_buf()).or_default().clone()

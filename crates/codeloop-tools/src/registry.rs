@@ -87,6 +87,19 @@ impl ToolRegistry {
     }
 
     /// Names of the tools offered to the model, sorted.
+    /// The permissions the tools ask under (each tool's own `permission()`), sorted, each once.
+    pub fn permissions(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .tools
+            .values()
+            .filter(|t| t.name() != INVALID_TOOL)
+            .map(|t| t.permission().to_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.tools.keys().map(String::as_str).filter(|n| *n != INVALID_TOOL).collect()
     }

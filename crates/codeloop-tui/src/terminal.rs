@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, Once};
 
+use codeloop_types::LockExt;
 use crossterm::event::{
     DisableBracketedPaste, DisableMouseCapture, EnableBracketedPaste, EnableMouseCapture,
 };
@@ -76,7 +77,7 @@ pub fn restore() {
     );
     let _ = disable_raw_mode();
     let _ = stdout.flush();
-    let saved = SAVED_STDERR.lock().unwrap_or_else(|e| e.into_inner()).take();
+    let saved = SAVED_STDERR.locked().take();
     if let Some(saved) = saved {
         let _ = rustix::stdio::dup2_stderr(&saved);
     }
@@ -91,7 +92,7 @@ fn redirect_stderr(log: &Path) {
     let Ok(file) = std::fs::OpenOptions::new().create(true).append(true).open(log) else { return };
     let Ok(saved) = rustix::io::dup(std::io::stderr().as_fd()) else { return };
     if rustix::stdio::dup2_stderr(file.as_fd()).is_ok() {
-        *SAVED_STDERR.lock().unwrap_or_else(|e| e.into_inner()) = Some(saved);
+        *SAVED_STDERR.locked() = Some(saved);
     }
 }
 

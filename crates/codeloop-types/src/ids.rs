@@ -4,6 +4,7 @@
 //! Ascending ids sort oldest first as strings; descending ids (sessions) sort newest first. Within one
 //! process the hex part is strictly increasing, so string comparison orders messages and parts.
 
+use crate::LockExt;
 use std::sync::Mutex;
 
 const RANDOM_LEN: usize = 14;
@@ -14,7 +15,7 @@ static LAST: Mutex<u64> = Mutex::new(0);
 fn next_value() -> u64 {
     let now = crate::now_ms().max(0) as u64;
     // A poisoned lock only means another thread panicked mid-update; the counter is still usable.
-    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    let mut last = LAST.locked();
     let value = (now * 4096).max(*last + 1);
     *last = value;
     value

@@ -14,6 +14,7 @@ mod message;
 mod part;
 mod permission;
 mod session;
+mod sync;
 mod tool_state;
 
 pub use error::AssistantError;
@@ -32,7 +33,8 @@ pub use permission::{
     PermissionAction, PermissionRequest, PermissionRule, Question, QuestionOption, QuestionRequest,
     ToolCallRef,
 };
-pub use session::{ModelRef, ModelRefError, Revert, Session, SessionTime, ToolProfile, date_of};
+pub use session::{ModelRef, ModelRefError, Revert, Session, SessionTime, ToolProfile, date_of, iso8601};
+pub use sync::LockExt;
 pub use tool_state::{
     INTERRUPTED_ERROR, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,
     TransitionError,

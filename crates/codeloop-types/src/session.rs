@@ -123,8 +123,8 @@ impl ToolProfile {
     }
 }
 
-/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC) without a date crate.
-pub(crate) fn iso8601(ms: Millis) -> String {
+/// Formats epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (UTC, RFC 3339) without a date crate.
+pub fn iso8601(ms: Millis) -> String {
     let secs = ms.div_euclid(1000);
     let millis = ms.rem_euclid(1000);
     let days = secs.div_euclid(86_400);

@@ -513,3 +513,91 @@ async fn acp_malformed_and_unknown_messages_get_errors_and_the_agent_keeps_servi
     assert_eq!(chunks(&during, "agent_message_chunk"), "Fine.");
     client.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_lists_resumes_and_closes_sessions_and_says_when_the_mode_changes() {
+    let env = Env::new();
+    let fake =
+        FakeProvider::start(Script::new([Turn::from(Reply::text("Hello."))]).repeating()).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let mut client = Client::spawn(&env, &config, &[]);
+    let init = client.initialize().await;
+    let caps = &init["agentCapabilities"];
+    assert_eq!(caps["sessionCapabilities"], json!({"list": {}, "resume": {}, "close": {}}), "{init}");
+    assert_eq!(caps["promptCapabilities"]["image"], true);
+    let (session, _) = client.new_session(env.project.path()).await;
+    client.call("session/prompt", Client::prompt_params(&session, "hi")).await;
+
+    // A mode change is told back; a subagent is refused with the engine's one agent rule.
+    let (during, _) = client.call("session/set_mode", json!({"sessionId": session, "modeId": "plan"})).await;
+    let modes = updates(&during, "current_mode_update");
+    assert_eq!(modes.last().map(|u| u["currentModeId"].clone()), Some(json!("plan")), "{during:?}");
+    let refused =
+        client.request("session/set_mode", json!({"sessionId": session, "modeId": "explore"})).await;
+    let error = client.until_response(refused).await.1["error"].clone();
+    assert_eq!(error["code"], -32602);
+    assert!(
+        error["message"].as_str().unwrap().contains("agent \"explore\" runs only as a subagent"),
+        "{error}"
+    );
+
+    let (_, listed) = client.call("session/list", json!({"cwd": env.project.path()})).await;
+    let ids: Vec<&str> =
+        listed["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![session.as_str()], "{listed}");
+    assert!(listed["sessions"][0]["updatedAt"].as_str().unwrap().ends_with('Z'), "{listed}");
+
+    client.call("session/close", json!({"sessionId": session})).await;
+    let gone = client.request("session/prompt", Client::prompt_params(&session, "still there?")).await;
+    assert!(client.until_response(gone).await.1.get("error").is_some(), "a closed session takes no prompt");
+    // Resumed: known again, without the conversation replayed.
+    let (replayed, resumed) = client
+        .call("session/resume", json!({"sessionId": session, "cwd": env.project.path(), "mcpServers": []}))
+        .await;
+    assert!(resumed["modes"]["currentModeId"].is_string(), "{resumed}");
+    assert!(updates(&replayed, "user_message_chunk").is_empty(), "{replayed:?}");
+    let (_, answer) = client.call("session/prompt", Client::prompt_params(&session, "again")).await;
+    assert_eq!(answer["stopReason"], "end_turn");
+    // Audio is not advertised: refused, not dropped.
+    let audio = client
+        .request(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "audio", "data": "AAAA", "mimeType": "audio/wav"}]}),
+        )
+        .await;
+    assert_eq!(client.until_response(audio).await.1["error"]["code"], -32602);
+    client.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_advertises_http_mcp_and_runs_the_editors_http_servers_without_a_warning() {
+    use codeloop_testkit::{McpServerOptions, McpTestServer, Revision};
+    let env = Env::new();
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Stateless)).await.unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("web_echo", json!({"text": "from the editor"}))),
+        Turn::from(Reply::text("Done.")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let mut client = Client::spawn(&env, &config, &[]);
+    let init = client.initialize().await;
+    assert_eq!(init["agentCapabilities"]["mcpCapabilities"]["http"], true);
+    let servers = json!([{"name": "web", "type": "http", "url": server.url(), "headers": [{"name": "X-Editor", "value": "${NOT_EXPANDED}"}]}]);
+    let (_, created) =
+        client.call("session/new", json!({"cwd": env.project.path(), "mcpServers": servers})).await;
+    let session = created["sessionId"].as_str().unwrap().to_owned();
+    let id =
+        client.request("session/prompt", Client::prompt_params(&session, "use the editor's server")).await;
+    let (messages, response) = client.until_response(id).await;
+    assert_eq!(response["result"], json!({"stopReason": "end_turn"}));
+    let text = chunks(&messages, "agent_message_chunk");
+    assert_eq!(text, "Done.", "no warning in the message stream: {text}");
+    assert!(updates(&messages, "notice").is_empty(), "{messages:?}");
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains("echo: from the editor"), "{second}");
+    let call = server.requests().into_iter().find(|r| r.tool.as_deref() == Some("echo")).unwrap();
+    assert_eq!(call.header("x-editor"), Some("${NOT_EXPANDED}"), "an editor's header is sent as written");
+    client.finish().await;
+}

@@ -416,3 +416,17 @@ fn without_a_terminal_codeloop_alone_prints_help() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("needs a terminal"));
 }
+
+#[test]
+fn agent_picks_follow_the_engines_one_rule_in_the_ui() {
+    let env = Env::new();
+    let (_runtime, fake) = fake(Script::new([Turn::from(Reply::text("Planned."))]));
+    let config = env.config(&fake.base_url(), "");
+    let mut tui = Tui::start(&env, &config, &[]);
+    tui.wait_for("Type a message");
+    // A subagent runs only through the task tool: the same refusal as `run --agent`, ACP and the API.
+    tui.type_line("/agent explore");
+    tui.wait_for("runs only as a subagent");
+    tui.type_line("/agent plan");
+    tui.wait_for("plan");
+}

@@ -158,7 +158,13 @@ impl Engine {
         settle_lost_jobs(store.as_ref());
         let recorder = crate::jobs::JobRecorder::new(store.clone(), bus.clone(), owner);
         let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
-        let mcp_settings = options.config.mcp.clone();
+        let mcp = crate::mcp::McpServers::new(
+            options.config.mcp.clone(),
+            crate::mcp::StartContext {
+                auth: crate::mcp::AuthStore::new(&options.data_dir),
+                env: options.env.clone(),
+            },
+        );
         let data_dir = options.data_dir.clone();
         let services = Arc::new(Services {
             agents,
@@ -183,7 +189,7 @@ impl Engine {
             skill_dirs,
             statuses: Default::default(),
             snapshots: Default::default(),
-            mcp: crate::mcp::McpServers::new(mcp_settings),
+            mcp,
             project_config: options.project_config,
             warned_projects: Default::default(),
             _sweep_stop: sweep_stop,
@@ -268,6 +274,27 @@ impl Engine {
     #[cfg(any(test, feature = "internals"))]
     pub fn store(&self) -> Arc<dyn codeloop_store::Store> {
         self.services.store.clone()
+    }
+
+    /// The MCP servers' state (starting them on first use): what `codeloop mcp list` shows.
+    pub async fn mcp_status(&self) -> Vec<crate::mcp::ServerStatus> {
+        self.services.mcp.status().await
+    }
+
+    /// The MCP servers' prompts as commands `mcp__SERVER__PROMPT` (DESIGN.md §5g): the commands module
+    /// lists these next to the Markdown commands.
+    pub async fn mcp_prompts(&self) -> Vec<crate::mcp::McpPrompt> {
+        self.services.mcp.prompts().await
+    }
+
+    /// The text of MCP prompt `command` (`mcp__SERVER__PROMPT`) with its arguments filled in: what a
+    /// command sends as the user's message.
+    pub async fn mcp_prompt(
+        &self,
+        command: &str,
+        arguments: std::collections::BTreeMap<String, String>,
+    ) -> Result<crate::mcp::McpPromptText, crate::mcp::McpPromptError> {
+        self.services.mcp.prompt(command, arguments).await
     }
 
     pub fn config(&self) -> &Config {

@@ -15,6 +15,7 @@ use super::Engine;
 use crate::agents::{AgentMode, DEFAULT_AGENT};
 use crate::error::EngineError;
 use crate::models::ModelChoice;
+use codeloop_types::LockExt;
 
 /// An agent as a person picks it (a mode in an editor, `/agent` in the UI, a picker on the page).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +194,7 @@ impl Engine {
     /// What each session is doing: busy or retrying (idle sessions are absent). A session between the
     /// turns of its run counts as busy.
     pub fn statuses(&self) -> HashMap<SessionId, SessionStatus> {
-        let mut statuses = self.services.statuses.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut statuses = self.services.statuses.locked().clone();
         for id in self.coordinator.active() {
             statuses.entry(id).or_insert(SessionStatus::Busy);
         }

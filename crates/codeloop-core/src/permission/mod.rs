@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use codeloop_store::Store;
 use codeloop_tools::{Grant, PermissionAsk, PermissionError};
+use codeloop_types::LockExt;
 use codeloop_types::{
     EventPayload, PermissionAction, PermissionId, PermissionReply, PermissionRequest, PermissionRule,
     SessionId, ToolCallRef,
@@ -147,7 +148,7 @@ impl PermissionEngine {
     }
 
     fn saved_approvals(&self, project: &str) -> Vec<PermissionRule> {
-        let mut cache = self.approvals.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.approvals.locked();
         if let Some(rules) = cache.get(project) {
             return rules.clone();
         }
@@ -258,7 +259,7 @@ impl PermissionEngine {
         };
         let (tx, rx) = oneshot::channel();
         {
-            let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut pending = self.pending.locked();
             pending.insert(
                 request.id.clone(),
                 Pending {
@@ -292,7 +293,7 @@ impl PermissionEngine {
     /// its session for the same permission whose patterns the request's "always" patterns cover (in this
     /// process): those are refused without asking, the model is told, and the run goes on.
     pub fn reject_always(&self, id: &PermissionId) -> Result<(), ReplyError> {
-        let found = self.pending.lock().unwrap_or_else(|e| e.into_inner()).get(id).map(|p| {
+        let found = self.pending.locked().get(id).map(|p| {
             let request = &p.request;
             let covers = if request.always.is_empty() { &request.patterns } else { &request.always };
             (request.session_id.clone(), request.permission.clone(), covers.clone())
@@ -300,18 +301,13 @@ impl PermissionEngine {
         let Some((session, permission, always)) = found else {
             return self.reply(id, Reply { reply: PermissionReply::Reject, message: None });
         };
-        self.session_rejects
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(session)
-            .or_default()
-            .push((permission, always));
+        self.session_rejects.locked().entry(session).or_default().push((permission, always));
         self.reply(id, Reply { reply: PermissionReply::Reject, message: None })
     }
 
     /// The note for an ask a person chose to always reject in its session, if they did.
     fn rejected_always(&self, session: &SessionId, ask: &PermissionAsk) -> Option<String> {
-        let rejects = self.session_rejects.lock().unwrap_or_else(|e| e.into_inner());
+        let rejects = self.session_rejects.locked();
         let covered = rejects.get(session)?.iter().any(|(permission, patterns)| {
             permission == &ask.permission
                 && ask.patterns.iter().all(|p| patterns.iter().any(|r| rules::wildcard_match(r, p)))
@@ -321,7 +317,7 @@ impl PermissionEngine {
 
     /// Requests waiting for an answer, oldest first.
     pub fn pending(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
-        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let pending = self.pending.locked();
         let mut list: Vec<PermissionRequest> = pending
             .values()
             .filter(|p| session.is_none_or(|s| &p.request.session_id == s))
@@ -333,9 +329,9 @@ impl PermissionEngine {
 
     /// Answers a pending request. The first reply wins; later ones get `NotPending`.
     pub fn reply(&self, id: &PermissionId, reply: Reply) -> Result<(), ReplyError> {
-        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pending = self.pending.locked();
         let Some(entry) = pending.remove(id) else {
-            let answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+            let answered = self.answered.locked();
             return Err(if answered.contains(id) {
                 ReplyError::AlreadyAnswered(id.clone())
             } else {
@@ -367,7 +363,7 @@ impl PermissionEngine {
                         tracing::warn!("could not save approval: {e}");
                     }
                 }
-                self.approvals.lock().unwrap_or_else(|e| e.into_inner()).remove(&entry.project);
+                self.approvals.locked().remove(&entry.project);
                 let _ = entry.answer.send(reply.clone());
                 // Other requests of the same session that are now fully allowed go ahead too.
                 let ready: Vec<PermissionId> = pending
@@ -404,7 +400,7 @@ impl PermissionEngine {
         }
         drop(pending);
         {
-            let mut answered = self.answered.lock().unwrap_or_else(|e| e.into_inner());
+            let mut answered = self.answered.locked();
             for (request_id, _) in &settled {
                 if answered.len() == ANSWERED_MEMORY {
                     answered.pop_front();
@@ -444,7 +440,7 @@ impl PermissionEngine {
     }
 
     fn forget(&self, id: &PermissionId) {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.pending.locked().remove(id);
     }
 }
 

@@ -27,6 +27,7 @@ use crate::models::ResolvedModel;
 use crate::outcome::{RunOutcome, StopReason};
 use crate::services::Services;
 use crate::snapshot::Snapshots;
+use codeloop_types::LockExt;
 
 /// Input steered into an active run: applied at the next step boundary.
 #[derive(Default)]
@@ -36,15 +37,15 @@ pub struct Inbox {
 
 impl Inbox {
     pub fn push(&self, input: PromptInput) {
-        self.steer.lock().unwrap_or_else(|e| e.into_inner()).push(input);
+        self.steer.locked().push(input);
     }
 
     pub fn take(&self) -> Vec<PromptInput> {
-        std::mem::take(&mut *self.steer.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.steer.locked())
     }
 
     pub fn is_empty(&self) -> bool {
-        self.steer.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.steer.locked().is_empty()
     }
 }
 
@@ -157,6 +158,8 @@ pub(crate) struct Run<'a> {
     tools: crate::services::ToolSet,
     /// The wire encoding of messages earlier steps sent: a step encodes only the messages that changed.
     encoded: codeloop_provider::EncodeCache,
+    /// What the model is told in its next request about MCP servers that stopped or came back.
+    mcp_notes: Vec<String>,
 }
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
@@ -215,8 +218,9 @@ pub(crate) async fn run_session(
         models: HashMap::new(),
         breaker: Breaker::default(),
         snapshots,
-        tools: services.tool_set().await.clone(),
+        tools: services.tool_set().await,
         encoded: codeloop_provider::EncodeCache::new(),
+        mcp_notes: Vec::new(),
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
@@ -330,11 +334,38 @@ impl Run<'_> {
                     Flow::Stop(reason) => return Ok(reason),
                 }
             }
+            self.refresh_mcp().await;
             self.step += 1;
             let user = self.note_ended_jobs(latest.last_user.unwrap_or(0));
             match self.turn(user).await? {
                 Flow::Continue => {}
                 Flow::Stop(reason) => return Ok(reason),
+            }
+        }
+    }
+
+    /// Takes what changed in the MCP servers since the last step: their notices become warnings for the
+    /// user (and notes for the model), and a changed tool set is offered from this step on.
+    async fn refresh_mcp(&mut self) {
+        if self.services.mcp.is_empty() {
+            return;
+        }
+        let tools = self.services.tool_set().await;
+        for notice in self.services.mcp.drain_notices() {
+            self.services.bus.publish(EventPayload::SessionWarning {
+                session_id: self.session.id.clone(),
+                message: notice.message,
+            });
+            self.mcp_notes.extend(notice.for_model);
+        }
+        if tools.generation != self.tools.generation {
+            let before: std::collections::HashSet<&str> =
+                self.tools.specs.iter().map(|s| s.name.as_str()).collect();
+            let changed = tools.specs.len() != before.len()
+                || tools.specs.iter().any(|s| !before.contains(s.name.as_str()));
+            self.tools = tools;
+            if changed {
+                self.offers.clear();
             }
         }
     }

@@ -100,6 +100,10 @@ impl Run<'_> {
     ) -> ProviderRequest {
         let visible = visible_history(&self.history);
         let mut messages = to_provider_messages(&visible, &model.reference, ProjectionOptions::default());
+        if !self.mcp_notes.is_empty() {
+            let notes = std::mem::take(&mut self.mcp_notes).join("\n");
+            messages.push(ChatMessage::User(vec![UserContent::Text(format!("[codeloop: {notes}]"))]));
+        }
         if last_step {
             messages.push(ChatMessage::User(vec![UserContent::Text(MAX_STEPS_TEXT.into())]));
         }

@@ -66,11 +66,13 @@ async fn queued_inputs_become_separate_turns_in_order() {
     ]))
     .await;
     let (first, _) = h.start("one", |p| matches!(p, EventPayload::PartDelta { .. })).await;
-    let (second, third) =
-        tokio::join!(h.engine.prompt(&h.session.id, PromptInput::text("two"), Delivery::Queue), async {
-            tokio::task::yield_now().await;
-            h.engine.prompt(&h.session.id, PromptInput::text("three"), Delivery::Queue).await
-        });
+    // The coordinator itself, not the engine's validating facade: its queue lock is taken on the first
+    // poll and is FIFO, so "two" is stored before "three" (the facade's validation reads may interleave).
+    let coordinator = h.engine.coordinator();
+    let (second, third) = tokio::join!(
+        coordinator.prompt(&h.session.id, PromptInput::text("two"), Delivery::Queue),
+        coordinator.prompt(&h.session.id, PromptInput::text("three"), Delivery::Queue)
+    );
     let first = first.await.unwrap();
     let (second, third) = (second.unwrap(), third.unwrap());
     assert_eq!(h.fake.request_count(), 3);

@@ -9,6 +9,8 @@ mod coordinator;
 mod harness;
 mod jobs;
 mod loop_rules;
+mod mcp;
+mod mcp_auth;
 mod permissions;
 mod prompt_cache;
 mod providers;

@@ -270,6 +270,11 @@ async fn doc_lists_every_registered_route() {
     let (status, doc) = h.get("/doc").await;
     assert_eq!(status, 200);
     assert_eq!(doc["openapi"], "3.1.0");
+    // 3.1 is JSON Schema 2020-12: optional values are `type: [T, "null"]`; `nullable` is 3.0's.
+    let text = doc.to_string();
+    assert!(!text.contains("\"nullable\""), "a 3.0 keyword in a 3.1 document");
+    assert!(text.contains("\"null\""), "optional values say they may be null");
+    assert!(!text.contains("#/$defs/"), "every reference points into components");
     let mut documented: Vec<(String, String)> = Vec::new();
     for (path, item) in doc["paths"].as_object().unwrap() {
         for method in item.as_object().unwrap().keys() {

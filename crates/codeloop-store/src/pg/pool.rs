@@ -107,7 +107,7 @@ impl Shared {
     pub(crate) fn held(
         &self,
     ) -> std::sync::MutexGuard<'_, std::collections::HashMap<codeloop_types::SessionId, String>> {
-        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        codeloop_types::LockExt::locked(&self.held)
     }
 }
 

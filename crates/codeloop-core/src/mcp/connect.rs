@@ -1,0 +1,528 @@
+//! Reaching one server (DESIGN.md §5e): a child process over stdio, or Streamable HTTP with the
+//! sign-in the data dir holds for it. Both go through rmcp; this module only chooses how.
+//!
+//! Protocol revisions: over HTTP the client probes with `server/discover` (2026-07-28, stateless) and
+//! falls back to `initialize` (2025-11-25, `Mcp-Session-Id`) as the spec's backward-compatibility rules
+//! say; rmcp does both and re-opens a session the server dropped (404). Over stdio it starts with
+//! `initialize` (servers of the older revisions do not all answer an unknown first request, and a probe
+//! would cost them seconds); a server that refuses `initialize` is started again and reached with
+//! `server/discover`.
+//!
+//! Owns: building the transport, the handshake, the first tool list, the refresh of a token with under a
+//! minute left, and watching the connection until it ends. Must not: decide what to tell the user (the
+//! caller words [`StartFailure`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{ClientConfig, Implementation, ProtocolVersion, ServerCapabilities, SubscriptionFilter};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::auth::{AuthClient, AuthorizationManager, OAuthClientConfig};
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient, ServiceExt};
+use tokio_util::sync::CancellationToken;
+
+use super::auth::{AuthRecord, AuthState, AuthStore, FileCredentials, REFRESH_MARGIN, resource_of};
+use super::settings::{McpSettings, TransportKind};
+use crate::models::EnvLookup;
+
+/// Why a server is not connected.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartFailure {
+    /// It asked for a sign-in and none works: `expired` when there was one (its refresh failed).
+    NeedsLogin {
+        expired: bool,
+        detail: String,
+    },
+    Failed(String),
+}
+
+/// What starting a server needs from outside.
+#[derive(Clone)]
+pub struct StartContext {
+    pub auth: AuthStore,
+    pub env: EnvLookup,
+}
+
+/// Flags the server raises between calls; read at the next step.
+#[derive(Default)]
+pub(crate) struct Signals {
+    pub tools_stale: AtomicBool,
+    pub prompts_stale: AtomicBool,
+    /// Shared by every server: bumped whenever the offered tools may have changed.
+    pub generation: Arc<AtomicU64>,
+}
+
+impl Signals {
+    pub fn new(generation: Arc<AtomicU64>) -> Self {
+        Self { generation, ..Self::default() }
+    }
+
+    fn tools_changed(&self) {
+        self.tools_stale.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// codeloop as an MCP client: answers nothing a server may ask (sampling, elicitation, roots are
+/// refused by rmcp's defaults) and notes list changes.
+#[derive(Clone)]
+pub(crate) struct Handler {
+    signals: Arc<Signals>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::default();
+        info.client_info = Implementation::new("codeloop", env!("CARGO_PKG_VERSION"));
+        // What `initialize` offers: its newest revision (2026-07-28 has no handshake; it is reached by
+        // `server/discover`).
+        info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        info
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.signals.tools_changed();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.signals.prompts_stale.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The last lines a local server wrote to stderr: its own words for why it failed.
+#[derive(Clone, Default)]
+pub(crate) struct StderrTail(Arc<Mutex<VecDeque<String>>>);
+
+impl StderrTail {
+    const LINES: usize = 20;
+
+    fn push(&self, line: String) {
+        let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() == Self::LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    pub fn last(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find(|l| !l.trim().is_empty()).cloned()
+    }
+}
+
+/// A live connection.
+pub(crate) struct Connected {
+    pub peer: rmcp::Peer<RoleClient>,
+    pub capabilities: ServerCapabilities,
+    pub protocol: String,
+    pub auth: AuthState,
+    /// Cancelled to close the connection (and end its watcher and token refresher).
+    pub stop: CancellationToken,
+    pub stderr: StderrTail,
+    service: Option<RunningService<RoleClient, Handler>>,
+    tokens: Option<Arc<tokio::sync::Mutex<AuthorizationManager>>>,
+}
+
+impl Connected {
+    /// Hands the service to a watcher that calls `lost` with a reason when the connection ends by
+    /// itself (the process exited, the transport closed); a `stop` ends it quietly.
+    pub fn watch(&mut self, lost: impl FnOnce(String) + Send + 'static) {
+        let Some(service) = self.service.take() else { return };
+        let (stop, stderr) = (self.stop.clone(), self.stderr.clone());
+        let quit = service.cancellation_token();
+        tokio::spawn(async move {
+            tokio::select! {
+                reason = service.waiting() => {
+                    if stop.is_cancelled() {
+                        return;
+                    }
+                    let why = match (reason, stderr.last()) {
+                        (_, Some(line)) => format!("the connection closed; its last words: {line}"),
+                        (Ok(_), None) => "the connection closed".to_owned(),
+                        (Err(e), None) => format!("its client task ended: {e}"),
+                    };
+                    lost(why);
+                }
+                _ = stop.cancelled() => quit.cancel(),
+            }
+        });
+        if let Some(tokens) = self.tokens.take() {
+            tokio::spawn(refresh_ahead(tokens, self.stop.clone()));
+        }
+    }
+}
+
+/// Connects, handshakes and lists nothing yet (the caller bounds it all by the server's time-out).
+pub(crate) async fn connect(
+    name: &str,
+    settings: &McpSettings,
+    context: &StartContext,
+    signals: Arc<Signals>,
+) -> Result<Connected, StartFailure> {
+    let handler = Handler { signals: signals.clone() };
+    let connected = match settings.transport(name).map_err(StartFailure::Failed)? {
+        TransportKind::Stdio => connect_stdio(name, settings, handler).await?,
+        TransportKind::Http => connect_http(name, settings, context, handler).await?,
+    };
+    let stateless = connected.protocol.as_str() >= ProtocolVersion::NO_INITIALIZE.as_str();
+    if stateless && connected.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true) {
+        listen_for_changes(&connected.peer, signals, connected.stop.clone());
+    }
+    Ok(connected)
+}
+
+async fn connect_stdio(
+    name: &str,
+    settings: &McpSettings,
+    handler: Handler,
+) -> Result<Connected, StartFailure> {
+    let (transport, tail) = spawn_stdio(name, settings)?;
+    let refused = match handler.clone().serve(transport).await {
+        Ok(service) => return Ok(connected(service, AuthState::None, tail, None)),
+        Err(rmcp::service::ClientInitializeError::JsonRpcError(error)) => error,
+        Err(e) => return Err(handshake_failed(&e, &tail)),
+    };
+    // It refused `initialize`: a server of the stateless revision only. Start it again and discover.
+    tracing::debug!(server = %name, "initialize refused ({}); trying server/discover", refused.message);
+    let (transport, tail) = spawn_stdio(name, settings)?;
+    let discover = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
+    match handler.serve_with_lifecycle(transport, discover).await {
+        Ok(service) => Ok(connected(service, AuthState::None, tail, None)),
+        Err(e) => Err(handshake_failed(&e, &tail)),
+    }
+}
+
+fn spawn_stdio(name: &str, settings: &McpSettings) -> Result<(TokioChildProcess, StderrTail), StartFailure> {
+    let Some((program, args)) = settings.command.split_first() else {
+        return Err(StartFailure::Failed(format!("[mcp.{name}] has an empty `command`")));
+    };
+    let mut command = tokio::process::Command::new(program);
+    command.args(args).envs(&settings.env);
+    let (transport, stderr) = TokioChildProcess::builder(command)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| StartFailure::Failed(format!("cannot start `{program}`: {e}")))?;
+    let tail = StderrTail::default();
+    if let Some(stderr) = stderr {
+        tokio::spawn(drain_stderr(name.to_owned(), stderr, tail.clone()));
+    }
+    Ok((transport, tail))
+}
+
+fn handshake_failed(error: &rmcp::service::ClientInitializeError, tail: &StderrTail) -> StartFailure {
+    let why = describe(error);
+    StartFailure::Failed(match tail.last() {
+        Some(line) => format!("the MCP handshake failed ({why}); its last words: {line}"),
+        None => format!("the MCP handshake failed: {why}"),
+    })
+}
+
+async fn drain_stderr(name: String, stderr: tokio::process::ChildStderr, tail: StderrTail) {
+    use tokio::io::AsyncBufReadExt as _;
+    let mut lines = tokio::io::BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::debug!(server = %name, "{line}");
+        tail.push(line);
+    }
+}
+
+fn connected(
+    service: RunningService<RoleClient, Handler>,
+    auth: AuthState,
+    stderr: StderrTail,
+    tokens: Option<Arc<tokio::sync::Mutex<AuthorizationManager>>>,
+) -> Connected {
+    let info = service.peer().peer_info();
+    let capabilities = info.as_ref().map(|i| i.capabilities.clone()).unwrap_or_default();
+    let protocol = info.as_ref().map(|i| i.protocol_version.to_string()).unwrap_or_default();
+    Connected {
+        peer: service.peer().clone(),
+        capabilities,
+        protocol,
+        auth,
+        stop: CancellationToken::new(),
+        stderr,
+        service: Some(service),
+        tokens,
+    }
+}
+
+/// The lifecycle over HTTP: `server/discover` first, `initialize` for servers of the older revisions.
+fn http_lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    }
+}
+
+async fn connect_http(
+    name: &str,
+    settings: &McpSettings,
+    context: &StartContext,
+    handler: Handler,
+) -> Result<Connected, StartFailure> {
+    let url = settings.url.clone().unwrap_or_default();
+    let resource = resource_of(&url);
+    let mut config = StreamableHttpClientTransportConfig::with_uri(resource.clone());
+    config = config.custom_headers(header_map(name, settings, &context.env)?);
+    let http = super::http::transport_client().map_err(StartFailure::Failed)?;
+    // A configured Authorization header is the credential: codeloop never signs in on top of it.
+    let oauth = settings.oauth.enabled() && !settings.has_authorization_header();
+    let record = if oauth { context.auth.find(name, &resource) } else { None };
+    let Some((path, record)) = record.filter(|(_, r)| r.has_token()) else {
+        let transport = StreamableHttpClientTransport::with_client(http, config);
+        return match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
+            Ok(service) => Ok(connected(service, AuthState::None, StderrTail::default(), None)),
+            Err(e) if e.is_authorization_required() && oauth => {
+                Err(StartFailure::NeedsLogin { expired: false, detail: "no sign-in is saved for it".into() })
+            }
+            Err(e) if e.is_authorization_required() => {
+                Err(StartFailure::Failed(if settings.oauth.enabled() {
+                    "it refused the configured Authorization header (HTTP 401): check the header's value"
+                        .into()
+                } else {
+                    format!(
+                        "it asks for a sign-in, and [mcp.{name}] has oauth = false: remove that line to sign in"
+                    )
+                }))
+            }
+            Err(e) => Err(StartFailure::Failed(describe(&e))),
+        };
+    };
+    let credentials = FileCredentials::new(context.auth.clone(), path, record.clone());
+    let manager = token_manager(name, &resource, &record, settings, context, credentials).await?;
+    if record.needs_refresh() {
+        // DESIGN.md §5e: under a minute left is refreshed before use; a failed refresh is a sign-in.
+        manager.refresh_token().await.map_err(|e| StartFailure::NeedsLogin {
+            expired: true,
+            detail: format!("its token expired and could not be refreshed ({e})"),
+        })?;
+    }
+    let client = AuthClient::new(http, manager);
+    let tokens = client.auth_manager.clone();
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
+        Ok(service) => Ok(connected(service, AuthState::SignedIn, StderrTail::default(), Some(tokens))),
+        Err(e) if e.is_authorization_required() => Err(StartFailure::NeedsLogin {
+            expired: true,
+            detail: "it refused the saved sign-in and a refresh did not help".into(),
+        }),
+        Err(e) => Err(StartFailure::Failed(describe(&e))),
+    }
+}
+
+/// An unauthenticated handshake: `Some(challenge)` (the `WWW-Authenticate` value, maybe empty) when the
+/// server asks for a sign-in, `None` when it answers without one.
+pub(crate) async fn probe_challenge(
+    name: &str,
+    settings: &McpSettings,
+    context: &StartContext,
+) -> Result<Option<String>, String> {
+    let url = settings.url.clone().unwrap_or_default();
+    let config = StreamableHttpClientTransportConfig::with_uri(resource_of(&url)).custom_headers(
+        header_map(name, settings, &context.env).map_err(|f| match f {
+            StartFailure::Failed(why) | StartFailure::NeedsLogin { detail: why, .. } => why,
+        })?,
+    );
+    let http = super::http::transport_client()?;
+    let transport = StreamableHttpClientTransport::with_client(http, config);
+    let handler = Handler { signals: Arc::new(Signals::default()) };
+    match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
+        Ok(service) => {
+            let _ = service.cancel().await;
+            Ok(None)
+        }
+        Err(e) if e.is_authorization_required() => {
+            Ok(Some(e.auth_challenge().unwrap_or_default().to_owned()))
+        }
+        Err(e) => Err(describe(&e)),
+    }
+}
+
+/// rmcp's OAuth state for a saved sign-in: the saved metadata (no discovery on the way to a run), the
+/// client it was made with, and the record as its credential store.
+pub(crate) async fn token_manager(
+    name: &str,
+    resource: &str,
+    record: &AuthRecord,
+    settings: &McpSettings,
+    context: &StartContext,
+    credentials: FileCredentials,
+) -> Result<AuthorizationManager, StartFailure> {
+    super::ensure_crypto_provider();
+    let failed =
+        |e: rmcp::transport::auth::AuthError| StartFailure::Failed(format!("cannot use its sign-in: {e}"));
+    let mut manager = AuthorizationManager::new(resource).await.map_err(failed)?;
+    manager.set_metadata(record.metadata.clone());
+    let secret = match settings.oauth.client().filter(|c| c.client_id.as_deref() == Some(&record.client_id)) {
+        Some(client) => client_secret(name, client, &context.env).map_err(StartFailure::Failed)?,
+        None => record.client_secret.clone(),
+    };
+    let mut client = OAuthClientConfig::new(record.client_id.clone(), record.redirect_uri.clone());
+    if let Some(secret) = secret {
+        client = client.with_client_secret(secret);
+    }
+    manager.configure_client(client).map_err(failed)?;
+    manager.set_credential_store(credentials);
+    Ok(manager)
+}
+
+/// A configured client's secret, from the variable `client_secret_env` names.
+pub(crate) fn client_secret(
+    name: &str,
+    client: &super::settings::OAuthClientSettings,
+    env: &EnvLookup,
+) -> Result<Option<String>, String> {
+    match &client.client_secret_env {
+        None => Ok(None),
+        Some(variable) => env(variable).filter(|s| !s.is_empty()).map(Some).ok_or_else(|| {
+            format!(
+                "${variable} is not set: export the client secret of [mcp.{name}] oauth (client_secret_env)"
+            )
+        }),
+    }
+}
+
+/// Refreshes the token a minute before it runs out, for as long as the connection lives.
+async fn refresh_ahead(tokens: Arc<tokio::sync::Mutex<AuthorizationManager>>, stop: CancellationToken) {
+    loop {
+        let left = {
+            let manager = tokens.lock().await;
+            match manager.get_credentials().await {
+                Ok((_, Some(token))) => remaining(&token),
+                _ => None,
+            }
+        };
+        let Some(left) = left else { return };
+        let wait = left.saturating_sub(REFRESH_MARGIN).max(Duration::from_secs(1));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.cancelled() => return,
+        }
+        if let Err(e) = tokens.lock().await.refresh_token().await {
+            // The next request's 401 tries once more; after that the server needs a sign-in.
+            tracing::debug!("refreshing an MCP token ahead of time failed: {e}");
+            return;
+        }
+    }
+}
+
+fn remaining(token: &rmcp::transport::auth::OAuthTokenResponse) -> Option<Duration> {
+    use oauth2::TokenResponse as _;
+    token.expires_in()
+}
+
+fn header_map(
+    name: &str,
+    settings: &McpSettings,
+    env: &EnvLookup,
+) -> Result<HashMap<http::HeaderName, http::HeaderValue>, StartFailure> {
+    let mut map = HashMap::new();
+    for (key, value) in settings.resolved_headers(name, env).map_err(StartFailure::Failed)? {
+        let header = http::HeaderName::from_bytes(key.as_bytes()).map_err(|_| {
+            StartFailure::Failed(format!("header `{key}` of [mcp.{name}] is not a valid header name"))
+        })?;
+        let value = http::HeaderValue::from_str(&value).map_err(|_| {
+            StartFailure::Failed(format!(
+                "the value of header `{key}` of [mcp.{name}] is not a valid header value"
+            ))
+        })?;
+        map.insert(header, value);
+    }
+    Ok(map)
+}
+
+/// On a 2026-07-28 connection list changes come on a `subscriptions/listen` stream.
+fn listen_for_changes(peer: &rmcp::Peer<RoleClient>, signals: Arc<Signals>, stop: CancellationToken) {
+    let peer = peer.clone();
+    tokio::spawn(async move {
+        let mut filter = SubscriptionFilter::new();
+        filter.tools_list_changed = Some(true);
+        let mut subscription = match peer.listen(filter).await {
+            Ok(subscription) => subscription,
+            Err(e) => {
+                tracing::debug!("the MCP server took no subscription: {e}");
+                return;
+            }
+        };
+        loop {
+            tokio::select! {
+                next = subscription.next() => match next {
+                    Ok(Some(rmcp::model::ServerNotification::ToolListChangedNotification(_))) => signals.tools_changed(),
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => return,
+                },
+                _ = stop.cancelled() => return,
+            }
+        }
+    });
+}
+
+/// An error in words a person can act on: its message and innermost cause, once each ("cannot connect
+/// to http://…: Connection refused"), seeing through rmcp's transport wrappers.
+pub(crate) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    if let Some(start) = error.downcast_ref::<rmcp::service::ClientInitializeError>() {
+        use rmcp::service::ClientInitializeError as E;
+        match start {
+            E::TransportError { error, context } => {
+                return match transport_cause(error) {
+                    (cause, Reach::Unreachable) => cause,
+                    (cause, Reach::Answered) => format!("{cause} ({context})"),
+                };
+            }
+            E::LegacyFallbackFailed { fallback, .. } => return describe(fallback.as_ref()),
+            _ => {}
+        }
+    }
+    if let Some(rmcp::ServiceError::TransportSend(error)) = error.downcast_ref::<rmcp::ServiceError>() {
+        return transport_cause(error).0;
+    }
+    chained(error)
+}
+
+/// Whether the server was reached at all.
+enum Reach {
+    Unreachable,
+    Answered,
+}
+
+fn transport_cause(error: &rmcp::transport::DynamicTransportError) -> (String, Reach) {
+    let inner: &(dyn std::error::Error + 'static) = error.error.as_ref();
+    let mut source = Some(inner);
+    let mut deepest = inner.to_string();
+    let mut http: Option<&reqwest_mcp::Error> = None;
+    while let Some(cause) = source {
+        http = http.or_else(|| cause.downcast_ref::<reqwest_mcp::Error>());
+        deepest = cause.to_string();
+        source = match cause.downcast_ref::<StreamableHttpError<reqwest_mcp::Error>>() {
+            // rmcp keeps the HTTP client's error without naming it as the source.
+            Some(StreamableHttpError::Client(client)) => Some(client as &(dyn std::error::Error + 'static)),
+            _ => cause.source(),
+        };
+    }
+    match http {
+        Some(e) if e.is_connect() => {
+            let url = e.url().map(|u| u.to_string()).unwrap_or_else(|| "the server".into());
+            (format!("cannot connect to {url}: {deepest}"), Reach::Unreachable)
+        }
+        Some(e) if e.is_timeout() => ("the request timed out".to_owned(), Reach::Unreachable),
+        _ => (chained(inner), Reach::Answered),
+    }
+}
+
+fn chained(error: &(dyn std::error::Error + 'static)) -> String {
+    let top = error.to_string();
+    let mut deepest: Option<String> = None;
+    let mut source = error.source();
+    while let Some(cause) = source {
+        deepest = Some(cause.to_string());
+        source = cause.source();
+    }
+    match deepest {
+        Some(cause) if !top.contains(&cause) => format!("{top}: {cause}"),
+        _ => top,
+    }
+}

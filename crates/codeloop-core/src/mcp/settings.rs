@@ -1,0 +1,325 @@
+//! `[mcp.NAME]` (DESIGN.md §5e): a local server started as a child process speaking MCP over stdio
+//! (`command`), or a remote one over Streamable HTTP (`url`), with what each needs.
+//!
+//! Owns: the schema, its checks (one of `command` / `url`), the tool filter, the time-out, and the
+//! `${ENV}` expansion of headers (the user's own config only; a trusted project's headers are sent as
+//! written). Must not: contact anything.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::models::EnvLookup;
+
+/// Bounds a server's start (connect, handshake, tool list) and each call, unless `timeout_ms` says
+/// otherwise.
+pub const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_millis(30_000);
+
+/// `[mcp.NAME]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct McpSettings {
+    /// A local server: the program and its arguments, e.g.
+    /// `["npx", "-y", "@modelcontextprotocol/server-filesystem", "."]`.
+    pub command: Vec<String>,
+    /// The local server's environment, added to codeloop's.
+    pub env: BTreeMap<String, String>,
+    /// A remote server: its Streamable HTTP endpoint, e.g. `https://mcp.example.com/mcp`.
+    pub url: Option<String>,
+    /// Sent with every request to a remote server; values may use `${ENV}` in the user's config.
+    pub headers: BTreeMap<String, String>,
+    pub enabled: bool,
+    /// Bounds the server's start and each call, in milliseconds (default 30 000).
+    pub timeout_ms: Option<u64>,
+    /// Only these of the server's tools are offered (its own names); `disabled_tools` then removes.
+    pub enabled_tools: Option<Vec<String>>,
+    pub disabled_tools: Vec<String>,
+    /// `false`: never sign in; a table: a pre-registered client or a client metadata document.
+    pub oauth: OAuthConfig,
+    /// Header names whose values are sent as written: those set by a trusted project's config or by an
+    /// editor (ACP). `${ENV}` is expanded only in what the user's own files set.
+    #[serde(skip)]
+    pub literal_headers: BTreeSet<String>,
+    /// Where the entry came from: a config file, or an editor's `session/new` (ACP).
+    #[serde(skip)]
+    pub origin: McpOrigin,
+}
+
+/// Who asked for a server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum McpOrigin {
+    /// The user's config, or a trusted project's.
+    #[default]
+    Config,
+    /// An editor, through ACP: the sign-in hint then names the server's URL.
+    Editor,
+}
+
+impl Default for McpSettings {
+    fn default() -> Self {
+        Self {
+            command: Vec::new(),
+            env: BTreeMap::new(),
+            url: None,
+            headers: BTreeMap::new(),
+            enabled: true,
+            timeout_ms: None,
+            enabled_tools: None,
+            disabled_tools: Vec::new(),
+            oauth: OAuthConfig::default(),
+            literal_headers: BTreeSet::new(),
+            origin: McpOrigin::Config,
+        }
+    }
+}
+
+/// How a server is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    Stdio,
+    Http,
+}
+
+impl TransportKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportKind::Stdio => "stdio",
+            TransportKind::Http => "http",
+        }
+    }
+}
+
+impl McpSettings {
+    /// A remote server at `url`.
+    pub fn remote(url: impl Into<String>) -> Self {
+        Self { url: Some(url.into()), ..Self::default() }
+    }
+
+    /// A local server started as `command`.
+    pub fn local(command: Vec<String>) -> Self {
+        Self { command, ..Self::default() }
+    }
+
+    /// Stdio or HTTP, or what is wrong with the entry (in words that say how to fix it).
+    pub fn transport(&self, name: &str) -> Result<TransportKind, String> {
+        match (&self.url, self.command.is_empty()) {
+            (Some(_), false) => Err(format!(
+                "[mcp.{name}] sets both `command` and `url`: keep `command` for a local server or `url` for \
+                 a remote one"
+            )),
+            (Some(url), true) if url.trim().is_empty() => {
+                Err(format!("[mcp.{name}] has an empty `url`: give the server's address, e.g. https://…/mcp"))
+            }
+            (Some(_), true) => Ok(TransportKind::Http),
+            (None, false) => Ok(TransportKind::Stdio),
+            (None, true) => Err(format!(
+                "[mcp.{name}] needs `command = [\"program\", …]` (a local server) or `url = \"https://…\"` \
+                 (a remote one)"
+            )),
+        }
+    }
+
+    /// The kind a listing shows, even for an entry that is wrong.
+    pub fn transport_kind(&self) -> TransportKind {
+        if self.url.is_some() { TransportKind::Http } else { TransportKind::Stdio }
+    }
+
+    pub fn timeout(&self) -> Duration {
+        match self.timeout_ms {
+            Some(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => DEFAULT_MCP_TIMEOUT,
+        }
+    }
+
+    /// Whether the server's own tool `tool` is offered: `enabled_tools` first (all when absent), then
+    /// `disabled_tools` removes.
+    pub fn offers_tool(&self, tool: &str) -> bool {
+        let enabled = self.enabled_tools.as_ref().is_none_or(|only| only.iter().any(|t| t == tool));
+        enabled && !self.disabled_tools.iter().any(|t| t == tool)
+    }
+
+    /// The headers to send, `${ENV}` expanded where the user's config set them.
+    pub fn resolved_headers(&self, name: &str, env: &EnvLookup) -> Result<Vec<(String, String)>, String> {
+        self.headers
+            .iter()
+            .map(|(key, value)| {
+                if self.literal_headers.contains(key) {
+                    return Ok((key.clone(), value.clone()));
+                }
+                expand_env(value, env).map(|value| (key.clone(), value)).map_err(|variable| {
+                    format!(
+                        "header `{key}` of [mcp.{name}] uses ${{{variable}}}, which is not set: export it, or \
+                         write the value in the header"
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Whether a configured header carries the credentials itself (then codeloop never signs in).
+    pub fn has_authorization_header(&self) -> bool {
+        self.headers.keys().any(|k| k.eq_ignore_ascii_case("authorization"))
+    }
+}
+
+/// `${NAME}` replaced by the variable's value; the name of the first one that is not set otherwise.
+fn expand_env(value: &str, env: &EnvLookup) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        let Some(len) = rest[start + 2..].find('}') else { break };
+        let variable = &rest[start + 2..start + 2 + len];
+        out.push_str(&rest[..start]);
+        match env(variable) {
+            Some(found) => out.push_str(&found),
+            None => return Err(variable.to_owned()),
+        }
+        rest = &rest[start + 3 + len..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// `oauth = false | true | { client_id, client_secret_env, scopes, client_metadata_url }`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum OAuthConfig {
+    /// Sign in when the server asks (a 401), registering dynamically.
+    #[default]
+    Auto,
+    /// Never sign in: a server that asks is a failure.
+    Off,
+    /// Sign in with this client.
+    Client(OAuthClientSettings),
+}
+
+impl OAuthConfig {
+    pub fn enabled(&self) -> bool {
+        !matches!(self, OAuthConfig::Off)
+    }
+
+    pub fn client(&self) -> Option<&OAuthClientSettings> {
+        match self {
+            OAuthConfig::Client(client) => Some(client),
+            _ => None,
+        }
+    }
+}
+
+/// A pre-registered client, or the client metadata document codeloop is known by.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OAuthClientSettings {
+    pub client_id: Option<String>,
+    /// The environment variable holding the client's secret (never the secret itself).
+    pub client_secret_env: Option<String>,
+    /// Scopes to ask for (default: what the server names).
+    pub scopes: Vec<String>,
+    /// An https URL of a Client ID Metadata Document, used when the authorization server takes them.
+    pub client_metadata_url: Option<String>,
+}
+
+impl Serialize for OAuthConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OAuthConfig::Auto => serializer.serialize_bool(true),
+            OAuthConfig::Off => serializer.serialize_bool(false),
+            OAuthConfig::Client(client) => client.serialize(serializer),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OAuthConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = OAuthConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("`false`, `true` or a table { client_id, client_secret_env, scopes, client_metadata_url }")
+            }
+            fn visit_bool<E: serde::de::Error>(self, on: bool) -> Result<OAuthConfig, E> {
+                Ok(if on { OAuthConfig::Auto } else { OAuthConfig::Off })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<OAuthConfig, A::Error> {
+                let client =
+                    OAuthClientSettings::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(OAuthConfig::Client(client))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn env() -> EnvLookup {
+        Arc::new(|name| (name == "TOKEN").then(|| "s3cret".to_owned()))
+    }
+
+    #[test]
+    fn an_entry_is_local_or_remote_and_says_how_to_fix_itself() {
+        assert_eq!(McpSettings::local(vec!["x".into()]).transport("a"), Ok(TransportKind::Stdio));
+        assert_eq!(McpSettings::remote("https://x/mcp").transport("a"), Ok(TransportKind::Http));
+        let neither = McpSettings::default().transport("a").unwrap_err();
+        assert!(neither.contains("command") && neither.contains("url"), "{neither}");
+        let both = McpSettings { url: Some("https://x".into()), ..McpSettings::local(vec!["x".into()]) };
+        assert!(both.transport("a").unwrap_err().contains("both"));
+    }
+
+    #[test]
+    fn tool_filters_take_enabled_first_then_disabled() {
+        let settings = McpSettings {
+            enabled_tools: Some(vec!["a".into(), "b".into()]),
+            disabled_tools: vec!["b".into()],
+            ..McpSettings::default()
+        };
+        assert!(settings.offers_tool("a"));
+        assert!(!settings.offers_tool("b"));
+        assert!(!settings.offers_tool("c"));
+        assert!(McpSettings::default().offers_tool("anything"));
+    }
+
+    #[test]
+    fn headers_expand_env_only_where_the_user_set_them() {
+        let mut settings = McpSettings::remote("https://x");
+        settings.headers.insert("Authorization".into(), "Bearer ${TOKEN}".into());
+        settings.headers.insert("X-Project".into(), "${TOKEN}".into());
+        settings.literal_headers.insert("X-Project".into());
+        let headers = settings.resolved_headers("a", &env()).unwrap();
+        assert_eq!(
+            headers,
+            vec![
+                ("Authorization".to_owned(), "Bearer s3cret".to_owned()),
+                ("X-Project".to_owned(), "${TOKEN}".to_owned())
+            ]
+        );
+        settings.headers.insert("X-Other".into(), "${MISSING}".into());
+        let error = settings.resolved_headers("a", &env()).unwrap_err();
+        assert!(error.contains("${MISSING}") && error.contains("X-Other"), "{error}");
+    }
+
+    #[test]
+    fn oauth_is_a_bool_or_a_client_table() {
+        #[derive(Deserialize)]
+        struct Wrap {
+            oauth: OAuthConfig,
+        }
+        let off: Wrap = toml::from_str("oauth = false").unwrap();
+        assert_eq!(off.oauth, OAuthConfig::Off);
+        let on: Wrap = toml::from_str("oauth = true").unwrap();
+        assert_eq!(on.oauth, OAuthConfig::Auto);
+        let client: Wrap = toml::from_str(
+            "oauth = { client_id = \"abc\", client_secret_env = \"SECRET\", scopes = [\"r\"] }",
+        )
+        .unwrap();
+        let client = client.oauth.client().cloned().unwrap();
+        assert_eq!(client.client_id.as_deref(), Some("abc"));
+        assert_eq!(client.scopes, ["r"]);
+        assert_eq!(serde_json::to_value(OAuthConfig::Off).unwrap(), serde_json::json!(false));
+    }
+}
