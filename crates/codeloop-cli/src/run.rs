@@ -61,8 +61,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let session = pick_session(&engine, &args, &dir, model.clone()).await?;
     let input = PromptInput { model, agent: args.target.agent.clone(), ..PromptInput::text(message) };
-    let driven = drive(&engine, &session.id, input, args.format, interactive).await?;
-    Ok(driven.exit_code())
+    let driven = drive(&engine, &session.id, input, args.format, interactive).await;
+    // The run's background jobs end with this process (DESIGN.md §5f): recorded as killed, not lost.
+    engine.end_jobs().await;
+    Ok(driven?.exit_code())
 }
 
 fn message_text(words: &[String]) -> anyhow::Result<String> {

@@ -64,6 +64,17 @@ pub enum SessionCommand {
         /// The session id (ses_…), as `codeloop session list` shows it.
         id: String,
     },
+    /// List a session's background jobs (running, exited, killed, lost), or end one with --kill.
+    Jobs {
+        /// The session id (ses_…), as `codeloop session list` shows it.
+        id: String,
+        /// End this job (job_…): TERM, then KILL after 2 s. Only the codeloop process that runs it can.
+        #[arg(long)]
+        kill: Option<String>,
+        /// text: one line per job; json: `[{id, command, state, exit_code?, started, ended?}]`.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
 }
 
 pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
@@ -159,6 +170,30 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             let export = serde_json::to_string_pretty(&json!({"info": session, "messages": messages}))?;
             writeln!(std::io::stdout().lock(), "{export}")?;
         }
+        SessionCommand::Jobs { id, kill, format } => {
+            let id = SessionId::from(id);
+            if let Some(job) = kill {
+                let outcome =
+                    engine.submit(Command::KillJob { session: id.clone(), job: job.as_str().into() }).await?;
+                if let codeloop_core::CommandOutcome::Job(job) = outcome {
+                    eprintln!("{} {}", job.id, job.state);
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let jobs = engine.jobs(&id).await?;
+            if format == Format::Json {
+                writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&jobs)?)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            if jobs.is_empty() {
+                eprintln!("no background jobs in {id}");
+            }
+            let mut out = Neutralising::stdout();
+            for job in jobs {
+                let code = job.exit_code.map(|c| format!(" (exit {c})")).unwrap_or_default();
+                writeln!(out, "{}  {}{code}  {}  {}", job.id, job.state, date_of(job.started), job.command)?;
+            }
+        }
         SessionCommand::Delete { id } => {
             let id = SessionId::from(id);
             if engine.delete_session(&id).await? {
@@ -215,7 +250,8 @@ fn session_directory(command: &SessionCommand) -> anyhow::Result<Option<PathBuf>
         | SessionCommand::Delete { id }
         | SessionCommand::Compact { id }
         | SessionCommand::Revert { id, .. }
-        | SessionCommand::Unrevert { id } => SessionId::from(id.as_str()),
+        | SessionCommand::Unrevert { id }
+        | SessionCommand::Jobs { id, .. } => SessionId::from(id.as_str()),
     };
     let store = env::open_store()?;
     let session = store.get_session(&id)?;

@@ -72,9 +72,12 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
         command,
         log,
     };
-    codeloop_tui::run(client, options).await?;
+    let ran = codeloop_tui::run(client, options).await;
     if let Some(engine) = engine {
+        // Quitting ends the session's background jobs (DESIGN.md §5f).
+        engine.end_jobs().await;
         engine.flush().await?;
     }
+    ran?;
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@
 //! its own output. The engine validates a command once (agent under one rule, model, empty prompt, busy);
 //! no client decides these.
 
-use codeloop_types::{MessageId, PermissionId, QuestionId, Session, SessionId};
+use codeloop_types::{Job, JobId, MessageId, PermissionId, QuestionId, Session, SessionId};
 
 use crate::input::{Delivery, PromptInput};
 use crate::outcome::RunOutcome;
@@ -26,6 +26,8 @@ pub enum SessionCommand {
     AnswerPermission { request: PermissionId, answer: PermissionAnswer },
     /// Answer a pending question (one list of answers per question asked), or reject it (`None`).
     AnswerQuestion { request: QuestionId, answers: Option<Vec<Vec<String>>> },
+    /// End one of the session's background jobs (TERM, then KILL after 2 s; DESIGN.md §5f).
+    KillJob { session: SessionId, job: JobId },
 }
 
 /// A person's answer to a permission request.
@@ -52,6 +54,8 @@ pub enum CommandOutcome {
     Session(Session),
     /// The answer was taken.
     Answered,
+    /// The job after a kill (`killed`, or how it had ended already).
+    Job(Job),
 }
 
 impl CommandOutcome {
@@ -59,7 +63,7 @@ impl CommandOutcome {
     pub fn into_run(self) -> Option<RunOutcome> {
         match self {
             Self::Ran(outcome) => Some(outcome),
-            Self::Aborted(_) | Self::Session(_) | Self::Answered => None,
+            Self::Aborted(_) | Self::Session(_) | Self::Answered | Self::Job(_) => None,
         }
     }
 }

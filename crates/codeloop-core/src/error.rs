@@ -92,6 +92,16 @@ pub enum EngineError {
     /// A question answer that found no question waiting for it.
     #[error(transparent)]
     Question(#[from] crate::question::QuestionError),
+    /// No such background job in the session.
+    #[error(
+        "session {session} has no background job {job}: `codeloop session jobs {session}` (or GET /session/{session}/job) lists them"
+    )]
+    JobNotFound { session: SessionId, job: codeloop_types::JobId },
+    /// The job runs in another codeloop process, which alone can end it.
+    #[error(
+        "background job {job} runs in another codeloop process ({owner}); end it there, or end that process"
+    )]
+    JobElsewhere { job: codeloop_types::JobId, owner: String },
     #[error("{0}")]
     Invalid(String),
 }

@@ -18,6 +18,7 @@ mod engine;
 mod error;
 pub mod input;
 pub mod instructions;
+pub mod jobs;
 pub mod mcp;
 pub mod models;
 mod outcome;

@@ -63,6 +63,8 @@ pub struct Services {
     pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
     /// Built-in and MCP tools together, as of the MCP servers' last change.
     pub all_tools: Mutex<Option<ToolSet>>,
+    /// Every session's background jobs in this process (DESIGN.md §5f).
+    pub jobs: Arc<codeloop_tools::jobs::Jobs>,
 }
 
 /// The tools a run offers and can execute.

@@ -141,6 +141,10 @@ impl ToolHost for RunToolHost {
             .await
     }
 
+    fn jobs(&self) -> Option<Arc<codeloop_tools::jobs::Jobs>> {
+        Some(self.gate.services.jobs.clone())
+    }
+
     async fn set_todos(&self, _call: &CallInfo, todos: Vec<Todo>) -> Result<(), String> {
         let gate = &self.gate;
         codeloop_store::Store::set_todos(gate.services.store.as_ref(), &gate.session_id, &todos)

@@ -52,14 +52,16 @@ pub(crate) enum Namespace {
     /// Read-only binds and masks in a fresh user + mount namespace, the command in a PID namespace of its
     /// own (with its own `/proc`).
     Private,
-    /// The kernel refuses user namespaces (the caller checks protected paths instead).
+    /// The kernel refuses user namespaces (the caller checks protected paths instead), or mode off: the
+    /// helper is the child subreaper of the command's tree.
     Skip,
 }
 
 /// Builds the Command that runs `program args` inside the walls of `policy`, with `helper` being an
 /// executable whose `argv[1] == "__sandbox"` calls [`crate::helper_main`].
 ///
-/// Mode `Off` runs the program directly. In every mode the child's environment drops variables whose name
+/// Mode `Off` puts up no wall, but the helper still runs the program as the child subreaper of its tree, so
+/// the call owns every process it starts (DESIGN.md §5f). In every mode the child's environment drops variables whose name
 /// contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL (any case), whose value carries URL credentials
 /// (`postgres://user:secret@…`), or that lead to an agent or bus (`SSH_AUTH_SOCK`, `DISPLAY`, …) unless
 /// `env_keep` names them, and `TMPDIR` points at the session temp dir. stdio, the working directory and
@@ -93,13 +95,18 @@ pub fn wrap_command(helper: &Path, policy: &SandboxPolicy, program: &OsStr, args
     cmd
 }
 
-/// `None` when no wall applies (mode off, or a platform without any).
+/// `None` on a platform without a helper.
 fn helper_plan(policy: &SandboxPolicy) -> Option<HelperPlan> {
-    if policy.mode == SandboxMode::Off || probe().platform != "linux" {
+    if probe().platform != "linux" {
         return None;
     }
-    // The namespace also gives the call its own process tree and /proc, so it is wanted for every call.
-    let namespace = if probe().user_namespaces { Namespace::Private } else { Namespace::Skip };
+    // The namespace also gives the call its own process tree and /proc, so it is wanted for every walled
+    // call; mode off has only the subreaper.
+    let namespace = if probe().user_namespaces && policy.mode != SandboxMode::Off {
+        Namespace::Private
+    } else {
+        Namespace::Skip
+    };
     Some(HelperPlan { policy: policy.clone(), namespace, socket_masks: socket_masks(policy) })
 }
 
@@ -155,6 +162,8 @@ pub enum ProcessLimit {
     /// `RLIMIT_NPROC`, which counts all of the user's processes and does not bind root.
     #[default]
     Rlimit,
+    /// None: `[sandbox] mode = "off"`.
+    Unbounded,
 }
 
 impl ProcessLimit {
@@ -162,6 +171,7 @@ impl ProcessLimit {
         match self {
             Self::PidNamespace => "the pid_max of the call's own PID namespace",
             Self::Rlimit => "RLIMIT_NPROC (counts all of the user's processes; does not bind root)",
+            Self::Unbounded => "nothing ([sandbox] mode = \"off\")",
         }
     }
 }
@@ -241,10 +251,14 @@ mod tests {
     }
 
     #[test]
-    fn mode_off_runs_the_program_directly() {
+    #[cfg(target_os = "linux")]
+    fn mode_off_still_runs_through_the_helper_without_a_namespace() {
         let mut policy = SandboxPolicy::new("/p", "/t");
         policy.mode = SandboxMode::Off;
         let cmd = wrap_command(Path::new("/helper"), &policy, OsStr::new("true"), &[]);
-        assert_eq!(cmd.get_program(), "true");
+        assert_eq!(cmd.get_program(), "/helper");
+        let plan: Vec<_> = cmd.get_args().collect();
+        let plan: HelperPlan = serde_json::from_str(plan[1].to_str().unwrap()).unwrap();
+        assert_eq!(plan.namespace, Namespace::Skip);
     }
 }

@@ -28,4 +28,4 @@ pub use explain::explain_failure;
 pub use fingerprint::{Fingerprint, fingerprint};
 pub use helper::{EXIT_SETUP_FAILED, helper_main};
 pub use policy::{CacheOverlay, DEFAULT_MAX_PROCESSES, SandboxMode, SandboxPolicy};
-pub use probe::{Support, probe};
+pub use probe::{NO_USER_NAMESPACES_ENV, Support, probe};

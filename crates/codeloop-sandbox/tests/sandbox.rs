@@ -16,6 +16,9 @@ use codeloop_sandbox::{
 use pretty_assertions::assert_eq;
 use tempfile::TempDir;
 
+#[path = "sandbox/tree.rs"]
+mod tree;
+
 const HELPER: &str = env!("CARGO_BIN_EXE_codeloop-sandbox-helper");
 
 struct Fixture {

@@ -252,6 +252,19 @@ pub struct SessionListQuery {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobOutputQuery {
+    /// At most this many of the newest bytes (default 16 384, at most 1 MiB).
+    pub bytes: Option<usize>,
+}
+
+/// The newest output of a background job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct JobOutput {
+    pub id: String,
+    pub output: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct MessageListQuery {
     /// Page size (1–1000, default 100).
     pub limit: Option<usize>,

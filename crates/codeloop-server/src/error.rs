@@ -80,7 +80,8 @@ impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
         let message = error.to_string();
         match error {
-            EngineError::SessionNotFound(_) => Self::not_found(message),
+            EngineError::SessionNotFound(_) | EngineError::JobNotFound { .. } => Self::not_found(message),
+            EngineError::JobElsewhere { .. } => Self::conflict("elsewhere", message),
             EngineError::Invalid(_) | EngineError::Agent(_) | EngineError::SnapshotsOff => {
                 Self::invalid(message)
             }

@@ -169,6 +169,7 @@ pub async fn serve(
     let signal = async move {
         shutdown.await;
         engine.abort_all().await;
+        engine.end_jobs().await;
         if let Err(e) = engine.flush().await {
             tracing::warn!("could not persist everything at shutdown: {e}");
         }

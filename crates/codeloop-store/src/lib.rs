@@ -24,7 +24,7 @@ pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
 pub use writer::{Flush, StoreWriter};
 
-use codeloop_types::{Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
+use codeloop_types::{Job, Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
 
 pub use codeloop_types::{Approval, MessageWithParts, Page, SessionFilter};
 
@@ -153,6 +153,12 @@ pub trait Store: Send + Sync {
     /// Sessions that need a run and that no live process or worker owns: queued input waiting, or a run
     /// left open by a dead one. What a worker picks up to take over (failover).
     fn orphaned_sessions(&self) -> Result<Vec<SessionId>>;
+
+    /// Records a background job (new or changed), with `owner` naming the process that runs it.
+    fn save_job(&self, job: &Job, owner: &str) -> Result<()>;
+    /// A session's jobs, oldest first; with `None`, every job still recorded as running. Each with its
+    /// owner.
+    fn list_jobs(&self, session: Option<&SessionId>) -> Result<Vec<(Job, String)>>;
 
     /// Takes the run ownership of a session for as long as the guard lives; `SessionBusy` if any process
     /// or worker (this one included) already holds it. Never waits for another holder.

@@ -90,6 +90,19 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX queued_input_session ON queued_input (session_id, id);
     "#,
+    // 3: background jobs (DESIGN.md §5f): one row per job, `owner` names the process that runs it so a
+    // job whose process died can be recorded as lost.
+    r#"
+    CREATE TABLE job (
+        id         TEXT PRIMARY KEY NOT NULL,
+        session_id TEXT NOT NULL REFERENCES session (id) ON DELETE CASCADE,
+        state      TEXT NOT NULL,
+        owner      TEXT NOT NULL,
+        data       TEXT NOT NULL
+    );
+    CREATE INDEX job_session ON job (session_id, id);
+    CREATE INDEX job_running ON job (owner) WHERE state = 'running';
+    "#,
 ];
 
 /// The newest schema version this build understands.

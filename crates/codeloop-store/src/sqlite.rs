@@ -327,6 +327,41 @@ impl Store for SqliteStore {
         })
     }
 
+    fn save_job(&self, job: &codeloop_types::Job, owner: &str) -> Result<()> {
+        let data = encode_json("job", job.id.as_str(), job)?;
+        self.write(|conn| {
+            conn.prepare_cached(
+                "INSERT INTO job (id, session_id, state, owner, data) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
+            )?
+            .execute(params![job.id.as_str(), job.session_id.as_str(), job.state.as_str(), owner, data])?;
+            Ok(())
+        })
+    }
+
+    fn list_jobs(&self, session: Option<&SessionId>) -> Result<Vec<(codeloop_types::Job, String)>> {
+        self.read(|conn| {
+            let mut stmt = match session {
+                Some(_) => {
+                    conn.prepare_cached("SELECT id, owner, data FROM job WHERE session_id = ?1 ORDER BY id")?
+                }
+                None => conn
+                    .prepare_cached("SELECT id, owner, data FROM job WHERE state = 'running' ORDER BY id")?,
+            };
+            let mut rows = match session {
+                Some(id) => stmt.query([id.as_str()])?,
+                None => stmt.query([])?,
+            };
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let id = crate::rows::text(row, 0)?;
+                let owner = crate::rows::text(row, 1)?.to_owned();
+                out.push((decode_json("job", id, crate::rows::text(row, 2)?)?, owner));
+            }
+            Ok(out)
+        })
+    }
+
     fn add_approval(&self, project: &str, rule: &PermissionRule) -> Result<Approval> {
         self.write(|conn| {
             // Approving the same permission and pattern again keeps one row, with the latest action.

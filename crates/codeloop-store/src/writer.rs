@@ -432,6 +432,15 @@ mod tests {
         fn orphaned_sessions(&self) -> Result<Vec<codeloop_types::SessionId>> {
             unimplemented!()
         }
+        fn save_job(&self, _: &codeloop_types::Job, _: &str) -> Result<()> {
+            unimplemented!()
+        }
+        fn list_jobs(
+            &self,
+            _: Option<&codeloop_types::SessionId>,
+        ) -> Result<Vec<(codeloop_types::Job, String)>> {
+            unimplemented!()
+        }
         fn recover(&self, _: Option<&codeloop_types::SessionId>) -> Result<crate::RecoveryReport> {
             unimplemented!()
         }

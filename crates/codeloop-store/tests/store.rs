@@ -366,6 +366,38 @@ fn todos_are_replaced_as_a_whole_and_cleared(kind: Kind) {
     assert_eq!(store.get_todos(&id).unwrap(), vec![]);
 }
 
+fn jobs_are_saved_listed_and_go_with_their_session(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let s = session("/p");
+    store.apply(&[Write::Session(s.clone())]).unwrap();
+    let job = |command: &str| codeloop_types::Job {
+        id: codeloop_types::JobId::new(),
+        session_id: s.id.clone(),
+        command: command.into(),
+        state: codeloop_types::JobState::Running,
+        exit_code: None,
+        started: 1,
+        ended: None,
+    };
+    let (server, build) = (job("npm run dev"), job("cargo build"));
+    store.save_job(&server, "host:1:2").unwrap();
+    store.save_job(&build, "host:1:2").unwrap();
+    let exited = codeloop_types::Job {
+        state: codeloop_types::JobState::Exited,
+        exit_code: Some(0),
+        ended: Some(5),
+        ..build.clone()
+    };
+    store.save_job(&exited, "host:1:2").unwrap();
+    let owned =
+        |jobs: Vec<(codeloop_types::Job, String)>| jobs.into_iter().map(|(j, _)| j).collect::<Vec<_>>();
+    assert_eq!(owned(store.list_jobs(Some(&s.id)).unwrap()), vec![server.clone(), exited]);
+    assert_eq!(store.list_jobs(None).unwrap(), vec![(server, "host:1:2".to_owned())]);
+    store.delete_session(&s.id).unwrap();
+    assert_eq!(store.list_jobs(Some(&s.id)).unwrap(), vec![]);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Opening
 
@@ -517,6 +549,7 @@ on_both_stores!(
     a_session_lock_refuses_a_second_holder_and_is_released_on_drop,
     approvals_are_saved_per_project_without_duplicates_and_can_be_revoked,
     todos_are_replaced_as_a_whole_and_cleared,
+    jobs_are_saved_listed_and_go_with_their_session,
     a_killed_run_releases_its_lock_and_is_recovered,
     queued_input_stays_in_order_until_a_batch_records_it,
 );

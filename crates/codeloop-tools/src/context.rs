@@ -106,6 +106,11 @@ pub trait ToolHost: Send + Sync {
         let _ = (call, permission, pattern);
         false
     }
+    /// The engine's background jobs (`bash` with `run_in_background`, `bash_output`, `bash_kill`); `None`
+    /// where jobs cannot run.
+    fn jobs(&self) -> Option<Arc<crate::jobs::Jobs>> {
+        None
+    }
     /// Replaces the session's todo list.
     async fn set_todos(&self, call: &CallInfo, todos: Vec<Todo>) -> Result<(), String>;
     /// Asks the person at the keyboard; resolves with one list of answers per question.

@@ -7,6 +7,7 @@
 
 mod context;
 pub mod guard;
+pub mod jobs;
 mod lenient;
 mod locks;
 mod paths;
@@ -28,8 +29,8 @@ pub use schema::{decode, schema_for};
 pub use summary::{call_summary, patch_files};
 pub use text::{cut_chars, ellipsize};
 pub use tools::{
-    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, QuestionTool, ReadTool, SkillInfo,
-    SkillTool, TodoWriteTool, WebFetchTool, WriteTool, list_skills,
+    ApplyPatchTool, BashKillTool, BashOutputTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool,
+    QuestionTool, ReadTool, SkillInfo, SkillTool, TodoWriteTool, WebFetchTool, WriteTool, list_skills,
 };
 pub use truncate::{Keep, TOOL_OUTPUT_RETENTION, Truncation, sweep_tool_output, truncate_output};
 

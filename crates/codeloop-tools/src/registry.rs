@@ -9,8 +9,8 @@ use serde_json::{Map, Value, json};
 
 use crate::locks::FileLocks;
 use crate::tools::{
-    ApplyPatchTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool, QuestionTool, ReadTool, SkillTool,
-    TodoWriteTool, WebFetchTool, WriteTool,
+    ApplyPatchTool, BashKillTool, BashOutputTool, BashTool, EditTool, GlobTool, GrepTool, InvalidTool,
+    QuestionTool, ReadTool, SkillTool, TodoWriteTool, WebFetchTool, WriteTool,
 };
 use crate::truncate::{Keep, truncate_output};
 use crate::{Tool, ToolContext, ToolFailure, ToolOutput, ToolSpec};
@@ -57,6 +57,8 @@ impl ToolRegistry {
         let mut registry = Self::new();
         registry.register(Arc::new(InvalidTool::new()));
         registry.register(Arc::new(BashTool::new()));
+        registry.register(Arc::new(BashOutputTool::new()));
+        registry.register(Arc::new(BashKillTool::new()));
         registry.register(Arc::new(ReadTool::new()));
         registry.register(Arc::new(WriteTool::new(locks.clone())));
         registry.register(Arc::new(EditTool::new(locks.clone())));

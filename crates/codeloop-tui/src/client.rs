@@ -87,6 +87,16 @@ pub trait Client: Send + Sync + 'static {
     async fn check_agent(&self, name: &str) -> anyhow::Result<()>;
     /// Names of the agents a person can choose (`None`: unknown, accept any and let the engine say).
     async fn agents(&self) -> Option<Vec<String>>;
+    /// The session's background jobs, oldest first.
+    async fn jobs(&self, id: &SessionId) -> anyhow::Result<Vec<codeloop_types::Job>>;
+    /// The newest output of a job, for a person (the model's own reads are not moved).
+    async fn job_output(&self, id: &SessionId, job: &codeloop_types::JobId) -> anyhow::Result<String>;
+    /// Ends a job (TERM, then KILL after 2 s); the job as it ended.
+    async fn kill_job(
+        &self,
+        id: &SessionId,
+        job: &codeloop_types::JobId,
+    ) -> anyhow::Result<codeloop_types::Job>;
 }
 
 /// A session as JSON with every message and part (`codeloop session export`'s shape).

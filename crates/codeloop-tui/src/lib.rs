@@ -231,6 +231,7 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
         }
         Action::ReplyQuestion(id, answers) => client.reply_question(&id, answers).await.err().and_then(error),
         Action::RejectQuestion(id) => client.reject_question(&id).await.err().and_then(error),
+        Action::Jobs(id, what) => app::perform_jobs(client, id, what).await,
         Action::ListSessions => match client.sessions(directory).await {
             Ok(sessions) => {
                 Some(Outcome::Sessions(sessions.into_iter().filter(|s| s.parent_id.is_none()).collect()))

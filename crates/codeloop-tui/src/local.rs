@@ -151,6 +151,25 @@ impl Client for LocalClient {
     async fn agents(&self) -> Option<Vec<String>> {
         Some(self.engine.agents().into_iter().map(|a| a.name).collect())
     }
+
+    async fn jobs(&self, id: &SessionId) -> anyhow::Result<Vec<codeloop_types::Job>> {
+        Ok(self.engine.jobs(id).await?)
+    }
+
+    async fn job_output(&self, id: &SessionId, job: &codeloop_types::JobId) -> anyhow::Result<String> {
+        Ok(self.engine.job_output(id, job, crate::app::JOB_OUTPUT_BYTES).await?)
+    }
+
+    async fn kill_job(
+        &self,
+        id: &SessionId,
+        job: &codeloop_types::JobId,
+    ) -> anyhow::Result<codeloop_types::Job> {
+        match self.submit(SessionCommand::KillJob { session: id.clone(), job: job.clone() }).await? {
+            CommandOutcome::Job(job) => Ok(job),
+            other => anyhow::bail!("a kill came back as {other:?}"),
+        }
+    }
 }
 
 impl LocalClient {

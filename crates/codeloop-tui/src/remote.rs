@@ -276,6 +276,25 @@ impl Client for RemoteClient {
         let agents: Vec<Value> = self.get("/agent").await.ok()?;
         Some(agents.iter().filter_map(|a| a["name"].as_str().map(str::to_owned)).collect())
     }
+
+    async fn jobs(&self, id: &SessionId) -> anyhow::Result<Vec<codeloop_types::Job>> {
+        self.get(&format!("/session/{id}/job")).await
+    }
+
+    async fn job_output(&self, id: &SessionId, job: &codeloop_types::JobId) -> anyhow::Result<String> {
+        let bytes = crate::app::JOB_OUTPUT_BYTES.to_string();
+        let path = format!("/session/{id}/job/{}/output", url_encode(job.as_str()));
+        let answer: Value = self.http.get(&path, &[("bytes", bytes.as_str())]).await?;
+        Ok(answer["output"].as_str().unwrap_or_default().to_owned())
+    }
+
+    async fn kill_job(
+        &self,
+        id: &SessionId,
+        job: &codeloop_types::JobId,
+    ) -> anyhow::Result<codeloop_types::Job> {
+        self.post(&format!("/session/{id}/job/{}/kill", url_encode(job.as_str())), &json!({})).await
+    }
 }
 
 /// `text` as one query value or path segment.

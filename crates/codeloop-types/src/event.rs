@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AssistantError, Message, MessageId, Millis, Part, PartId, PermissionId, PermissionRequest, QuestionId,
-    QuestionRequest, Session, SessionId,
+    AssistantError, JobId, JobState, Message, MessageId, Millis, Part, PartId, PermissionId,
+    PermissionRequest, QuestionId, QuestionRequest, Session, SessionId,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,6 +63,18 @@ pub enum EventPayload {
     QuestionReplied { session_id: SessionId, request_id: QuestionId, answers: Vec<Vec<String>> },
     #[serde(rename = "question.rejected")]
     QuestionRejected { session_id: SessionId, request_id: QuestionId },
+    /// A background job started (DESIGN.md §5f).
+    #[serde(rename = "job.started")]
+    JobStarted { job_id: JobId, session_id: SessionId, command: String },
+    /// A background job ended: by itself (`exited`, with its code), killed, or lost with its owner.
+    #[serde(rename = "job.exited")]
+    JobExited {
+        job_id: JobId,
+        session_id: SessionId,
+        #[serde(default)]
+        exit_code: Option<i32>,
+        state: JobState,
+    },
     /// Many workers on one store (DESIGN.md §5b): a request a client made on one worker for a session
     /// another worker runs, carried to that worker through the shared event log. Not sent to clients.
     #[serde(rename = "worker.request")]
@@ -107,6 +119,8 @@ impl EventPayload {
             EventPayload::QuestionAsked(_) => "question.asked",
             EventPayload::QuestionReplied { .. } => "question.replied",
             EventPayload::QuestionRejected { .. } => "question.rejected",
+            EventPayload::JobStarted { .. } => "job.started",
+            EventPayload::JobExited { .. } => "job.exited",
             EventPayload::WorkerRequest { .. } => "worker.request",
         }
     }
@@ -128,6 +142,8 @@ impl EventPayload {
             | EventPayload::PermissionReplied { session_id, .. }
             | EventPayload::QuestionReplied { session_id, .. }
             | EventPayload::QuestionRejected { session_id, .. }
+            | EventPayload::JobStarted { session_id, .. }
+            | EventPayload::JobExited { session_id, .. }
             | EventPayload::WorkerRequest { session_id, .. } => Some(session_id),
             EventPayload::QuestionAsked(request) => Some(&request.session_id),
             EventPayload::SessionError { session_id, .. } => session_id.as_ref(),

@@ -109,6 +109,10 @@ id_type!(
     /// A question request id (`que_…`, ascending).
     QuestionId, "que", ascending_id
 );
+id_type!(
+    /// A background job id (`job_…`, ascending: DESIGN.md §5f).
+    JobId, "job", ascending_id
+);
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@ mod error;
 mod event;
 mod history;
 mod ids;
+mod job;
 mod message;
 mod part;
 mod permission;
@@ -21,7 +22,8 @@ pub use event::{
     Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus, WorkerRequest,
 };
 pub use history::{Approval, MessageWithParts, Page, SessionFilter, ToolSpec};
-pub use ids::{MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
+pub use ids::{JobId, MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
+pub use job::{Job, JobState};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{
     AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,

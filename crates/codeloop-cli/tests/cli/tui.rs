@@ -35,8 +35,13 @@ struct Tui {
 
 impl Tui {
     fn start(env: &Env, config: &Path, args: &[&str]) -> Tui {
+        Self::start_sized(env, config, args, COLS)
+    }
+
+    /// Like [`Tui::start`] in a terminal `cols` wide.
+    fn start_sized(env: &Env, config: &Path, args: &[&str], cols: u16) -> Tui {
         let pair = native_pty_system()
-            .openpty(PtySize { rows: ROWS, cols: COLS, pixel_width: 0, pixel_height: 0 })
+            .openpty(PtySize { rows: ROWS, cols, pixel_width: 0, pixel_height: 0 })
             .unwrap();
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_codeloop"));
         cmd.args(args);
@@ -59,7 +64,7 @@ impl Tui {
         let writer = pair.master.take_writer().unwrap();
         let output = Arc::new((
             Mutex::new(Output {
-                parser: Some(vt100::Parser::new(ROWS.try_into().unwrap(), COLS.try_into().unwrap(), 0)),
+                parser: Some(vt100::Parser::new(ROWS.try_into().unwrap(), cols.try_into().unwrap(), 0)),
                 ..Default::default()
             }),
             Condvar::new(),
@@ -182,6 +187,46 @@ fn a_prompt_shows_the_answer_and_ctrl_c_twice_quits_restoring_the_terminal() {
     let left = raw.rfind("\x1b[?1049l").expect("the alternate screen was left");
     assert!(left > entered);
     assert!(raw[left..].contains("codeloop --session ses_"), "{:?}", &raw[left..]);
+}
+
+#[test]
+fn jobs_are_counted_in_the_status_line_and_listed_read_and_killed_with_slash_jobs() {
+    let env = Env::new();
+    let (_runtime, fake) = fake(Script::new([
+        Turn::from(Reply::tool_call(
+            "bash",
+            json!({"command": "echo server-ready; exec sleep 60", "run_in_background": true, "description": "server"}),
+        )),
+        Turn::from(Reply::text("It runs.")),
+    ]));
+    let config = env.config(&fake.base_url(), "");
+    let mut tui = Tui::start_sized(&env, &config, &[], 120);
+    tui.wait_for("Type a message");
+    tui.type_line("start a server");
+    tui.wait_for("It runs.");
+    let screen = tui.wait_for("⚙ 1 job ");
+    // At 120 columns the status line keeps every field and the whole session id besides the count.
+    let status = screen.lines().find(|l| l.contains("⚙ 1 job ")).unwrap();
+    for field in ["fake/test", "agent build", "% context", "$0.", "idle"] {
+        assert!(status.contains(field), "{field} in {status:?}");
+    }
+    let id = &status[status.find("ses_").expect("the session id")..];
+    assert_eq!(id.trim_end().len(), 30, "the whole session id: {status:?}");
+
+    tui.type_line("/jobs");
+    let screen = tui.wait_for("background jobs:");
+    let listed = screen.lines().skip_while(|l| !l.contains("background jobs:")).nth(1).unwrap();
+    let job = listed[listed.find("job_").unwrap()..].split_whitespace().next().unwrap().to_owned();
+    assert!(listed.contains("running") && listed.contains("exec sleep 60"), "{listed}");
+    tui.type_line(&format!("/jobs read {job}"));
+    let screen = tui.wait_for("(newest output)");
+    assert!(screen.contains("server-ready"), "{screen}");
+    tui.type_line(&format!("/jobs kill {job}"));
+    tui.wait_for(&format!("{job} killed"));
+    tui.wait_until("the count to go", |s| !s.contains("⚙ 1 job "));
+    tui.send("\x03");
+    tui.send("\x03");
+    assert!(tui.wait_exit().0);
 }
 
 #[test]

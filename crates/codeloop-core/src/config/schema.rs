@@ -22,6 +22,8 @@ pub struct Config {
     pub compaction: CompactionConfig,
     pub retry: RetryConfig,
     pub tool_output: ToolOutputConfig,
+    /// `[bash] max_jobs`: background jobs per session (DESIGN.md §5f).
+    pub bash: crate::jobs::BashConfig,
     /// Extra instruction files (paths relative to the project, or absolute).
     pub instructions: Vec<String>,
     /// Whether to take file snapshots of the project at each step (git projects; default on).

@@ -23,7 +23,8 @@ impl Engine {
             SessionCommand::Abort { session }
             | SessionCommand::Compact { session, .. }
             | SessionCommand::Revert { session, .. }
-            | SessionCommand::Unrevert { session } => self.session(session).await.map(drop),
+            | SessionCommand::Unrevert { session }
+            | SessionCommand::KillJob { session, .. } => self.session(session).await.map(drop),
             SessionCommand::AnswerPermission { .. } | SessionCommand::AnswerQuestion { .. } => Ok(()),
         }
     }
@@ -54,6 +55,9 @@ impl Engine {
             SessionCommand::AnswerQuestion { request, answers } => {
                 self.answer_question(&request, answers).await?;
                 Ok(CommandOutcome::Answered)
+            }
+            SessionCommand::KillJob { session, job } => {
+                self.submit_kill_job(&session, &job).await.map(CommandOutcome::Job)
             }
         }
     }

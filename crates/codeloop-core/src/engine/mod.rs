@@ -5,6 +5,7 @@
 
 mod answers;
 mod commands;
+mod jobs;
 mod sessions;
 
 pub use sessions::AgentChoice;
@@ -62,6 +63,18 @@ pub struct EngineOptions {
 }
 
 pub use crate::config::ProjectConfigLoader;
+
+/// Records as lost the running jobs of processes on this machine that are gone (DESIGN.md §5f).
+fn settle_lost_jobs(store: &dyn codeloop_store::Store) {
+    match store.list_jobs(None) {
+        Ok(running) => {
+            for (job, owner) in running {
+                crate::jobs::settle(store, job, &owner);
+            }
+        }
+        Err(error) => tracing::warn!(%error, "could not look for background jobs left by dead processes"),
+    }
+}
 
 impl EngineOptions {
     pub fn new(data_dir: impl Into<PathBuf>, config: Config) -> Self {
@@ -141,6 +154,10 @@ impl Engine {
                 }
             }
         });
+        let owner = crate::jobs::Owner::this_process();
+        settle_lost_jobs(store.as_ref());
+        let recorder = crate::jobs::JobRecorder::new(store.clone(), bus.clone(), owner);
+        let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
         let mcp = crate::mcp::McpServers::new(
             options.config.mcp.clone(),
             crate::mcp::StartContext {
@@ -177,6 +194,7 @@ impl Engine {
             warned_projects: Default::default(),
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
+            jobs,
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {

@@ -211,6 +211,8 @@ impl Engine {
         if self.coordinator.is_busy(id) {
             return Err(EngineError::Busy { session: id.clone(), action: "deleting it" });
         }
+        // Its jobs end with it (DESIGN.md §5f), before its rows go.
+        self.services.jobs.end_session(id, crate::engine::jobs::KILL_WAIT).await;
         let target = id.clone();
         let deleted = self
             .read(move |store| {

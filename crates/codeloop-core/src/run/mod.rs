@@ -235,6 +235,9 @@ pub(crate) async fn run_session(
     services.set_status(session_id, SessionStatus::Idle);
     services.bus.publish(EventPayload::SessionIdle { session_id: session_id.clone() });
     let mut stop = result?;
+    if stop == StopReason::Interrupted {
+        say_jobs_keep_running(&services, session_id);
+    }
     // A run whose writes were lost (disk full, read-only data dir) did not complete, however the model
     // ended: it stops with an error that says where (an interrupt keeps its own stop).
     if let Some(error) = storage_failure(&services.data_dir, persisted, lost)
@@ -256,6 +259,24 @@ pub(crate) async fn run_session(
         });
     }
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })
+}
+
+/// An interrupt ends the run's own calls, not the session's background jobs: the user is told which run on.
+fn say_jobs_keep_running(services: &Services, session_id: &SessionId) {
+    let running = services.jobs.running(session_id);
+    if running.is_empty() {
+        return;
+    }
+    let ids: Vec<&str> = running.iter().map(|id| id.as_str()).collect();
+    services.bus.publish(EventPayload::SessionWarning {
+        session_id: session_id.clone(),
+        message: format!(
+            "{} background job{} still running ({}): /jobs lists and kills them; they end when codeloop exits",
+            ids.len(),
+            if ids.len() == 1 { "" } else { "s" },
+            ids.join(", ")
+        ),
+    });
 }
 
 /// The error of a run some of whose writes failed: `persisted` is its last flush, `lost` the writes
@@ -315,7 +336,8 @@ impl Run<'_> {
             }
             self.refresh_mcp().await;
             self.step += 1;
-            match self.turn(latest.last_user.unwrap_or(0)).await? {
+            let user = self.note_ended_jobs(latest.last_user.unwrap_or(0));
+            match self.turn(user).await? {
                 Flow::Continue => {}
                 Flow::Stop(reason) => return Ok(reason),
             }
@@ -355,6 +377,36 @@ impl Run<'_> {
             self.history.push(message);
         }
         Ok(())
+    }
+
+    /// Background jobs that ended since the last request become a short note in this one (DESIGN.md §5f):
+    /// a synthetic user message like the one being answered, recorded so every later request keeps the
+    /// same prefix. Only when a request is made anyway: a job's end never starts a turn by itself.
+    /// Returns the index of the message the turn answers.
+    fn note_ended_jobs(&mut self, user_index: usize) -> usize {
+        let notes = self.services.jobs.take_notes(&self.session.id);
+        let Some(Message::User(like)) =
+            self.history.get(user_index).map(|m| &m.info).filter(|_| !notes.is_empty())
+        else {
+            return user_index;
+        };
+        let mut info = crate::compaction::user_info(&self.session.id, like);
+        info.system = like.system.clone();
+        let mut part = codeloop_types::Part::synthetic_text(
+            self.session.id.clone(),
+            info.id.clone(),
+            crate::jobs::note_text(&notes),
+        );
+        if let PartKind::Text(text) = &mut part.kind {
+            text.metadata = Some(serde_json::json!({ "job_notes": true }));
+        }
+        let message = MessageWithParts { info: Message::User(info), parts: vec![part] };
+        self.services.journal.save_message(&message.info);
+        for part in &message.parts {
+            self.services.journal.save_part(part);
+        }
+        self.history.push(message);
+        self.history.len() - 1
     }
 
     fn last_assistant(&self) -> Option<&AssistantMessage> {

@@ -1,19 +1,19 @@
 //! The init of a call's PID namespace (see the parent module): its own `/proc`, the process limit, the
 //! Landlock and seccomp walls, then PROGRAM; when PROGRAM exits, whatever is left of the tree is counted
 //! and ended, and the count goes to the outer helper on this process's stdin (a pipe). It reaps every
-//! orphan meanwhile, as an init must.
+//! orphan meanwhile, as an init must, and a SIGTERM from the outer helper ends the namespace gracefully
+//! (see [`super::supervise`]).
 
 use std::io::Write as _;
 use std::os::fd::AsFd as _;
 use std::process::{Command, Stdio};
 
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 
 use crate::command::{CallReport, ProcessLimit};
 
+use super::supervise::{spawn_unblocked, supervise, watch_signals};
+use super::tree::Tree;
 use super::{Failure, Invocation, landlock_rules, mounts, seccomp};
 
 /// The kernel's smallest `pid_max` (`RESERVED_PIDS + 1`).
@@ -36,64 +36,17 @@ pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
         seccomp::deny_sockets().map_err(Failure::setup)?;
     }
     let report_to = std::io::stdin().as_fd().try_clone_to_owned().ok().map(std::fs::File::from);
-    let child = Command::new(&inv.program)
-        .args(&inv.args)
-        .stdin(Stdio::null())
-        .spawn()
+    let signals = watch_signals().map_err(Failure::setup)?;
+    let child = spawn_unblocked(Command::new(&inv.program).args(&inv.args).stdin(Stdio::null()))
         .map_err(|e| Failure::spawn(&inv.program, &e))?;
-    let main = Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
-    let code = reap_until(main);
-    let leftovers = if own_proc { end_leftovers() } else { 0 };
+    let ended = supervise(&child, Tree::Namespace, &signals, None);
+    // Without its own /proc the namespace's processes cannot be counted (they are still ended).
+    let leftovers = if own_proc { ended.leftovers } else { 0 };
     if let Some(mut out) = report_to {
         let report = CallReport { leftovers, process_limit };
         let _ = serde_json::to_vec(&report).map(|bytes| out.write_all(&bytes));
     }
-    Ok(code)
-}
-
-/// Reaps children until `main` exits; its exit code, or 128 + the signal that killed it.
-fn reap_until(main: Pid) -> u8 {
-    loop {
-        match waitpid(Pid::from_raw(-1), None) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == main => return u8::try_from(code).unwrap_or(1),
-            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == main => {
-                return u8::try_from(128 + signal as i32).unwrap_or(255);
-            }
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => return 1,
-        }
-    }
-}
-
-/// Counts the processes still in the namespace (all but this init), kills them, and reaps them. A
-/// process that already exited but was not reaped yet is not counted.
-fn end_leftovers() -> u32 {
-    reap_ready();
-    let count = std::fs::read_dir("/proc")
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| {
-                    e.file_name().to_str().is_some_and(|n| n != "1" && n.bytes().all(|b| b.is_ascii_digit()))
-                })
-                .count()
-        })
-        .unwrap_or(0);
-    if count > 0 {
-        // From the namespace's init, -1 means every process of the namespace but itself.
-        let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-        while let Ok(_) | Err(Errno::EINTR) = waitpid(Pid::from_raw(-1), None) {}
-    }
-    u32::try_from(count).unwrap_or(u32::MAX)
-}
-
-/// Reaps the children that have exited, without waiting.
-fn reap_ready() {
-    while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-        if status == WaitStatus::StillAlive {
-            break;
-        }
-    }
+    Ok(ended.code)
 }
 
 /// `pid_max` of this PID namespace (kernels since 6.14 have one per namespace): at most `max` processes

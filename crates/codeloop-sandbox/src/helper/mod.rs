@@ -11,7 +11,9 @@
 //!   exits it counts and ends whatever else is left, so a call owns its whole tree (DESIGN.md §5f);
 //! - **PROGRAM**, which sees only its own processes.
 //!
-//! Without them, the outer helper applies Landlock and seccomp to itself and execs PROGRAM.
+//! Without them, the outer helper applies Landlock, seccomp and the process rlimit to itself and starts
+//! PROGRAM as a child subreaper ([`subreaper`]), staying as its parent; in mode off it is only that
+//! subreaper. Either way the helper returns only when the call's whole tree is gone ([`supervise`]).
 //!
 //! Exit codes when PROGRAM does not run: [`EXIT_SETUP_FAILED`] (125) when a wall could not be put up,
 //! 126 when PROGRAM exists but cannot be executed, 127 when PROGRAM is not found (as shells do). PROGRAM
@@ -30,6 +32,12 @@ mod mounts;
 mod outer;
 #[cfg(target_os = "linux")]
 mod seccomp;
+#[cfg(target_os = "linux")]
+mod subreaper;
+#[cfg(target_os = "linux")]
+mod supervise;
+#[cfg(target_os = "linux")]
+mod tree;
 
 /// The helper could not set up the sandbox (bad arguments, namespace, mount, Landlock or seccomp failure).
 /// Distinct from 126/127 so the caller can tell a broken sandbox from a broken command.

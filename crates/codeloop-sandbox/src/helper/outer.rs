@@ -1,22 +1,25 @@
 //! The outer helper (see the parent module): namespaces and mounts, then the init as its only child,
 //! watched until it exits. Without user namespaces: Landlock, seccomp and the process rlimit on itself,
-//! then an exec of PROGRAM.
+//! then PROGRAM under the subreaper; in mode off, only the subreaper.
 
-use std::io::{Read as _, Write as _};
-use std::os::fd::AsFd as _;
+use std::io::Read as _;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
+use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Child, Command, ExitStatus, Stdio};
 
-use crate::command::{HELPER_ARG, Namespace};
+use nix::sys::signal::Signal;
+use nix::sys::signalfd::SignalFd;
+
+use crate::command::{CallReport, HELPER_ARG, Namespace, ProcessLimit};
 use crate::policy::SandboxMode;
 
-use super::{Failure, INIT_ARG, Invocation, landlock_rules, mounts, seccomp};
+use super::supervise::{owner_gone, owner_socket, watch_signals};
+use super::{Failure, INIT_ARG, Invocation, landlock_rules, mounts, seccomp, subreaper};
 
 pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
     let policy = &inv.plan.policy;
     if policy.mode == SandboxMode::Off {
-        return Err(Failure::spawn(&inv.program, &Command::new(&inv.program).args(&inv.args).exec()));
+        return subreaper::run(&inv, ProcessLimit::Unbounded);
     }
     match inv.plan.namespace {
         Namespace::Skip => {
@@ -25,7 +28,7 @@ pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
                 seccomp::deny_sockets().map_err(Failure::setup)?;
             }
             super::init::limit_by_rlimit(policy.max_processes);
-            Err(Failure::spawn(&inv.program, &Command::new(&inv.program).args(&inv.args).exec()))
+            subreaper::run(&inv, ProcessLimit::Rlimit)
         }
         Namespace::Private => walled_tree(&inv),
     }
@@ -52,17 +55,18 @@ fn walled_tree(inv: &Invocation) -> Result<u8, Failure> {
         .arg(&inv.program)
         .args(&inv.args)
         .stdin(Stdio::from(report_out));
-    let child = init.spawn().map_err(|e| Failure::setup(format!("cannot start the sandbox's init: {e}")))?;
+    let signals = watch_signals().map_err(Failure::setup)?;
+    let child = super::supervise::spawn_unblocked(&mut init)
+        .map_err(|e| Failure::setup(format!("cannot start the sandbox's init: {e}")))?;
     // The command holds our copy of the pipe's write end: drop it, or the report never ends.
     drop(init);
     let owner = owner_socket();
-    let status = wait_watching(child, owner.as_ref())
+    let status = wait_watching(child, &signals, owner.as_ref())
         .map_err(|e| Failure::setup(format!("cannot wait for the sandbox's init: {e}")))?;
     let mut report = String::new();
     let _ = (&report_in).read_to_string(&mut report);
-    if let Some(mut owner) = owner {
-        // The owner may be gone already; the report is then for no one.
-        let _ = owner.write_all(report.trim().as_bytes()).and_then(|()| owner.write_all(b"\n"));
+    if let Ok(report) = serde_json::from_str::<CallReport>(report.trim()) {
+        subreaper::report(owner, &report);
     }
     Ok(exit_code(status))
 }
@@ -81,52 +85,54 @@ fn pass_mount_right_to_init() -> Result<(), String> {
         .map_err(|e| format!("cannot pass CAP_SYS_ADMIN to the sandbox's init: {e}"))
 }
 
-/// Our stdin when codeloop gave us a socket ([`crate::CallChannel`]): its end-of-file means the owner
-/// is gone. `None` for anything else (`/dev/null` in tests and `sandbox check`).
-fn owner_socket() -> Option<UnixStream> {
-    let stdin = std::io::stdin();
-    let stat = rustix::fs::fstat(stdin.as_fd()).ok()?;
-    if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {
-        return None;
-    }
-    stdin.as_fd().try_clone_to_owned().ok().map(UnixStream::from)
-}
-
-/// Waits for the init; if the owner's socket ends first (codeloop died, even by SIGKILL), kills it,
+/// Waits for the init. SIGTERM (and SIGINT, SIGHUP) go on to it: it ends the namespace's processes
+/// gracefully. If the owner's socket ends first (codeloop died, even by SIGKILL), the init is killed,
 /// which ends every process of its namespace. Threads cannot be made after `unshare(CLONE_NEWPID)`, so
-/// this polls the init's pidfd and the socket together.
-fn wait_watching(mut child: Child, owner: Option<&UnixStream>) -> std::io::Result<ExitStatus> {
+/// this polls the init's pidfd, the signals and the socket together.
+fn wait_watching(
+    mut child: Child,
+    signals: &SignalFd,
+    owner: Option<&UnixStream>,
+) -> std::io::Result<ExitStatus> {
     use rustix::event::{PollFd, PollFlags, poll};
-    let (Some(owner), Ok(pidfd)) = (
-        owner,
-        rustix::process::pidfd_open(
-            rustix::process::Pid::from_child(&child),
-            rustix::process::PidfdFlags::empty(),
-        ),
+    let Ok(pidfd) = rustix::process::pidfd_open(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::PidfdFlags::empty(),
     ) else {
         return child.wait();
     };
+    let init = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+    let mut owner = owner;
     loop {
-        let mut fds = [PollFd::new(&pidfd, PollFlags::IN), PollFd::new(owner, PollFlags::IN)];
+        let mut fds = vec![PollFd::new(&pidfd, PollFlags::IN), PollFd::new(signals, PollFlags::IN)];
+        if let Some(owner) = owner {
+            fds.push(PollFd::new(owner, PollFlags::IN));
+        }
         match poll(&mut fds, None) {
             Ok(_) => {}
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
-        if !fds[0].revents().is_empty() {
+        let (exited, signalled) = (!fds[0].revents().is_empty(), !fds[1].revents().is_empty());
+        let owner_event = fds.get(2).is_some_and(|f| !f.revents().is_empty());
+        drop(fds);
+        if exited {
             return child.wait();
         }
-        if !fds[1].revents().is_empty() && owner_gone(owner) {
+        if signalled {
+            let mut term = false;
+            while let Ok(Some(info)) = signals.read_signal() {
+                term |= info.ssi_signo != Signal::SIGCHLD as u32;
+            }
+            if term {
+                let _ = nix::sys::signal::kill(init, Signal::SIGTERM);
+            }
+        }
+        if owner_event && owner.is_some_and(owner_gone) {
             let _ = child.kill();
-            return child.wait();
+            owner = None;
         }
     }
-}
-
-/// Whether the owner's end closed (data on the socket is for later uses and is skipped).
-fn owner_gone(owner: &UnixStream) -> bool {
-    let mut buf = [0u8; 64];
-    !matches!((&*owner).read(&mut buf), Ok(n) if n > 0)
 }
 
 /// The init's exit code, or 128 + the signal that killed it.

@@ -1,4 +1,5 @@
-//! Session routes: list, create, get, rename, delete, children, todo list, active statuses.
+//! Session routes: list, create, get, rename, delete, children, todo list, background jobs (list, kill),
+//! active statuses.
 //!
 //! Owns: request validation and the calls into the engine.
 //! Must not: decide what a session is allowed to do (deleting a running session, for one, is refused by
@@ -9,12 +10,12 @@ use std::path::PathBuf;
 
 use axum::Json;
 use axum::extract::State;
-use codeloop_core::Engine;
+use codeloop_core::{CommandOutcome, Engine, SessionCommand};
 use codeloop_types::SessionFilter;
-use codeloop_types::{Session, SessionId, SessionStatus, Todo};
+use codeloop_types::{Job, JobId, Session, SessionId, SessionStatus, Todo};
 
 use crate::AppState;
-use crate::api::{CreateSession, SessionListQuery, UpdateSession};
+use crate::api::{CreateSession, JobOutput, JobOutputQuery, SessionListQuery, UpdateSession};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
 /// Longest accepted title, in characters.
@@ -150,6 +151,36 @@ pub async fn todo(
 ) -> Result<Json<Vec<Todo>>, ApiError> {
     let session = load(&state.engine, &id).await?;
     Ok(Json(state.engine.todos(&session.id).await?))
+}
+
+pub async fn jobs(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Vec<Job>>, ApiError> {
+    Ok(Json(state.engine.jobs(&session_id(&id)?).await?))
+}
+
+pub async fn job_output(
+    State(state): State<AppState>,
+    ApiPath((id, job)): ApiPath<(String, String)>,
+    ApiQuery(query): ApiQuery<JobOutputQuery>,
+) -> Result<Json<JobOutput>, ApiError> {
+    // A job keeps its newest 1 MiB in memory; the saved file has the rest.
+    let max = query.bytes.unwrap_or(16 * 1024).min(1024 * 1024);
+    let job = JobId::from(job.as_str());
+    let output = state.engine.job_output(&session_id(&id)?, &job, max).await?;
+    Ok(Json(JobOutput { id: job.to_string(), output }))
+}
+
+pub async fn kill_job(
+    State(state): State<AppState>,
+    ApiPath((id, job)): ApiPath<(String, String)>,
+) -> Result<Json<Job>, ApiError> {
+    let command = SessionCommand::KillJob { session: session_id(&id)?, job: JobId::from(job.as_str()) };
+    match state.engine.submit(command).await? {
+        CommandOutcome::Job(job) => Ok(Json(job)),
+        other => Err(ApiError::internal(format!("a kill came back as {other:?}"))),
+    }
 }
 
 pub async fn status(State(state): State<AppState>) -> Json<BTreeMap<String, SessionStatus>> {

@@ -258,6 +258,9 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("get", "/models"),
     ("get", "/agent"),
     ("get", "/agent/{name}"),
+    ("get", "/session/{id}/job"),
+    ("get", "/session/{id}/job/{job}/output"),
+    ("post", "/session/{id}/job/{job}/kill"),
     ("get", "/doc"),
 ];
 

@@ -536,12 +536,54 @@ async fn job_limit_hook_and_unknown_events_become_lines_of_the_session() {
     );
     browser.click_button("Jobs").await;
     let panel = browser.wait("the jobs panel", "const p = document.getElementById('jobs'); return !p.hidden && p.querySelector('.dim') ? p.textContent : ''").await;
+    // The server's jobs API answers for the session: these events named no job it runs.
     let panel = panel.as_str().unwrap();
-    assert!(
-        panel.contains("This server has no jobs API.")
-            && panel.contains("job_1")
-            && panel.contains("exited (exit 0)"),
-        "{panel}"
-    );
+    assert!(panel.contains("No background jobs in this session."), "{panel}");
+    browser.close().await;
+}
+
+#[tokio::test]
+async fn the_jobs_panel_lists_a_running_job_from_the_api_and_its_kill_button_ends_it() {
+    let h = harness(
+        Script::new([
+            Turn::from(Reply::tool_call(
+                "bash",
+                json!({"command": "exec sleep 60", "run_in_background": true}),
+            )),
+            Turn::from(Reply::text("started")),
+        ]),
+        |_| {},
+    )
+    .await;
+    let Some(browser) =
+        Browser::start("the_jobs_panel_lists_a_running_job_from_the_api_and_its_kill_button_ends_it").await
+    else {
+        return;
+    };
+    let (_, session) = crate::support::read(
+        h.client.post(h.url("/session")).bearer_auth(TOKEN).json(&json!({})).send().await.unwrap(),
+    )
+    .await;
+    let session = session["id"].as_str().unwrap().to_owned();
+    let prompt = json!({"parts": [{"type": "text", "text": "start it"}]});
+    let sent = h.client.post(h.url(&format!("/session/{session}/prompt"))).bearer_auth(TOKEN).json(&prompt);
+    assert!(sent.send().await.unwrap().status().is_success());
+    browser.goto(&format!("{}/#token={TOKEN}&/session/{session}", h.base)).await;
+    booted(&browser).await;
+    browser
+        .wait("the answer", "return document.getElementById('timeline').textContent.includes('started')")
+        .await;
+    browser.click_button("Jobs").await;
+    let row = browser
+        .wait("the job's row", "const r = document.querySelector('#jobs li[data-job]'); return r && r.textContent.includes('running') ? r.textContent : ''")
+        .await;
+    let row = row.as_str().unwrap();
+    assert!(row.contains("job_") && row.contains("exec sleep 60"), "{row}");
+    browser.click("#jobs li[data-job] button").await;
+    let row = browser
+        .wait("the job killed", "const r = document.querySelector('#jobs li[data-job]'); return r && r.textContent.includes('killed') ? r.textContent : ''")
+        .await;
+    assert!(row.as_str().unwrap().contains("killed"), "{row}");
+    assert_eq!(h.engine.running_jobs(&session.as_str().into()).len(), 0);
     browser.close().await;
 }

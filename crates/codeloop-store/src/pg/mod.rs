@@ -444,6 +444,54 @@ impl Store for PgStore {
         self.read(move |tx| Box::pin(async move { rows::load_history(tx, &session).await }))
     }
 
+    fn save_job(&self, job: &codeloop_types::Job, owner: &str) -> Result<()> {
+        let data = encode_json("job", job.id.as_str(), job)?;
+        let (id, session, state, owner) =
+            (job.id.to_string(), job.session_id.to_string(), job.state.as_str(), owner.to_owned());
+        self.write(move |tx| {
+            Box::pin(async move {
+                tx.execute(
+                    "INSERT INTO job (id, session_id, state, owner, data) VALUES ($1, $2, $3, $4, $5::text::json)
+                     ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
+                    &[&id, &session, &state, &owner, &data],
+                )
+                .await?;
+                Ok(())
+            })
+        })
+    }
+
+    fn list_jobs(&self, session: Option<&SessionId>) -> Result<Vec<(codeloop_types::Job, String)>> {
+        let session = session.cloned();
+        self.read(move |tx| {
+            Box::pin(async move {
+                let rows = match &session {
+                    Some(id) => {
+                        tx.query(
+                            "SELECT id, owner, data::text FROM job WHERE session_id = $1 ORDER BY id",
+                            &[&id.as_str()],
+                        )
+                        .await?
+                    }
+                    None => {
+                        tx.query(
+                            "SELECT id, owner, data::text FROM job WHERE state = 'running' ORDER BY id",
+                            &[],
+                        )
+                        .await?
+                    }
+                };
+                let mut out = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let id: String = row.try_get(0)?;
+                    let owner: String = row.try_get(1)?;
+                    out.push((decode_json("job", &id, row.try_get(2)?)?, owner));
+                }
+                Ok(out)
+            })
+        })
+    }
+
     fn get_todos(&self, session: &SessionId) -> Result<Vec<Todo>> {
         let session = session.clone();
         self.read(move |tx| {

@@ -18,7 +18,8 @@ const MIGRATION_LOCK: i64 = 0x636c_6d67;
 /// Ids and directories use the "C" collation so `ORDER BY id` is byte order, as in SQLite, whatever the
 /// database's locale. `json` (not `jsonb`) keeps the text as written: no re-parse on read, and tool output
 /// with `\u0000` in it is accepted.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
     CREATE TABLE session (
         id           TEXT COLLATE "C" PRIMARY KEY,
         parent_id    TEXT COLLATE "C",
@@ -90,7 +91,20 @@ const MIGRATIONS: &[&str] = &[r#"
         payload JSON NOT NULL
     );
     CREATE INDEX event_created ON event (created);
-    "#];
+    "#,
+    // 2: background jobs (DESIGN.md §5f); `owner` names the process that runs one.
+    r#"
+    CREATE TABLE job (
+        id         TEXT COLLATE "C" PRIMARY KEY,
+        session_id TEXT COLLATE "C" NOT NULL REFERENCES session (id) ON DELETE CASCADE,
+        state      TEXT NOT NULL,
+        owner      TEXT NOT NULL,
+        data       JSON NOT NULL
+    );
+    CREATE INDEX job_session ON job (session_id, id);
+    CREATE INDEX job_running ON job (owner) WHERE state = 'running';
+    "#,
+];
 
 /// The newest schema version this build understands.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -43,6 +43,8 @@ async fn specs_are_sorted_exclude_invalid_and_stay_small() {
         vec![
             "apply_patch",
             "bash",
+            "bash_kill",
+            "bash_output",
             "edit",
             "glob",
             "grep",
@@ -75,7 +77,9 @@ async fn unknown_tools_fail_with_the_available_list() {
     let err = env.run("frobnicate", json!({})).await.unwrap_err();
     let ToolFailure::Failed(message) = err else { panic!("expected Failed, got {err:?}") };
     assert!(
-        message.starts_with("Unknown tool \"frobnicate\". Available tools: apply_patch, bash, edit,"),
+        message.starts_with(
+            "Unknown tool \"frobnicate\". Available tools: apply_patch, bash, bash_kill, bash_output, edit,"
+        ),
         "{message}"
     );
     assert!(!message.contains("invalid"));

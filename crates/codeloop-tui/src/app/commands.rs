@@ -77,6 +77,7 @@ impl App {
             }
             ("agent", _) => vec![Action::CheckAgent(arg.to_owned())],
             ("export", Some(id)) => vec![Action::Export(id)],
+            ("jobs", Some(id)) => self.jobs_command(id, arg),
             ("help", _) => {
                 self.convo.notice(Notice::info(HELP));
                 Vec::new()
@@ -85,7 +86,7 @@ impl App {
                 self.quit = true;
                 vec![Action::Quit]
             }
-            ("undo" | "redo" | "compact" | "export", None) => {
+            ("undo" | "redo" | "compact" | "export" | "jobs", None) => {
                 self.convo.notice(Notice::error("no session is open yet"));
                 Vec::new()
             }
@@ -116,6 +117,7 @@ pub const HELP: &str = "Commands:
   /model P/M         use another model, e.g. /model openai/gpt-4.1
   /agent NAME        use another agent (build, plan, …)
   /export            write the session as JSON to a file
+  /jobs [read|kill ID]  list the background jobs, show one's newest output, or end it
   /help              this list
   /quit              leave (Ctrl+C twice does too)
 Keys:

@@ -82,6 +82,12 @@ impl App {
             EventPayload::SessionWarning { session_id, message } if self.mine(&session_id) => {
                 self.convo.notice(Notice::warning(message));
             }
+            EventPayload::JobStarted { session_id, job_id, command } if self.mine(&session_id) => {
+                self.job_started(job_id, &command);
+            }
+            EventPayload::JobExited { session_id, job_id, exit_code, state } if self.mine(&session_id) => {
+                self.job_exited(job_id, state, exit_code);
+            }
             EventPayload::PermissionAsked(request)
                 if self.mine(&request.session_id)
                     || request.parent_session_id.as_ref().is_some_and(|p| self.mine(p)) =>

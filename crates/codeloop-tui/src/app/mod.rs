@@ -4,6 +4,9 @@
 
 mod commands;
 mod events;
+mod jobs;
+
+pub use jobs::{JOB_OUTPUT_BYTES, JobsAction, perform_jobs};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -38,6 +41,8 @@ pub enum Action {
     Unrevert(SessionId),
     /// `/compact [focus]`.
     Compact(SessionId, Option<String>),
+    /// `/jobs`: list, read or kill the session's background jobs.
+    Jobs(SessionId, JobsAction),
     CheckModel(ModelRef),
     CheckAgent(String),
     Export(SessionId),
@@ -59,6 +64,10 @@ pub enum Outcome {
         created: bool,
     },
     Sessions(Vec<Session>),
+    /// The session's jobs; `show`: list them for the person (else only the count is taken).
+    Jobs(SessionId, Vec<codeloop_types::Job>, bool),
+    /// A job's newest output.
+    JobOutput(codeloop_types::JobId, String),
     /// The session reloaded (after a revert, an unrevert or lost events), with a note to show.
     Reloaded(Session, Vec<MessageWithParts>, Option<String>),
     ModelChosen(ModelRef),
@@ -120,6 +129,8 @@ pub struct App {
     /// Total rows of the conversation at the last draw.
     pub total_rows: usize,
     pub quit: bool,
+    /// The open session's background jobs and their states (from `/jobs` and `job.*` events).
+    pub jobs: std::collections::BTreeMap<codeloop_types::JobId, codeloop_types::JobState>,
 }
 
 impl App {
@@ -146,6 +157,7 @@ impl App {
             page: 20,
             total_rows: 0,
             quit: false,
+            jobs: Default::default(),
         }
     }
 
@@ -469,9 +481,15 @@ impl App {
                 self.created_empty = created;
                 self.scroll = None;
                 self.queued = 0;
+                self.jobs.clear();
                 actions.extend(self.lookups());
+                if let Some(id) = self.session_id() {
+                    actions.push(Action::Jobs(id.clone(), JobsAction::Count));
+                }
                 actions
             }
+            Outcome::Jobs(session, jobs, show) => self.jobs_loaded(&session, jobs, show),
+            Outcome::JobOutput(job, output) => self.job_output(&job, &output),
             Outcome::Sessions(sessions) => {
                 if sessions.is_empty() {
                     self.convo.notice(Notice::info("no sessions in this directory yet"));

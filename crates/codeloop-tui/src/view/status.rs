@@ -11,7 +11,7 @@ use super::USER;
 use crate::app::{App, RunState};
 use crate::wrap::truncate;
 
-/// The status line: state, model, agent, context used, cost, session id. When it does not fit, labels
+/// The status line: state, running jobs, model, agent, context used, cost, session id. When it does not fit, labels
 /// get shorter, then the least needed parts go (the session id goes last).
 pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
     let bar = Style::new().fg(Color::White).bg(Color::DarkGray);
@@ -34,6 +34,11 @@ pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
     let mut parts: Vec<(String, Style, u8)> = vec![(state, state_style, state_priority)];
     if app.queued > 0 {
         parts.push((format!("{} queued", app.queued), bar.fg(Color::Yellow), 3));
+    }
+    let jobs = app.running_jobs();
+    if jobs > 0 {
+        let noun = if jobs == 1 { "job" } else { "jobs" };
+        parts.push((format!("⚙ {jobs} {noun}"), bar.fg(Color::LightCyan), 3));
     }
     if app.quit_armed {
         parts.push(("Ctrl+C again to quit".to_owned(), bar.fg(Color::LightRed), 10));

@@ -7,6 +7,7 @@
 //! (`git status --short` → `git status *`).
 
 mod arity;
+mod background;
 mod files;
 mod guarded;
 mod output;
@@ -42,7 +43,9 @@ const WATCHDOG_GRACE: Duration = Duration::from_secs(60);
 const DESCRIPTION: &str = "Run a bash command in the project directory (or `workdir`) and return its combined stdout/stderr \
 and exit code. Use for builds, tests, git and other terminal tasks; prefer the read/grep/glob/edit tools over \
 cat/grep/find/sed. Use `workdir` instead of `cd`. Quote paths with spaces. Chain dependent commands with &&. \
-Default timeout 120000 ms. Long outputs are cut (the full output is saved to a file).";
+Default timeout 120000 ms. Long outputs are cut (the full output is saved to a file). A call's processes end \
+with it: for servers, watchers and long builds set `run_in_background` (you get a job id at once; read it \
+with bash_output, stop it with bash_kill).";
 
 #[derive(Deserialize, JsonSchema)]
 struct Params {
@@ -60,6 +63,10 @@ struct Params {
     /// user is asked every time.
     #[serde(default, deserialize_with = "crate::lenient::opt_bool")]
     escalate: Option<bool>,
+    /// Run as a background job that outlives this call (servers, watchers, long builds): returns a job id
+    /// at once.
+    #[serde(default, deserialize_with = "crate::lenient::opt_bool")]
+    run_in_background: Option<bool>,
 }
 
 /// Runs shell commands.
@@ -149,6 +156,19 @@ impl Tool for BashTool {
         let watched = walls
             .filter(|w| w.policy.mode != SandboxMode::Off && !codeloop_sandbox::probe().user_namespaces)
             .map(|w| (w, codeloop_sandbox::fingerprint(&w.policy.protected)));
+        if params.run_in_background == Some(true) {
+            let Some(jobs) = ctx.host.jobs() else {
+                return Err(ToolFailure::Failed(
+                    "Background jobs are not available here: run the command without run_in_background."
+                        .into(),
+                ));
+            };
+            let start = background::Start { command: &params.command, title, cwd: &cwd, walls, before };
+            let mut output = background::start(ctx, jobs, start)?;
+            output.metadata["description"] = json!(description);
+            output.metadata["sandbox"] = json!(walls.map_or("off", |w| w.policy.mode.as_str()));
+            return Ok(output);
+        }
         let timeout = Duration::from_millis(timeout_ms);
         let finished = process::run(&params.command, &cwd, timeout, ctx, walls, &mut sink, report)
             .await

@@ -22,6 +22,9 @@ use crate::{ToolContext, Walls};
 
 /// Time between SIGTERM and SIGKILL for the process group.
 pub(crate) const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Extra time the walls' helper gets to end its tree itself (it takes [`KILL_GRACE`] too) before the group
+/// is killed from here.
+const HELPER_SLACK: Duration = Duration::from_secs(1);
 /// After the shell exits, how long to keep reading output that background processes still write to the
 /// inherited pipe. A detached server may hold it open forever; this bounds the wait (reference: +100 ms).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(100);
@@ -42,17 +45,37 @@ pub(crate) struct Finished {
     pub report: Option<CallReport>,
 }
 
-/// Runs `script` in `cwd` (inside `walls` when given), feeding output into `sink` and live progress into
-/// `progress`.
-pub(crate) async fn run(
+/// A started script: the process (the walls' helper, or the shell), the read end of its output pipe, and
+/// the channel the helper reports on (it must live as long as the call: its end-of-file ends the tree).
+pub(crate) struct Spawned {
+    pub child: Child,
+    pub pipe: tokio::net::unix::pipe::Receiver,
+    pub channel: Option<CallChannel>,
+    pub pgid: Option<Pid>,
+}
+
+impl Spawned {
+    /// SIGTERM to the process group; then, after the grace (the helper's own plus a second when a helper
+    /// ends the tree itself), SIGKILL to it.
+    pub(crate) async fn kill(&mut self) {
+        let grace = if self.channel.is_some() { KILL_GRACE + HELPER_SLACK } else { KILL_GRACE };
+        kill_group(self.pgid, &mut self.child, grace).await;
+    }
+
+    /// What the helper reported, once it has exited.
+    pub(crate) fn report(&self) -> Option<CallReport> {
+        self.channel.as_ref().and_then(CallChannel::report)
+    }
+}
+
+/// Starts `script` in `cwd` (inside `walls` when given) in its own process group, stdout and stderr on
+/// one pipe, stdin closed.
+pub(crate) fn spawn(
     script: &str,
     cwd: &Path,
-    timeout: Duration,
     ctx: &ToolContext,
     walls: Option<&Walls>,
-    sink: &mut OutputSink,
-    mut progress: impl FnMut(&OutputSink),
-) -> std::io::Result<Finished> {
+) -> std::io::Result<Spawned> {
     let (reader, writer) = std::io::pipe()?;
     let mut channel = None;
     let mut command = match walls {
@@ -77,12 +100,26 @@ pub(crate) async fn run(
         }
     };
     command.current_dir(cwd).stdout(writer.try_clone()?).stderr(writer).process_group(0).kill_on_drop(false);
-    let mut child = command.spawn()?;
+    let child = command.spawn()?;
     // The command keeps our copies of the pipe's write end: drop it, or the read side never sees EOF.
     drop(command);
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
-    let mut pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+    let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
+    Ok(Spawned { child, pipe, channel, pgid })
+}
 
+/// Runs `script` in `cwd` (inside `walls` when given), feeding output into `sink` and live progress into
+/// `progress`.
+pub(crate) async fn run(
+    script: &str,
+    cwd: &Path,
+    timeout: Duration,
+    ctx: &ToolContext,
+    walls: Option<&Walls>,
+    sink: &mut OutputSink,
+    mut progress: impl FnMut(&OutputSink),
+) -> std::io::Result<Finished> {
+    let mut spawned = spawn(script, cwd, ctx, walls)?;
     let deadline = Instant::now() + timeout;
     let mut ticker = tokio::time::interval(PROGRESS_EVERY);
     ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -95,25 +132,25 @@ pub(crate) async fn run(
     while !(eof && ending.is_some()) {
         let drain_at = drain_until.unwrap_or(deadline);
         tokio::select! {
-            read = pipe.read(&mut buf), if !eof => match read {
+            read = spawned.pipe.read(&mut buf), if !eof => match read {
                 Ok(0) | Err(_) => eof = true,
                 Ok(n) => {
                     sink.push(&buf[..n]).await;
                     dirty = true;
                 }
             },
-            status = child.wait(), if ending.is_none() => {
+            status = spawned.child.wait(), if ending.is_none() => {
                 ending = Some(Ending::Exited(status?.code()));
                 drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
             }
             _ = tokio::time::sleep_until(drain_at), if drain_until.is_some() => break,
             _ = tokio::time::sleep_until(deadline), if ending.is_none() => {
-                kill_group(pgid, &mut child).await;
+                spawned.kill().await;
                 ending = Some(Ending::TimedOut);
                 drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
             }
             _ = ctx.cancel.cancelled(), if ending.is_none() => {
-                kill_group(pgid, &mut child).await;
+                spawned.kill().await;
                 ending = Some(Ending::Aborted);
                 drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
             }
@@ -129,22 +166,23 @@ pub(crate) async fn run(
         progress(sink);
     }
     // The helper has exited (or the drain gave up on it): its report, if any, is waiting.
-    let _ = child.wait().await;
-    let report = channel.as_ref().and_then(CallChannel::report);
+    let _ = spawned.child.wait().await;
+    let report = spawned.report();
     Ok(Finished { ending: ending.unwrap_or(Ending::Exited(None)), report })
 }
 
-/// SIGTERM to the group, up to [`KILL_GRACE`] for the shell to exit, then SIGKILL to whatever is left of
-/// the group. Waiting on the group itself is not reliable: orphaned grandchildren become zombies of an
-/// init that may never reap them, so the shell's exit is the signal to stop being gentle.
-async fn kill_group(pgid: Option<Pid>, child: &mut Child) {
+/// SIGTERM to the group, up to `grace` for its leader (the helper, or the shell) to exit, then SIGKILL to
+/// whatever is left of the group. Waiting on the group itself is not reliable: orphaned grandchildren
+/// become zombies of an init that may never reap them, so the leader's exit is the signal to stop being
+/// gentle. (The helper itself ends its whole tree, `setsid` processes included, TERM then KILL.)
+async fn kill_group(pgid: Option<Pid>, child: &mut Child, grace: Duration) {
     let Some(pgid) = pgid else {
         let _ = child.start_kill();
         let _ = child.wait().await;
         return;
     };
     let _ = killpg(pgid, Signal::SIGTERM);
-    let _ = tokio::time::timeout(KILL_GRACE, child.wait()).await;
+    let _ = tokio::time::timeout(grace, child.wait()).await;
     let _ = killpg(pgid, Signal::SIGKILL);
     let _ = child.wait().await;
 }
