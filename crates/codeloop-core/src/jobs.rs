@@ -32,16 +32,32 @@ impl Default for BashConfig {
 /// ends at once is never left recorded as running); it ends with the recorder.
 pub(crate) struct JobRecorder {
     bus: Bus,
-    writes: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
+    writes: std::sync::Mutex<std::sync::mpsc::Sender<Record>>,
 }
+
+enum Record {
+    Save(Job),
+    /// Answered once every record before it is written.
+    Flush(std::sync::mpsc::Sender<()>),
+}
+
+/// How long a quitting process waits for its jobs' last records.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl JobRecorder {
     pub(crate) fn new(store: Arc<dyn Store>, bus: Bus, owner: Owner) -> Self {
-        let (writes, pending) = std::sync::mpsc::channel::<Job>();
+        let (writes, pending) = std::sync::mpsc::channel::<Record>();
         let spawned = std::thread::Builder::new().name("codeloop-jobs".into()).spawn(move || {
-            for job in pending {
-                if let Err(error) = store.save_job(&job, &owner.0) {
-                    tracing::warn!(%error, "background job {} could not be recorded", job.id);
+            for record in pending {
+                match record {
+                    Record::Save(job) => {
+                        if let Err(error) = store.save_job(&job, &owner.0) {
+                            tracing::warn!(%error, "background job {} could not be recorded", job.id);
+                        }
+                    }
+                    Record::Flush(done) => {
+                        let _ = done.send(());
+                    }
                 }
             }
         });
@@ -51,9 +67,13 @@ impl JobRecorder {
         Self { bus, writes: std::sync::Mutex::new(writes) }
     }
 
-    fn record(&self, job: &Job) {
+    fn send(&self, record: Record) -> bool {
         // Fails only when the thread could not start (said once, above).
-        let _ = self.writes.lock().unwrap_or_else(|e| e.into_inner()).send(job.clone());
+        self.writes.lock().unwrap_or_else(|e| e.into_inner()).send(record).is_ok()
+    }
+
+    fn record(&self, job: &Job) {
+        self.send(Record::Save(job.clone()));
     }
 }
 
@@ -65,6 +85,13 @@ impl JobObserver for JobRecorder {
             session_id: job.session_id.clone(),
             command: job.command.clone(),
         });
+    }
+
+    fn flush(&self) {
+        let (done, flushed) = std::sync::mpsc::channel();
+        if self.send(Record::Flush(done)) {
+            let _ = flushed.recv_timeout(FLUSH_WAIT);
+        }
     }
 
     fn ended(&self, job: &Job) {

@@ -268,12 +268,13 @@ fn a_ten_thousand_part_session_draws_only_what_is_visible() {
     let mut terminal = Terminal::new(TestBackend::new(100, 40)).unwrap();
     let mut cache = Cache::default();
     terminal.draw(|frame| draw(frame, &mut app, &mut cache)).unwrap();
-    let started = std::time::Instant::now();
+    let first = cache.rendered();
+    assert!(first > 0, "the first frame renders the session");
     for _ in 0..10 {
         app.event(EventPayload::SessionStatus { session_id: SESSION.into(), status: SessionStatus::Busy });
         terminal.draw(|frame| draw(frame, &mut app, &mut cache)).unwrap();
     }
-    let per_frame = started.elapsed() / 10;
-    // Unchanged items come from the cache: a frame costs far less than rendering the session.
-    assert!(per_frame < std::time::Duration::from_millis(50), "{per_frame:?} per frame");
+    // Unchanged items come from the cache: later frames render none of them again (what a frame costs
+    // is measured in the render bench, not asserted here).
+    assert_eq!(cache.rendered(), first, "items rendered again by frames that changed none");
 }

@@ -204,7 +204,10 @@ fn jobs_are_counted_in_the_status_line_and_listed_read_and_killed_with_slash_job
     tui.wait_for("Type a message");
     tui.type_line("start a server");
     tui.wait_for("It runs.");
-    let screen = tui.wait_for("⚙ 1 job ");
+    // The answer shows a moment before the run is over: wait for the idle status line.
+    let screen = tui.wait_until("an idle status line with one job", |s| {
+        s.lines().any(|l| l.contains("⚙ 1 job ") && l.contains("idle"))
+    });
     // At 120 columns the status line keeps every field and the whole session id besides the count.
     let status = screen.lines().find(|l| l.contains("⚙ 1 job ")).unwrap();
     for field in ["fake/test", "agent build", "% context", "$0.", "idle"] {

@@ -21,6 +21,17 @@ fn worker(env: &Env, config: &std::path::Path, store: &str) -> (Killed, String, 
 /// `codeloop serve` in the env's project, on `store` (else SQLite in its own data dir).
 fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, String, tempfile::TempDir) {
     let data = tempfile::tempdir().unwrap();
+    let (server, url) = serve_in(env, config, store, data.path());
+    (server, url, data)
+}
+
+/// `codeloop serve` with `data` as its data dir.
+fn serve_in(
+    env: &Env,
+    config: &std::path::Path,
+    store: Option<&str>,
+    data: &std::path::Path,
+) -> (Killed, String) {
     let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
     serve.args(["serve", "--port", "0"]);
     if let Some(store) = store {
@@ -28,7 +39,7 @@ fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, S
     }
     serve
         .current_dir(env.project.path())
-        .env("CODELOOP_DATA_DIR", data.path())
+        .env("CODELOOP_DATA_DIR", data)
         .env("HOME", env.home.path())
         .env("CODELOOP_CONFIG", config)
         .env_remove("XDG_CONFIG_HOME")
@@ -47,7 +58,7 @@ fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, S
     };
     // Keep reading, so the worker never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    (server, url, data)
+    (server, url)
 }
 
 /// Polls `check` (what other processes did, seen over HTTP) until it gives a value; fails with `what`
@@ -156,6 +167,97 @@ async fn a_killed_workers_run_is_settled_and_its_queued_prompt_run_by_another_wo
     assert_eq!(text_of(&history[3]), "two");
     assert_eq!(text_of(&history[4]), "queued prompt answered");
     assert_eq!(fake.request_count(), 3);
+}
+
+/// A slow first answer, its continuation after a takeover, and the answer to the steered prompt.
+fn takeover_script() -> Script {
+    let slow =
+        Turn::from(Reply::text("never finished ".repeat(40)).with_text_chunks(40).with_chunk_delay_ms(100));
+    Script::new([
+        slow,
+        Turn::from(Reply::text("continued after the takeover")),
+        Turn::from(Reply::text("steered prompt answered")),
+    ])
+}
+
+/// Starts "one" on `base`, waits until its answer streams, steers "two" into it (default delivery) and
+/// returns the session once that call answered 202: from then on the prompt must survive anything.
+async fn steer_into_a_streaming_run(http: &reqwest::Client, base: &str) -> String {
+    let session: Value =
+        http.post(format!("{base}/session")).json(&json!({})).send().await.unwrap().json().await.unwrap();
+    let id = session["id"].as_str().unwrap().to_owned();
+    let prompt = |text: &str| json!({"parts": [{"type": "text", "text": text}]});
+    let first =
+        http.post(format!("{base}/session/{id}/prompt_async")).json(&prompt("one")).send().await.unwrap();
+    assert_eq!(first.status(), 202);
+    eventually("the first answer never started streaming", || async {
+        messages(http, base, &id).await.get(1).filter(|m| !text_of(m).is_empty()).map(drop)
+    })
+    .await;
+    let steered =
+        http.post(format!("{base}/session/{id}/prompt_async")).json(&prompt("two")).send().await.unwrap();
+    assert_eq!(steered.status(), 202);
+    id
+}
+
+/// The history once the steered prompt is answered; checks it was recorded and answered exactly once.
+async fn answered_once(http: &reqwest::Client, base: &str, id: &str) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let history = messages(http, base, id).await;
+        let answered = history.last().is_some_and(|m| {
+            text_of(m) == "steered prompt answered" && !m["info"]["time"]["completed"].is_null()
+        });
+        if answered {
+            let twos = history.iter().filter(|m| m["info"]["role"] == "user" && text_of(m) == "two").count();
+            assert_eq!(twos, 1, "the steered prompt is recorded once: {history:#?}");
+            return history;
+        }
+        assert!(Instant::now() < deadline, "the accepted prompt was never answered: {history:#?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_steered_prompt_accepted_by_a_worker_killed_at_once_is_answered_by_another_and_its_status_clears() {
+    let Some(store) = codeloop_testkit::postgres::database() else { return };
+    let fake = FakeProvider::start(takeover_script()).await.unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "[store]\nlease_secs = 2\n");
+    let (mut a, a_url, _a_data) = worker(&env, &config, &store);
+    let (_b, b_url, _b_data) = worker(&env, &config, &store);
+    let http = super::http_client();
+    let id = steer_into_a_streaming_run(&http, &a_url).await;
+    a.0.kill().unwrap(); // SIGKILL right after the 202: no time to do anything more
+    a.0.wait().unwrap();
+
+    answered_once(&http, &b_url, &id).await;
+    assert_eq!(fake.request_count(), 3, "no answer is asked for twice");
+    // The dead worker's busy status is gone once the takeover is done.
+    eventually("the session still shows busy on the other worker", || async {
+        let statuses: Value =
+            http.get(format!("{b_url}/session/status")).send().await.unwrap().json().await.unwrap();
+        statuses.get(&id).is_none_or(|s| s["type"] == "idle").then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_steered_prompt_accepted_by_a_server_killed_at_once_is_answered_after_the_restart() {
+    let fake = FakeProvider::start(takeover_script()).await.unwrap();
+    let env = Env::new();
+    let config = env.config(&fake.base_url(), "");
+    let data = tempfile::tempdir().unwrap();
+    let (mut first, first_url) = serve_in(&env, &config, None, data.path());
+    let http = super::http_client();
+    let id = steer_into_a_streaming_run(&http, &first_url).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+
+    let (_second, second_url) = serve_in(&env, &config, None, data.path());
+    let history = answered_once(&http, &second_url, &id).await;
+    assert_eq!(text_of(&history[0]), "one");
+    assert_eq!(fake.request_count(), 3, "no answer is asked for twice");
 }
 
 /// Reads SSE frames from `response` until one satisfies `until`; returns every bus event (`data` JSON

@@ -119,8 +119,8 @@ impl Inner {
         let FirstTurn { input, steered, mut replies, mut always } = first;
         let mut recorded = false;
         let mut reply = None;
-        for input in &steered {
-            match self.record_input(session, input, None) {
+        for steered in &steered {
+            match self.record_input(session, &steered.input, Some(steered.queued)) {
                 Ok(()) => recorded = true,
                 Err(e) => tracing::warn!("could not record steered input: {e}"),
             }
@@ -170,6 +170,27 @@ impl Inner {
         let (reply, own) = oneshot::channel();
         queue.replies.insert(id, reply);
         Ok(Some(own))
+    }
+
+    /// Steers `input` into `entry`'s run: stored in the session's queue first (a process that dies before
+    /// the run's next step leaves it for the settling one), then handed to the run, which records it and
+    /// takes it off the queue in one transaction. False when that run has stopped taking input.
+    pub(super) async fn steer_into(
+        self: &Arc<Self>,
+        entry: &Entry,
+        session: &SessionId,
+        input: PromptInput,
+    ) -> Result<bool, RunError> {
+        // The run decides whether to go on under this lock, so the input is either seen or refused.
+        let queue = entry.queue.clone().lock_owned().await;
+        if queue.closed {
+            return Ok(false);
+        }
+        let (inner, id, stored) = (self.clone(), session.clone(), input.clone());
+        let queued = off_runtime(move || inner.enqueue(&id, &stored)).await??;
+        entry.inbox.push(crate::run::Steered { queued, input });
+        drop(queue);
+        Ok(true)
     }
 
     /// Stores `input` behind the session's run.

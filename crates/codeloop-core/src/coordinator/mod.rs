@@ -106,7 +106,7 @@ struct FirstTurn {
     /// New input whose caller waits for its own turn's outcome.
     input: Option<(PromptInput, oneshot::Sender<RunResult>)>,
     /// Input steered into an interrupted run: recorded before anything queued.
-    steered: Vec<PromptInput>,
+    steered: Vec<crate::run::Steered>,
     /// Callers of queued turns carried over from the run before.
     replies: Replies,
     /// Run what the session holds before any queued turn (a bare run, a wake, a run a dead worker left
@@ -141,10 +141,31 @@ enum Step {
     AwaitEnd(Done),
     /// Join the active run and share its outcome.
     Join(Done),
+    /// Steer the input into the active run (stored first, so it outlives this process).
+    Steer(Arc<Entry>),
     /// Queue the input as its own turn behind the active run.
     Enqueue(Arc<Entry>),
     /// This caller claims the session (its slot is now `Claiming`; dropping the sender settles it).
     Claim(watch::Sender<()>),
+}
+
+/// Told once a prompt's input is durable: stored in the session's queue, or recorded as its message. A
+/// client that answers before the run ends (`prompt_async`) waits for this, so what it accepted
+/// survives the process (DESIGN.md §5b).
+#[derive(Default)]
+pub struct Accepted(Mutex<Option<oneshot::Sender<()>>>);
+
+impl Accepted {
+    pub fn new() -> (Self, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        (Self(Mutex::new(Some(tx))), rx)
+    }
+
+    pub fn fire(&self) {
+        if let Some(tx) = self.0.locked().take() {
+            let _ = tx.send(());
+        }
+    }
 }
 
 /// A coordinator handle that does not keep the engine alive (held by the failover task).
@@ -170,23 +191,37 @@ impl Coordinator {
 
     /// Starts a run (or joins the active one) and waits for its outcome.
     pub async fn run(&self, session: &SessionId) -> RunResult {
-        self.submit(session, None, Delivery::Steer).await
+        self.submit(session, None, Delivery::Steer, &Accepted::default()).await
     }
 
     /// Records new input and runs it: immediately when idle, else steered or queued.
     pub async fn prompt(&self, session: &SessionId, input: PromptInput, delivery: Delivery) -> RunResult {
-        self.submit(session, Some(input), delivery).await
+        self.submit(session, Some(input), delivery, &Accepted::default()).await
+    }
+
+    /// [`Coordinator::prompt`], telling `accepted` once the input is durable.
+    pub async fn prompt_accepted(
+        &self,
+        session: &SessionId,
+        input: PromptInput,
+        delivery: Delivery,
+        accepted: &Accepted,
+    ) -> RunResult {
+        self.submit(session, Some(input), delivery, accepted).await
     }
 
     /// The one path of `run` and `prompt`: join, steer, queue or claim, until one of them sticks.
-    async fn submit(&self, session: &SessionId, input: Option<PromptInput>, delivery: Delivery) -> RunResult {
+    async fn submit(
+        &self,
+        session: &SessionId,
+        input: Option<PromptInput>,
+        delivery: Delivery,
+        accepted: &Accepted,
+    ) -> RunResult {
         loop {
             let step = self.inner.next_step(session, |entry| match (&input, delivery) {
                 (None, _) => Step::Join(entry.done.subscribe()),
-                (Some(input), Delivery::Steer) => {
-                    entry.inbox.push(input.clone());
-                    Step::Join(entry.done.subscribe())
-                }
+                (Some(_), Delivery::Steer) => Step::Steer(entry.clone()),
                 (Some(_), Delivery::Queue) => Step::Enqueue(entry.clone()),
             });
             match step {
@@ -197,10 +232,23 @@ impl Coordinator {
                     let _ = wait(rx).await;
                 }
                 Step::Join(rx) => return wait(rx).await,
+                Step::Steer(entry) => {
+                    let input = input.clone().unwrap_or_default();
+                    let done = entry.done.subscribe();
+                    if self.inner.steer_into(&entry, session, input).await? {
+                        accepted.fire();
+                        return wait(done).await;
+                    }
+                    // The run stopped taking input meanwhile: look again once it is gone.
+                    let _ = wait(done).await;
+                }
                 Step::Enqueue(entry) => {
                     let input = input.clone().unwrap_or_default();
                     match self.inner.enqueue_behind(&entry, session, input).await? {
-                        Some(own) => return own.await.unwrap_or(Err(RunError::Lost)),
+                        Some(own) => {
+                            accepted.fire();
+                            return own.await.unwrap_or(Err(RunError::Lost));
+                        }
                         // The run ended meanwhile: look again once it is gone.
                         None => {
                             let _ = wait(entry.done.subscribe()).await;
@@ -216,6 +264,9 @@ impl Coordinator {
                         ..FirstTurn::default()
                     };
                     let started = self.inner.claim(session, first, settled).await;
+                    if started.is_ok() {
+                        accepted.fire();
+                    }
                     return match started {
                         Ok(Some(done)) if input.is_none() => wait(done).await,
                         Ok(_) => own.await.unwrap_or(Err(RunError::Lost)),
@@ -224,7 +275,7 @@ impl Coordinator {
                         Err(RunError::Busy(_))
                             if input.is_some() && self.inner.services.store.event_log().is_some() =>
                         {
-                            self.queue_remote(session, input.unwrap_or_default()).await
+                            self.queue_remote(session, input.unwrap_or_default(), accepted).await
                         }
                         Err(e) => Err(e),
                     };
@@ -238,11 +289,12 @@ impl Coordinator {
     /// failover sweep) does. Never runs alongside the other worker. The outcome of a turn another worker
     /// ran is read back from the store once that worker lets the session go: its last answer, and a
     /// stop reason derived from it (`Completed`, `Interrupted` or `Error`).
-    async fn queue_remote(&self, session: &SessionId, input: PromptInput) -> RunResult {
+    async fn queue_remote(&self, session: &SessionId, input: PromptInput, accepted: &Accepted) -> RunResult {
         let id = {
             let (session, inner) = (session.clone(), self.inner.clone());
             off_runtime(move || inner.enqueue(&session, &input)).await??
         };
+        accepted.fire();
         loop {
             tokio::time::sleep(REMOTE_POLL).await;
             let queued = {
@@ -301,7 +353,7 @@ impl Coordinator {
                 Step::AwaitEnd(rx) | Step::Join(rx) => {
                     let _ = wait(rx).await;
                 }
-                Step::Enqueue(entry) => {
+                Step::Enqueue(entry) | Step::Steer(entry) => {
                     let mut queue = entry.queue.clone().lock_owned().await;
                     if !queue.closed {
                         let (reply, own) = oneshot::channel();

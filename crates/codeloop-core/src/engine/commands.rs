@@ -8,8 +8,9 @@ use codeloop_types::{EventPayload, Message, MessageId, PartKind, Session, Sessio
 
 use super::Engine;
 use crate::command::{CommandOutcome, SessionCommand};
+use crate::coordinator::Accepted;
 use crate::error::EngineError;
-use crate::input::{Delivery, PromptInput};
+use crate::input::PromptInput;
 use crate::instructions::ProjectInfo;
 use crate::outcome::RunOutcome;
 use codeloop_types::LockExt;
@@ -31,9 +32,52 @@ impl Engine {
 
     /// Carries out one command: the way every client acts on a session.
     pub async fn submit(&self, command: SessionCommand) -> Result<CommandOutcome, EngineError> {
+        self.submit_accepted(command, &Accepted::default()).await
+    }
+
+    /// Starts `command` in the background and returns once it is accepted: checked, and a prompt's input
+    /// durable (stored in the session's queue or recorded as its message), so a process or worker that
+    /// dies afterwards cannot lose it — the settling one runs it (DESIGN.md §5b). The handle gives the
+    /// outcome. What `prompt_async` answers with.
+    pub async fn accept(
+        &self,
+        command: SessionCommand,
+    ) -> Result<tokio::task::JoinHandle<Result<CommandOutcome, EngineError>>, EngineError> {
+        self.validate(&command).await?;
+        let (accepted, durable) = Accepted::new();
+        let engine = self.clone();
+        let mut handle = tokio::spawn(async move { engine.submit_accepted(command, &accepted).await });
+        tokio::select! {
+            stored = durable => match stored {
+                Ok(()) => Ok(handle),
+                // Refused on the way (busy, storage): the command's own error says why.
+                Err(_) => Err(finished(handle.await)?.err().unwrap_or_else(|| {
+                    EngineError::Invalid("the command ended before it was accepted".into())
+                })),
+            },
+            outcome = &mut handle => {
+                let outcome = finished(outcome)?;
+                match outcome {
+                    Err(e) => Err(e),
+                    Ok(done) => Ok(tokio::spawn(async move { Ok(done) })),
+                }
+            }
+        }
+    }
+
+    async fn submit_accepted(
+        &self,
+        command: SessionCommand,
+        accepted: &Accepted,
+    ) -> Result<CommandOutcome, EngineError> {
+        if !matches!(command, SessionCommand::Prompt { .. }) {
+            accepted.fire();
+        }
         match command {
             SessionCommand::Prompt { session, input, delivery } => {
-                self.submit_prompt(&session, input, delivery).await.map(CommandOutcome::Ran)
+                self.check_prompt(&session, &input).await?;
+                let outcome = self.coordinator.prompt_accepted(&session, input, delivery, accepted).await?;
+                Ok(CommandOutcome::Ran(outcome))
             }
             SessionCommand::Abort { session } => {
                 self.session(&session).await?;
@@ -66,18 +110,6 @@ impl Engine {
     pub async fn abort_all(&self) {
         let active = self.coordinator.active();
         futures::future::join_all(active.iter().map(|session| self.coordinator.interrupt(session))).await;
-    }
-
-    /// Sends input to a session and waits for the outcome of the run it starts or joins. Everything a
-    /// client may get wrong is refused here, before anything is recorded.
-    async fn submit_prompt(
-        &self,
-        session: &SessionId,
-        input: PromptInput,
-        delivery: Delivery,
-    ) -> Result<RunOutcome, EngineError> {
-        self.check_prompt(session, &input).await?;
-        Ok(self.coordinator.prompt(session, input, delivery).await?)
     }
 
     /// The one check of a prompt: some text, a primary agent, a usable model, a session that exists.
@@ -249,9 +281,10 @@ impl Engine {
         &self,
         session: &SessionId,
         input: PromptInput,
-        delivery: Delivery,
+        delivery: crate::input::Delivery,
     ) -> Result<RunOutcome, EngineError> {
-        self.submit_prompt(session, input, delivery).await
+        self.check_prompt(session, &input).await?;
+        Ok(self.coordinator.prompt(session, input, delivery).await?)
     }
 
     pub async fn abort(&self, session: &SessionId) -> bool {
@@ -269,4 +302,11 @@ impl Engine {
     pub async fn unrevert(&self, session: &SessionId) -> Result<Session, EngineError> {
         self.submit_unrevert(session).await
     }
+}
+
+/// A background command's result, a panic in it being an error like any other.
+fn finished(
+    joined: Result<Result<CommandOutcome, EngineError>, tokio::task::JoinError>,
+) -> Result<Result<CommandOutcome, EngineError>, EngineError> {
+    joined.map_err(|e| EngineError::Invalid(format!("the command failed: {e}")))
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use codeloop_store::StoreWriter;
 use codeloop_tools::{BuiltinConfig, ToolRegistry};
-use codeloop_types::EventPayload;
+use codeloop_types::{EventPayload, LockExt, SessionId};
 
 use crate::agents::{Agent, AgentMode, agents};
 use crate::bus::{Bus, Replay};
@@ -308,9 +308,25 @@ impl Engine {
     pub async fn resume_orphans(&self) -> Result<usize, EngineError> {
         let sessions = self.services.blocking(|store| store.orphaned_sessions()).await?;
         for session in &sessions {
+            self.forget_dead_run(session);
             self.coordinator.resume(session);
         }
         Ok(sessions.len())
+    }
+
+    /// A session nobody owns any more (its worker's lease is gone) is not busy, whatever that worker last
+    /// said: every worker is told, before whichever one takes it over says busy again.
+    fn forget_dead_run(&self, session: &SessionId) {
+        if self.coordinator.is_busy(session) {
+            return;
+        }
+        let mirrored = self.services.statuses.locked().remove(session).is_some();
+        if mirrored {
+            self.services.bus.publish(EventPayload::SessionStatus {
+                session_id: session.clone(),
+                status: codeloop_types::SessionStatus::Idle,
+            });
+        }
     }
 
     /// Calls [`Engine::resume_orphans`] now and then every eighth of a lease (`[store] lease_secs`;

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::doom_loop::DoomLoopGuard;
 use crate::error::RunError;
-use crate::input::{PromptInput, create_user_message};
+use crate::input::{PromptInput, user_message};
 use crate::instructions::ProjectInfo;
 use crate::models::ResolvedModel;
 use crate::outcome::{RunOutcome, StopReason};
@@ -29,18 +29,27 @@ use crate::services::Services;
 use crate::snapshot::Snapshots;
 use codeloop_types::LockExt;
 
-/// Input steered into an active run: applied at the next step boundary.
+/// Input steered into an active run: applied at the next step boundary. Each input is already stored
+/// in the session's queue (its id beside it) when it is pushed, so a process that dies before the
+/// step boundary leaves it for the settling process to run (DESIGN.md §5b "accepted prompts").
 #[derive(Default)]
 pub struct Inbox {
-    steer: Mutex<Vec<PromptInput>>,
+    steer: Mutex<Vec<Steered>>,
+}
+
+/// One steered input and the id of its stored copy in the session's queue.
+#[derive(Clone)]
+pub struct Steered {
+    pub queued: i64,
+    pub input: PromptInput,
 }
 
 impl Inbox {
-    pub fn push(&self, input: PromptInput) {
-        self.steer.locked().push(input);
+    pub fn push(&self, steered: Steered) {
+        self.steer.locked().push(steered);
     }
 
-    pub fn take(&self) -> Vec<PromptInput> {
+    pub fn take(&self) -> Vec<Steered> {
         std::mem::take(&mut *self.steer.locked())
     }
 
@@ -372,8 +381,11 @@ impl Run<'_> {
 
     /// Persists steered input and appends it to the in-memory history.
     fn apply_steer(&mut self) -> Result<(), RunError> {
-        for input in self.inbox.take() {
-            let message = create_user_message(&self.services, &mut self.session, &input)?;
+        for steered in self.inbox.take() {
+            // Recorded and taken off the stored queue in one transaction: never lost, never twice.
+            let (message, mut batch) = user_message(&self.services, &mut self.session, &steered.input)?;
+            batch.write(codeloop_store::Write::RemoveQueued(steered.queued));
+            self.services.journal.commit(batch);
             self.history.push(message);
         }
         Ok(())

@@ -92,13 +92,15 @@ async fn a_background_server_answers_a_later_call_and_its_output_is_read_then_ki
 #[tokio::test]
 async fn a_jobs_end_is_noted_in_the_next_request() {
     let h = Harness::new(Script::new([
-        bash_bg("echo one; echo two; exit 3"),
+        // Held until the first prompt is answered, so its end falls between the two prompts.
+        bash_bg("while [ ! -e go ]; do sleep 0.02; done; echo one; echo two; exit 3"),
         Turn::from(Reply::text("started")),
         Turn::from(Reply::text("noted")),
     ]))
     .await;
     let mut events = h.engine.bus().subscribe();
     h.prompt("run it").await;
+    std::fs::write(h.project.path().join("go"), "").unwrap();
     let ended = wait_for_event(&mut events, |p| matches!(p, EventPayload::JobExited { .. })).await;
     let EventPayload::JobExited { job_id, state, exit_code, .. } = &ended.payload else { unreachable!() };
     assert_eq!((*state, *exit_code), (JobState::Exited, Some(3)));

@@ -101,8 +101,8 @@ fn stubborn_tree(fx: &Fixture) -> (String, PathBuf) {
     let (t, said) = (token(fx), fx.outside("said"));
     let script = format!(
         "trap 'echo main >> {s}; exit 3' TERM; \
-         setsid bash -c 'trap \"echo setsid >> {s}; exit 0\" TERM; while :; do sleep 0.05; done' {t} & \
-         bash -c 'trap \"\" TERM; while :; do sleep 0.05; done' {t} & \
+         setsid bash -c 'trap \"echo setsid >> {s}; exit 0\" TERM; echo up >> {s}.up; while :; do sleep 0.05; done' {t} & \
+         bash -c 'trap \"\" TERM; echo up >> {s}.up; while :; do sleep 0.05; done' {t} & \
          while :; do sleep 0.05; done",
         s = said.display()
     );
@@ -114,6 +114,13 @@ fn sigterm_ends_the_tree_gracefully(test: &str, policy: &SandboxPolicy, fx: &Fix
     let (mut child, _channel) = spawn(fx, policy, &script);
     let t = token(fx);
     started(&t, 2);
+    // Counted once running, but their TERM traps must be set too before the signal means anything.
+    let up = PathBuf::from(format!("{}.up", said.display()));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while fs::read_to_string(&up).map_or(0, |up| up.lines().count()) < 2 {
+        assert!(Instant::now() < deadline, "{test}: the two shells never set their traps");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let begun = Instant::now();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap()),

@@ -79,19 +79,23 @@ pub async fn prompt_async(
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<StatusCode, ApiError> {
     let command = prompt_command(&id, &body)?;
-    // Refused here, before the 202, for the same reasons `prompt` refuses (the engine's one check).
-    state.engine.validate(&command).await?;
+    // Refused here, before the 202, for the same reasons `prompt` refuses (the engine's one check); the
+    // 202 comes once the input is stored, so a worker that dies afterwards cannot lose it.
+    let running = state.engine.accept(command).await?;
     let engine = state.engine.clone();
     let session = SessionId::from(id.as_str());
     tokio::spawn(async move {
         // Stops with an error are published by the run itself; a prompt refused when it came to run
         // (busy lock, storage) is reported here.
-        if let Err(error) = engine.submit(command).await {
-            engine.bus().publish(EventPayload::SessionError {
-                session_id: Some(session),
-                error: AssistantError::Unknown { message: error.to_string() },
-            });
-        }
+        let error = match running.await {
+            Ok(Err(error)) => error.to_string(),
+            Err(join) => format!("the prompt's run failed: {join}"),
+            Ok(Ok(_)) => return,
+        };
+        engine.bus().publish(EventPayload::SessionError {
+            session_id: Some(session),
+            error: AssistantError::Unknown { message: error },
+        });
     });
     Ok(StatusCode::ACCEPTED)
 }

@@ -29,6 +29,8 @@ const ENDED_KEPT: usize = 32;
 pub trait JobObserver: Send + Sync {
     fn started(&self, job: &JobInfo);
     fn ended(&self, job: &JobInfo);
+    /// Waits until what was observed so far is recorded (the process is about to exit).
+    fn flush(&self) {}
 }
 
 /// A job's end, for the note in the session's next model request.
@@ -205,6 +207,9 @@ impl Jobs {
             job.kill();
         }
         futures_wait(&jobs, limit).await;
+        // The process exits next: their ends must be on record, not "lost" to the next process.
+        let observer = self.observer.clone();
+        let _ = tokio::task::spawn_blocking(move || observer.flush()).await;
     }
 
     /// The jobs of `session` that ended since the last call, with how much of their output is unread.

@@ -35,6 +35,15 @@ const OK: Style = Style::new().fg(Color::Green);
 #[derive(Default)]
 pub struct Cache {
     items: HashMap<CacheKey, Vec<Line<'static>>>,
+    /// Items rendered afresh (cache misses) since the cache was made.
+    rendered: u64,
+}
+
+impl Cache {
+    /// How many items were rendered afresh so far: what a frame costs beyond the visible rows.
+    pub fn rendered(&self) -> u64 {
+        self.rendered
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -80,7 +89,10 @@ fn draw_conversation(frame: &mut Frame, app: &mut App, cache: &mut Cache, area: 
         let key = cache_key(app, item, area.width);
         let lines = match cache.items.remove(&key) {
             Some(lines) => lines,
-            None => item_lines(app, item, area.width),
+            None => {
+                cache.rendered += 1;
+                item_lines(app, item, area.width)
+            }
         };
         heights.push(lines.len());
         fresh.insert(key, lines);
