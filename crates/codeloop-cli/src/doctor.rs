@@ -69,7 +69,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     };
     config_checks(&mut checks, &sources, &loaded);
     let ready = model_checks(&mut checks, &loaded).await;
-    data_dir_check(&mut checks);
+    data_dir_check(&mut checks, &loaded.config.storage);
     store_check(&mut checks, &loaded).await;
     sandbox_check(&mut checks, &loaded);
     git_check(&mut checks);
@@ -237,7 +237,7 @@ async fn reachable(client: &reqwest::Client, base_url: &str) -> Result<u16, Stri
     }
 }
 
-fn data_dir_check(checks: &mut Vec<Check>) {
+fn data_dir_check(checks: &mut Vec<Check>, storage: &codeloop_core::config::StorageConfig) {
     use std::os::unix::fs::PermissionsExt;
     let dir = match env::data_dir() {
         Ok(dir) => dir,
@@ -261,6 +261,27 @@ fn data_dir_check(checks: &mut Vec<Check>) {
         ));
     } else {
         checks.push(Check::ok("data dir", detail));
+    }
+    storage_check(checks, storage, size);
+}
+
+/// The data dir against `[storage]`'s bounds: over them, `codeloop gc` is the fix.
+fn storage_check(checks: &mut Vec<Check>, storage: &codeloop_core::config::StorageConfig, size: u64) {
+    let age = storage.max_age_days.map_or("no age limit".to_owned(), |d| format!("sessions kept {d} days"));
+    match storage.max_bytes {
+        Some(max) if size > max => checks.push(Check::bad(
+            "storage",
+            format!("{:.1} MB, over max_bytes {:.1} MB; {age}", size as f64 / 1e6, max as f64 / 1e6),
+            "run `codeloop gc` (it removes the oldest sessions first, never a running one)",
+        )),
+        Some(max) => checks.push(Check::ok(
+            "storage",
+            format!("{:.1} of max_bytes {:.1} MB; {age}", size as f64 / 1e6, max as f64 / 1e6),
+        )),
+        None => checks.push(Check::ok(
+            "storage",
+            format!("no size limit ([storage] max_bytes); {age}; `codeloop gc` removes what they allow"),
+        )),
     }
 }
 

@@ -8,6 +8,7 @@ mod demo;
 mod doctor;
 mod door;
 mod env;
+mod gc;
 mod mcp;
 mod models;
 mod permissions;
@@ -93,6 +94,10 @@ enum Command {
     /// Check that a run could start here: config, model, provider keys and reachability, data dir,
     /// sandbox, git, MCP commands. Exit 1 when the model a run would use is unusable.
     Doctor(doctor::DoctorArgs),
+    /// Keep the data dir bounded: remove old sessions (`[storage] max_age_days`), the oldest ones while it
+    /// is over `[storage] max_bytes`, and spilled outputs and snapshots nothing uses. A running session,
+    /// or one touched in the last day, is never removed.
+    Gc(gc::GcArgs),
     /// Write a commented user config to start from.
     #[command(subcommand)]
     Config(config_cmd::ConfigCommand),
@@ -176,6 +181,7 @@ fn main() -> ExitCode {
             Command::Trust(args) => trust::trust(args),
             Command::Sandbox(command) => sandbox::sandbox(command),
             Command::Doctor(args) => doctor::doctor(args).await,
+            Command::Gc(args) => gc::gc(args).await,
             Command::Mcp(command) => mcp::mcp(command).await,
             Command::Config(command) => config_cmd::config(command),
             Command::Completions { shell } => {

@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 mod acp;
 #[path = "cli/first_run.rs"]
 mod first_run;
+#[path = "cli/gc.rs"]
+mod gc;
 #[path = "cli/jobs.rs"]
 mod jobs;
 #[path = "cli/mcp.rs"]

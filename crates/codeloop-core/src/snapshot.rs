@@ -36,7 +36,8 @@ pub struct Snapshots {
 }
 
 /// FNV-1a: a stable name for a worktree path (the std hasher may change between Rust releases).
-fn path_key(path: &Path) -> String {
+/// The name of a project's snapshot repository under the data dir's `snapshot/`.
+pub(crate) fn snapshot_key(path: &Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for byte in path.as_os_str().as_encoded_bytes() {
         hash ^= u64::from(*byte);
@@ -52,7 +53,7 @@ impl Snapshots {
             return None;
         }
         Some(Snapshots {
-            git_dir: data_dir.join("snapshot").join(path_key(&project.root)),
+            git_dir: data_dir.join("snapshot").join(snapshot_key(&project.root)),
             work_tree: project.root.clone(),
             user_git_dir: project.root.join(".git"),
             gate: tokio::sync::Mutex::new(()),

@@ -36,6 +36,8 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// Where sessions live (DESIGN.md §5b): SQLite in the data dir unless a URL names PostgreSQL.
     pub store: StoreConfig,
+    /// `[storage]`: how much the data dir may keep (`codeloop gc`).
+    pub storage: StorageConfig,
     /// An untrusted project's own `[permission]` rules. They can only narrow: each call gets the stricter
     /// of these and every other layer (deny > ask > allow). Never read from a file directly.
     #[serde(skip)]
@@ -266,6 +268,17 @@ impl Default for ToolOutputConfig {
     fn default() -> Self {
         Self { max_lines: 2000, max_bytes: 50 * 1024, max_saved_bytes: 64 * 1024 * 1024 }
     }
+}
+
+/// `[storage]`: bounds on the data dir, applied by `codeloop gc` (never to a running session or one
+/// touched in the last day).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StorageConfig {
+    /// Sessions not updated for this many days are collected by `codeloop gc`.
+    pub max_age_days: Option<u64>,
+    /// `codeloop gc` collects the oldest sessions while the data dir is bigger than this.
+    pub max_bytes: Option<u64>,
 }
 
 /// `[store]`: `url = "postgres://…"` shares sessions between workers (`serve --store` and

@@ -125,7 +125,8 @@ impl Engine {
         if let Some(model) = &input.model {
             self.check_model(Some(model))?;
         }
-        self.session(session).await.map(drop)
+        let session = self.session(session).await?;
+        check_directory(&session)
     }
 
     /// Stops the session's run and returns after its cleanup; with many workers, also a run another
@@ -309,4 +310,17 @@ fn finished(
     joined: Result<Result<CommandOutcome, EngineError>, tokio::task::JoinError>,
 ) -> Result<Result<CommandOutcome, EngineError>, EngineError> {
     joined.map_err(|e| EngineError::Invalid(format!("the command failed: {e}")))
+}
+
+/// A session runs in its directory: a worker that cannot see it says so instead of running the tools
+/// somewhere else (another worker that can see it may take the prompt).
+pub(super) fn check_directory(session: &Session) -> Result<(), EngineError> {
+    if std::path::Path::new(&session.directory).is_dir() {
+        return Ok(());
+    }
+    Err(EngineError::Invalid(format!(
+        "session {} runs in {}, which this process cannot see: run it on a machine (or worker) where that \
+         directory exists",
+        session.id, session.directory
+    )))
 }

@@ -5,9 +5,11 @@
 
 mod answers;
 mod commands;
+mod gc;
 mod jobs;
 mod sessions;
 
+pub use gc::{GC_MIN_AGE, GcPolicy, GcReport, StorageUsage};
 pub use sessions::AgentChoice;
 
 use std::path::PathBuf;
@@ -309,6 +311,13 @@ impl Engine {
         let sessions = self.services.blocking(|store| store.orphaned_sessions()).await?;
         for session in &sessions {
             self.forget_dead_run(session);
+            // Only where its directory is: another worker that sees it takes it over instead.
+            if let Ok(info) = self.session(session).await
+                && let Err(refused) = commands::check_directory(&info)
+            {
+                tracing::warn!(%session, "not taking over: {refused}");
+                continue;
+            }
             self.coordinator.resume(session);
         }
         Ok(sessions.len())

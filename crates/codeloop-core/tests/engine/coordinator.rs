@@ -127,3 +127,15 @@ async fn interrupt_returns_after_the_running_tool_is_marked_interrupted() {
     assert!(!h.engine.coordinator().is_busy(&h.session.id));
     assert_eq!(h.fake.request_count(), 1);
 }
+
+#[tokio::test]
+async fn a_session_whose_directory_is_gone_is_refused_with_where_it_runs_and_nothing_is_sent() {
+    let h = Harness::new(Script::new([Turn::from(Reply::text("never asked"))])).await;
+    let directory = h.session.directory.clone();
+    std::fs::remove_dir_all(h.project.path()).unwrap();
+    let refused = h.engine.prompt(&h.session.id, PromptInput::text("hello"), Delivery::Steer).await;
+    let message = refused.expect_err("refused").to_string();
+    assert!(message.contains(&directory) && message.contains("cannot see"), "{message}");
+    assert_eq!(h.fake.request_count(), 0);
+    assert!(h.history().is_empty(), "nothing recorded");
+}
