@@ -16,6 +16,10 @@ cargo build --release -q -p codeloop-cli -p codeloop-testkit
 echo "== process figures (codeloop CLI against the fake provider on 127.0.0.1)"
 python3 scripts/bench_cli.py target/release/codeloop target/release/codeloop-fake-provider
 
+echo "== one serve over many short runs (RSS, fds, threads, store bytes per session)"
+if [ "$quick" = "--quick" ]; then python3 scripts/bench_soak.py target/release/codeloop target/release/codeloop-fake-provider 1000
+else python3 scripts/bench_soak.py target/release/codeloop target/release/codeloop-fake-provider 3000; fi
+
 if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || command -v initdb >/dev/null; then
   echo "== several serve workers on one PostgreSQL store (throughput, failover, cost per step vs SQLite)"
   if [ "$quick" = "--quick" ]; then python3 scripts/bench_workers.py --leases 5 --failover-trials 1 --step-runs 3

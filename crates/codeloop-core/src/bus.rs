@@ -16,6 +16,10 @@ use tokio::sync::broadcast;
 
 /// Events kept for replay after a reconnect.
 pub const DEFAULT_REPLAY_CAPACITY: usize = 10_000;
+
+/// Bytes of events kept for replay, whatever their count: ten thousand finished tool parts would
+/// otherwise hold hundreds of megabytes in a server that runs for weeks.
+pub const DEFAULT_REPLAY_BYTES: usize = 16 * 1024 * 1024;
 /// Events a live subscriber may fall behind before it lags.
 pub const DEFAULT_CHANNEL_CAPACITY: usize = 4_096;
 
@@ -37,7 +41,37 @@ pub type Relay = Box<dyn Fn(EventPayload) + Send + Sync>;
 
 struct ReplayState {
     next_id: u64,
-    buffer: VecDeque<Arc<Event>>,
+    /// Each event with its size as the replay buffer counts it.
+    buffer: VecDeque<(Arc<Event>, usize)>,
+    bytes: usize,
+}
+
+/// About what an event takes in memory: the streamed text of a delta (the frequent, cheap case),
+/// else its JSON's length.
+fn replay_size(payload: &EventPayload) -> usize {
+    const OVERHEAD: usize = 128;
+    match payload {
+        EventPayload::PartDelta { delta, .. } => OVERHEAD + delta.len(),
+        other => {
+            let mut counter = ByteCounter(0);
+            let _ = serde_json::to_writer(&mut counter, other);
+            OVERHEAD + counter.0
+        }
+    }
+}
+
+/// An `io::Write` that only counts.
+struct ByteCounter(usize);
+
+impl std::io::Write for ByteCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What a reconnecting client gets.
@@ -73,7 +107,7 @@ impl Bus {
         Self {
             inner: Arc::new(Inner {
                 sender,
-                state: Mutex::new(ReplayState { next_id: 1, buffer: VecDeque::new() }),
+                state: Mutex::new(ReplayState { next_id: 1, buffer: VecDeque::new(), bytes: 0 }),
                 replay_capacity,
                 relay,
             }),
@@ -108,10 +142,16 @@ impl Bus {
     fn fan_out(&self, state: &mut ReplayState, event: Event) {
         let event = Arc::new(event);
         if self.inner.replay_capacity > 0 {
-            if state.buffer.len() == self.inner.replay_capacity {
-                state.buffer.pop_front();
+            let size = replay_size(&event.payload);
+            while state.buffer.len() >= self.inner.replay_capacity
+                || (!state.buffer.is_empty() && state.bytes + size > DEFAULT_REPLAY_BYTES)
+            {
+                if let Some((_, dropped)) = state.buffer.pop_front() {
+                    state.bytes -= dropped;
+                }
             }
-            state.buffer.push_back(event.clone());
+            state.bytes += size;
+            state.buffer.push_back((event.clone(), size));
         }
         // Sending under the lock keeps channel order equal to id order. No receivers is fine.
         let _ = self.inner.sender.send(event);
@@ -147,13 +187,14 @@ fn replay_from(state: &ReplayState, last_id: u64) -> Replay {
     if last_id + 1 >= state.next_id {
         return Replay::Events(Vec::new());
     }
-    let oldest = state.buffer.front().map(|e| e.id).unwrap_or(state.next_id);
+    let oldest = state.buffer.front().map(|(e, _)| e.id).unwrap_or(state.next_id);
     if last_id + 1 < oldest {
-        return Replay::TooFarBehind { held_from: oldest, held: state.buffer.iter().cloned().collect() };
+        let held = state.buffer.iter().map(|(e, _)| e.clone()).collect();
+        return Replay::TooFarBehind { held_from: oldest, held };
     }
     // Ids may have gaps on a relayed bus: find the position rather than compute it.
-    let skip = state.buffer.partition_point(|e| e.id <= last_id);
-    Replay::Events(state.buffer.iter().skip(skip).cloned().collect())
+    let skip = state.buffer.partition_point(|(e, _)| e.id <= last_id);
+    Replay::Events(state.buffer.iter().skip(skip).map(|(e, _)| e.clone()).collect())
 }
 
 #[cfg(test)]
@@ -162,6 +203,24 @@ mod tests {
 
     fn compacted(n: u64) -> EventPayload {
         EventPayload::SessionCompacted { session_id: format!("ses_{n}").into() }
+    }
+
+    #[test]
+    fn the_replay_buffer_is_bounded_in_bytes_as_well_as_in_events() {
+        let bus = Bus::default();
+        let big = "x".repeat(1024 * 1024);
+        let ids: Vec<u64> = (0..40)
+            .map(|_| {
+                bus.publish(EventPayload::SessionError {
+                    session_id: None,
+                    error: codeloop_types::AssistantError::Unknown { message: big.clone() },
+                })
+            })
+            .collect();
+        let state = bus.inner.state.locked();
+        assert!(state.bytes <= DEFAULT_REPLAY_BYTES, "{} bytes held", state.bytes);
+        assert!(state.buffer.len() < 20, "{} one-MiB events held", state.buffer.len());
+        assert_eq!(state.buffer.back().map(|(e, _)| e.id), ids.last().copied(), "the newest is kept");
     }
 
     #[tokio::test]

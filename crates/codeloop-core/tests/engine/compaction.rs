@@ -532,3 +532,29 @@ async fn the_summariser_is_told_which_tools_ran_and_how_they_ended() {
     let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
     assert!(note.text.contains("2 tool call(s), 1 completed, 1 failed, 0 interrupted"), "{}", note.text);
 }
+
+#[tokio::test]
+async fn a_summary_request_that_fails_never_locks_the_session() {
+    for (why, fault) in [("refused", Fault::unauthorized()), ("does not fit", Fault::context_overflow())] {
+        let h = Harness::new(Script::new([
+            text("one", 1_000),
+            Turn::fault(fault),
+            text("the answer to two", 1_000),
+        ]))
+        .await;
+        h.prompt("one").await;
+        // The summary fails: a clear error, not a session stuck compacting.
+        match h.engine.compact(&h.session.id).await {
+            Ok(outcome) => assert!(matches!(outcome.stop, StopReason::Error(_)), "{why}: {:?}", outcome.stop),
+            Err(error) => assert!(!error.to_string().is_empty(), "{why}"),
+        }
+        assert!(!h.engine.is_busy(&h.session.id), "{why}: the session is free again");
+        let outcome = h.prompt("two").await;
+        assert_eq!(outcome.stop, StopReason::Completed, "{why}");
+        let history = h.history();
+        let last = history.last().unwrap();
+        let answer: String = last.parts.iter().filter_map(|p| p.as_text()).map(|t| t.text.clone()).collect();
+        assert_eq!(answer, "the answer to two", "{why}: the next prompt is answered");
+        assert_eq!(h.fake.request_count(), 3, "{why}");
+    }
+}
