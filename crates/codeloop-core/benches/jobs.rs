@@ -31,7 +31,7 @@ fn bench(c: &mut Criterion) {
     for (name, fake) in [("foreground", &foreground), ("run_in_background", &background)] {
         let mut config = common::config(&fake.base_url());
         config.bash.max_jobs = usize::MAX;
-        let mut options = codeloop_core::EngineOptions::new(&data.path().join(name), config);
+        let mut options = codeloop_core::EngineOptions::new(data.path().join(name), config);
         options.ask_policy = codeloop_core::permission::AskPolicy::Allow;
         options.env = std::sync::Arc::new(|_| None);
         options.skill_dirs = Some(Vec::new());
