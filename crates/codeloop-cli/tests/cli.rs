@@ -14,6 +14,8 @@ mod acp;
 mod first_run;
 #[path = "cli/mcp.rs"]
 mod mcp;
+#[path = "cli/telemetry.rs"]
+mod telemetry;
 #[path = "cli/tui.rs"]
 mod tui;
 #[path = "cli/walls.rs"]

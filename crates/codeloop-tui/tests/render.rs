@@ -277,3 +277,17 @@ fn a_ten_thousand_part_session_draws_only_what_is_visible() {
     // Unchanged items come from the cache: a frame costs far less than rendering the session.
     assert!(per_frame < std::time::Duration::from_millis(50), "{per_frame:?} per frame");
 }
+
+#[test]
+fn a_reached_limit_is_a_line_naming_it() {
+    let mut app = app(vec![user("msg_0001", "hi")]);
+    app.event(EventPayload::SessionLimit {
+        session_id: SESSION.into(),
+        limit: codeloop_types::Limit::RunMaxCostUsd,
+        value: 0.5,
+        used: 0.625,
+    });
+    let screen = screen(&mut app, 120, 12);
+    assert!(screen.contains("limit run_max_cost_usd reached"), "{screen}");
+    assert!(screen.contains("0.6250 of 0.5000 USD"), "{screen}");
+}

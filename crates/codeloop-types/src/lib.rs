@@ -9,6 +9,7 @@ mod error;
 mod event;
 mod history;
 mod ids;
+mod limit;
 mod message;
 mod part;
 mod permission;
@@ -22,6 +23,7 @@ pub use event::{
 };
 pub use history::{Approval, MessageWithParts, Page, SessionFilter, ToolSpec};
 pub use ids::{MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
+pub use limit::{CacheReason, Limit, LimitReached};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{
     AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,

@@ -6,6 +6,7 @@
 //! and appended to in memory.
 
 mod compact;
+mod limits;
 mod offer;
 mod turn;
 
@@ -160,6 +161,8 @@ pub(crate) struct Run<'a> {
     encoded: codeloop_provider::EncodeCache,
     /// What the model is told in its next request about MCP servers that stopped or came back.
     mcp_notes: Vec<String>,
+    /// What this run spent, checked against `[limits]` before each model request.
+    spend: limits::Spend,
 }
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
@@ -221,6 +224,7 @@ pub(crate) async fn run_session(
         tools: services.tool_set().await,
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
+        spend: limits::Spend::new(),
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
@@ -247,6 +251,14 @@ pub(crate) async fn run_session(
         services.bus.publish(EventPayload::SessionError {
             session_id: Some(session_id.clone()),
             error: error.clone(),
+        });
+    }
+    if let StopReason::Limit(reached) = &stop {
+        services.bus.publish(EventPayload::SessionLimit {
+            session_id: session_id.clone(),
+            limit: reached.limit,
+            value: reached.value,
+            used: reached.used,
         });
     }
     if let StopReason::Blocked(message) = &stop {
@@ -302,6 +314,9 @@ impl Run<'_> {
                 return Ok(StopReason::Completed);
             }
             if let Some(index) = latest.pending_compaction {
+                if let Some(reached) = self.limit_reached() {
+                    return Ok(StopReason::Limit(reached));
+                }
                 match self.summarize(index).await? {
                     Flow::Continue => continue,
                     Flow::Stop(reason) => return Ok(reason),
@@ -314,12 +329,20 @@ impl Run<'_> {
                 }
             }
             self.refresh_mcp().await;
+            if let Some(reached) = self.limit_reached() {
+                return Ok(StopReason::Limit(reached));
+            }
             self.step += 1;
             match self.turn(latest.last_user.unwrap_or(0)).await? {
                 Flow::Continue => {}
                 Flow::Stop(reason) => return Ok(reason),
             }
         }
+    }
+
+    /// The first `[limits]` limit this run has reached, checked before each model request.
+    fn limit_reached(&self) -> Option<codeloop_types::LimitReached> {
+        self.spend.reached(&self.services.config.limits, self.session.cost)
     }
 
     /// Takes what changed in the MCP servers since the last step: their notices become warnings for the
@@ -385,6 +408,7 @@ impl Run<'_> {
             if let PartKind::StepFinish(step) = &part.kind {
                 self.session.tokens.accumulate(&step.tokens);
                 self.session.cost += step.cost;
+                self.spend.add(&step.tokens, step.cost);
             }
         }
         self.session.time.updated = codeloop_types::now_ms();
