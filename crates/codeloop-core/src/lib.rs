@@ -31,6 +31,7 @@ mod run;
 mod runs;
 mod services;
 pub mod snapshot;
+pub mod stats;
 mod stores;
 mod subagent;
 mod tool_host;

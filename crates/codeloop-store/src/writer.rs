@@ -432,6 +432,9 @@ mod tests {
         fn orphaned_sessions(&self) -> Result<Vec<codeloop_types::SessionId>> {
             unimplemented!()
         }
+        fn step_usage(&self, _: codeloop_types::Millis) -> Result<Vec<crate::StepUsage>> {
+            unimplemented!()
+        }
         fn recover(&self, _: Option<&codeloop_types::SessionId>) -> Result<crate::RecoveryReport> {
             unimplemented!()
         }

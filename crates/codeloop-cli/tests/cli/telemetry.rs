@@ -89,3 +89,60 @@ async fn a_session_cost_limit_in_config_stops_the_next_run_before_it_sends() {
     assert!(stderr.contains("session_max_cost_usd") && stderr.contains("0.7000 of 0.5000 USD"), "{stderr}");
     assert_eq!(fake.requests().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_adds_up_known_sessions_by_model_project_and_day() {
+    let env = Env::new();
+    std::fs::write(env.project.path().join("a.txt"), "hello\n").unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let cached = ScriptUsage { input: 1_000, cached: 600, output: 100, ..Default::default() };
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})).with_usage(cached)),
+        Turn::from(Reply::text("It says hello.").with_usage(cached)),
+        Turn::from(Reply::text("Elsewhere.").with_usage(ScriptUsage {
+            input: 500,
+            output: 50,
+            ..Default::default()
+        })),
+    ]))
+    .await
+    .unwrap();
+    let config = priced_config(&env, &fake.base_url(), "");
+    assert!(codeloop(&env, &config, &["run", "read a.txt"]).await.status.success());
+    let dir = other.path().to_str().unwrap();
+    assert!(codeloop(&env, &config, &["run", "--dir", dir, "hi"]).await.status.success());
+
+    let rows = |output: Output| -> Vec<Value> {
+        assert!(output.status.success(), "{}", text(&output).1);
+        serde_json::from_slice(&output.stdout).unwrap()
+    };
+    let by_model = rows(codeloop(&env, &config, &["stats", "--json"]).await);
+    assert_eq!(by_model.len(), 1, "{by_model:?}");
+    let row = &by_model[0];
+    assert_eq!(row["key"], "fake/test");
+    assert_eq!(row["sessions"], 2);
+    assert_eq!(row["input_tokens"], 2_500, "uncached, cache read and cache write");
+    assert_eq!(row["output_tokens"], 250);
+    assert_eq!(row["cache_read_tokens"], 1_200);
+    assert_eq!(row["cache_write_tokens"], 0);
+    assert!((row["cache_hit_rate"].as_f64().unwrap() - 0.48).abs() < 1e-9, "{row}");
+    // 1 300 uncached × $1 000/M + 250 output × $2 000/M + 1 200 cache reads × $100/M.
+    assert!((row["cost_usd"].as_f64().unwrap() - 1.92).abs() < 1e-9, "{row}");
+
+    let by_project = rows(codeloop(&env, &config, &["stats", "--by", "project", "--json"]).await);
+    let keys: Vec<&str> = by_project.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    let project = env.project.path().canonicalize().unwrap();
+    assert_eq!(keys, [project.to_str().unwrap(), other.path().canonicalize().unwrap().to_str().unwrap()]);
+    assert_eq!(by_project[0]["cache_read_tokens"], 1_200);
+    assert_eq!(by_project[1]["input_tokens"], 500);
+    assert_eq!(by_project[1]["cache_hit_rate"], 0.0);
+
+    let by_day = rows(codeloop(&env, &config, &["stats", "--by", "day", "--days", "1", "--json"]).await);
+    assert_eq!(by_day.len(), 1);
+    assert_eq!(by_day[0]["key"], codeloop_types::date_of(codeloop_types::now_ms()));
+    assert_eq!(by_day[0]["sessions"], 2);
+
+    let table = codeloop(&env, &config, &["stats"]).await;
+    let (stdout, _) = text(&table);
+    assert!(stdout.contains("fake/test") && stdout.contains("48.0%"), "{stdout}");
+}
