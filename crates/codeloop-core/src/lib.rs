@@ -23,6 +23,7 @@ pub mod models;
 mod outcome;
 pub mod peers;
 pub mod permission;
+mod prefix;
 pub mod processor;
 pub mod projection;
 pub mod question;

@@ -63,6 +63,8 @@ pub struct Services {
     pub(crate) _sweep_stop: std::sync::mpsc::Sender<()>,
     /// Built-in and MCP tools together, as of the MCP servers' last change.
     pub all_tools: Mutex<Option<ToolSet>>,
+    /// The prompt prefix each session's last step was sent with (`session.cache` compares with it).
+    pub(crate) prefixes: Mutex<HashMap<SessionId, crate::prefix::Prefix>>,
 }
 
 /// The tools a run offers and can execute.

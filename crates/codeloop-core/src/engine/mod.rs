@@ -177,6 +177,7 @@ impl Engine {
             warned_projects: Default::default(),
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
+            prefixes: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {

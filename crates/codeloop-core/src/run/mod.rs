@@ -26,6 +26,7 @@ use crate::input::{PromptInput, create_user_message};
 use crate::instructions::ProjectInfo;
 use crate::models::ResolvedModel;
 use crate::outcome::{RunOutcome, StopReason};
+use crate::prefix::Prefix;
 use crate::services::Services;
 use crate::snapshot::Snapshots;
 use codeloop_types::LockExt;
@@ -228,8 +229,8 @@ pub(crate) async fn run_session(
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
-    if services.config.compaction.prune {
-        run.prune();
+    if services.config.compaction.prune && run.prune() {
+        run.prefix_changed(codeloop_types::CacheReason::Prune);
     }
     if let Some(snapshots) = run.snapshots.clone() {
         tokio::spawn(async move { snapshots.collect_garbage().await });
@@ -416,17 +417,37 @@ impl Run<'_> {
         self.history.push(message);
     }
 
-    /// Hides old tool outputs from the model after the run (DESIGN.md §4 "Prune").
-    fn prune(&mut self) {
+    /// Says that codeloop itself changed what the next request starts with (`session.cache`).
+    fn prefix_changed(&self, reason: codeloop_types::CacheReason) {
+        self.services.bus.publish(EventPayload::SessionCache { session_id: self.session.id.clone(), reason });
+    }
+
+    /// Compares the prefix of the step about to be sent with the session's previous one.
+    fn note_prefix(&self, prefix: Prefix) {
+        let before = {
+            let mut prefixes = self.services.prefixes.locked();
+            let before = prefixes.get(&self.session.id).cloned();
+            prefixes.insert(self.session.id.clone(), prefix.clone());
+            before
+        };
+        let before = before.or_else(|| Prefix::from_history(&self.history, &prefix));
+        if let Some(reason) = before.and_then(|before| prefix.changed_from(&before)) {
+            self.prefix_changed(reason);
+        }
+    }
+
+    /// Hides old tool outputs from the model after the run (DESIGN.md §4 "Prune"); true when it hid any.
+    fn prune(&mut self) -> bool {
         let visible = crate::projection::visible_history(&self.history);
         let ids: Vec<(MessageId, usize)> = crate::compaction::prune_candidates(&visible)
             .into_iter()
             .map(|(m, p)| (visible[m].info.id().clone(), p))
             .collect();
         if ids.is_empty() {
-            return;
+            return false;
         }
         let now = codeloop_types::now_ms();
+        let mut pruned = false;
         for (message_id, part_index) in ids {
             let Some(message) = self.history.iter_mut().find(|m| m.info.id() == &message_id) else {
                 continue;
@@ -437,7 +458,9 @@ impl Run<'_> {
                 && tool.state.mark_compacted(now).is_ok()
             {
                 self.services.journal.save_part(part);
+                pruned = true;
             }
         }
+        pruned
     }
 }

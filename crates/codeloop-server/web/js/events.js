@@ -96,7 +96,7 @@ export function onEvent(event) {
       if (current) notify('error', limitText(p));
       break;
     case 'session.cache':
-      if (current) notify('dim', `prompt cache: the prefix changed (${p.reason}), so the next request reads less from the cache`);
+      if (current) notify('dim', `prompt cache: codeloop changed the start of the prompt (${p.reason}); the next request may miss the provider's cache`);
       break;
     case 'todo.updated':
       if (current) {
