@@ -37,13 +37,6 @@ export function remember(event) {
   if (app.ring.length > RING) app.ring.splice(0, app.ring.length - RING);
 }
 
-/** The line a reached `[limits]` limit shows: which key, how much of it was used. */
-function limitText(p) {
-  const unit = p.limit === 'run_max_tokens' ? 'tokens' : p.limit === 'run_max_minutes' ? 'minutes' : 'USD';
-  const amount = (n) => (Number.isInteger(n) ? String(n) : Number(n).toFixed(Math.abs(n) >= 1 ? 2 : 4));
-  return `Stopped: limit ${p.limit} reached (used ${amount(p.used)} of ${amount(p.value)} ${unit}); nothing more was sent to the model. Raise [limits] ${p.limit} in the config to go on.`;
-}
-
 export function onEvent(event) {
   remember(event);
   const p = event.properties ?? {};
@@ -91,12 +84,6 @@ export function onEvent(event) {
       break;
     case 'session.compacted':
       if (current) notify('info', 'Context compacted: older messages were summarised.');
-      break;
-    case 'session.limit':
-      if (current) notify('error', limitText(p));
-      break;
-    case 'session.cache':
-      if (current) notify('dim', `prompt cache: codeloop changed the start of the prompt (${p.reason}); the next request may miss the provider's cache`);
       break;
     case 'todo.updated':
       if (current) {
