@@ -246,6 +246,12 @@ impl<'a> Turn<'a> {
                 Ok(StopReason::EndTurn)
             }
             EngineStop::Error(error) => Err(RpcError::internal(error.message())),
+            // A spending limit cut the turn short: the editor shows why, and the turn ends as one
+            // whose requests ran out.
+            EngineStop::Limit(reached) => {
+                self.agent.notice(&self.session.id, &reached.to_string()).await;
+                Ok(StopReason::MaxTurnRequests)
+            }
         }
     }
 

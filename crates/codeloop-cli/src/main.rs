@@ -18,6 +18,7 @@ mod sandbox;
 mod serve;
 mod session;
 mod session_args;
+mod stats;
 mod terminal;
 mod trust;
 mod tui;
@@ -77,6 +78,10 @@ enum Command {
     ///                               # written as text (a server without a tool-call parser) becomes a call
     #[command(verbatim_doc_comment)]
     Models(models::ModelsArgs),
+    /// Tokens, prompt-cache hit rate and cost of the stored sessions, by model, project or day.
+    ///
+    /// input counts every prompt token (uncached, cache read and cache write); hit = cache read / input.
+    Stats(stats::StatsArgs),
     /// Run an offline demo: a scripted model fixes a small project through the real pipeline.
     Demo(demo::DemoArgs),
     /// List or revoke saved "always" permission approvals.
@@ -177,6 +182,7 @@ fn main() -> ExitCode {
             Command::Session(command) => session::session(command).await,
             Command::Models(args) => models::models(args),
             Command::Demo(args) => demo::demo(args).await,
+            Command::Stats(args) => stats::stats(args).await,
             Command::Permissions(command) => permissions::permissions(command).await,
             Command::Trust(args) => trust::trust(args),
             Command::Sandbox(command) => sandbox::sandbox(command),

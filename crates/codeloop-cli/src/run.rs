@@ -32,6 +32,10 @@ pub struct RunArgs {
     /// Answer for permission questions when no terminal can ask (default: deny).
     #[arg(long, value_enum)]
     pub on_ask: Option<OnAsk>,
+    /// Stop the run once it has cost this much (USD): nothing more is sent to the model, exit 1.
+    /// Sets `[limits] run_max_cost_usd` for this run.
+    #[arg(long, value_name = "USD", value_parser = parse_max_cost)]
+    pub max_cost: Option<f64>,
     /// The message. Read from stdin when omitted and stdin is not a terminal.
     pub message: Vec<String>,
 }
@@ -39,6 +43,12 @@ pub struct RunArgs {
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let message = message_text(&args.message)?;
     if let Some(url) = &args.target.attach {
+        if args.max_cost.is_some() {
+            anyhow::bail!(
+                "--max-cost limits a run in this process; with --attach, set [limits] run_max_cost_usd in the \
+                 server's config"
+            );
+        }
         return crate::attach::attach(url, &args, message).await;
     }
     let dir = project_dir(args.target.dir.clone())?;
@@ -54,7 +64,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if interactive {
         crate::trust::offer(&dir)?;
     }
-    let config = env::load_config(Some(&dir))?;
+    let mut config = env::load_config(Some(&dir))?;
+    if let Some(max_cost) = args.max_cost {
+        config.limits.run_max_cost_usd = Some(max_cost);
+    }
     let engine = env::open_engine(config, policy)?;
     if let Some(agent) = &args.target.agent {
         engine.check_agent(agent)?;
@@ -65,6 +78,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The run's background jobs end with this process (DESIGN.md §5f): recorded as killed, not lost.
     engine.end_jobs().await;
     Ok(driven?.exit_code())
+}
+
+fn parse_max_cost(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd >= 0.0 => Ok(usd),
+        _ => Err(format!("`{text}` is not an amount in USD: give a number such as 0.50")),
+    }
 }
 
 fn message_text(words: &[String]) -> anyhow::Result<String> {
@@ -376,6 +396,10 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
         }
         StopReason::Error(error) => {
             eprintln!("error: {}", for_stderr(error.message()));
+            ExitCode::FAILURE
+        }
+        StopReason::Limit(reached) => {
+            eprintln!("error: {reached}");
             ExitCode::FAILURE
         }
     }

@@ -18,6 +18,8 @@ mod gc;
 mod jobs;
 #[path = "cli/mcp.rs"]
 mod mcp;
+#[path = "cli/telemetry.rs"]
+mod telemetry;
 #[path = "cli/tui.rs"]
 mod tui;
 #[path = "cli/walls.rs"]

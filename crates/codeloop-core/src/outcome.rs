@@ -1,7 +1,7 @@
 //! What a run hands back to every caller that started or joined it: why it stopped, and its last
 //! answer. Plain values, so tests and clients match variants, not text.
 
-use codeloop_types::{AssistantError, AssistantMessage, SessionId};
+use codeloop_types::{AssistantError, AssistantMessage, LimitReached, SessionId};
 
 /// Why a run ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +17,8 @@ pub enum StopReason {
     Error(AssistantError),
     /// The agent's step limit was reached.
     StepLimit(u32),
+    /// A `[limits]` limit was reached before a model request (DESIGN.md §5h): nothing more was sent.
+    Limit(LimitReached),
 }
 
 /// The result every caller of a run receives.

@@ -65,6 +65,8 @@ pub struct Services {
     pub all_tools: Mutex<Option<ToolSet>>,
     /// Every session's background jobs in this process (DESIGN.md §5f).
     pub jobs: Arc<codeloop_tools::jobs::Jobs>,
+    /// The prompt prefix each session's last step was sent with (`session.cache` compares with it).
+    pub(crate) prefixes: Mutex<HashMap<SessionId, crate::prefix::Prefix>>,
 }
 
 /// The tools a run offers and can execute.

@@ -159,6 +159,7 @@ pub(crate) async fn run_subtask(
         }
         StopReason::Blocked(message) => ("error", format!("<task_error>\n{message}\n</task_error>")),
         StopReason::Error(error) => ("error", format!("<task_error>\n{}\n</task_error>", error.message())),
+        StopReason::Limit(reached) => ("error", format!("<task_error>\n{reached}\n</task_error>")),
     };
     Ok(ToolOutput {
         title: task.description,

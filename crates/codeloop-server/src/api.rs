@@ -189,6 +189,14 @@ pub enum Stop {
     StepLimit {
         steps: u32,
     },
+    /// A `[limits]` limit was reached (`limit` is its config key); nothing more was sent to the model.
+    Limit {
+        message: String,
+        #[schemars(with = "String")]
+        limit: codeloop_types::Limit,
+        value: f64,
+        used: f64,
+    },
 }
 
 impl From<&StopReason> for Stop {
@@ -209,6 +217,12 @@ impl From<&StopReason> for Stop {
             }
             StopReason::Error(error) => Stop::Error { error: error.clone() },
             StopReason::StepLimit(steps) => Stop::StepLimit { steps: *steps },
+            StopReason::Limit(reached) => Stop::Limit {
+                message: reached.to_string(),
+                limit: reached.limit,
+                value: reached.value,
+                used: reached.used,
+            },
         }
     }
 }
@@ -227,6 +241,9 @@ impl From<Stop> for StopReason {
             }),
             Stop::Error { error } => StopReason::Error(error),
             Stop::StepLimit { steps } => StopReason::StepLimit(steps),
+            Stop::Limit { limit, value, used, .. } => {
+                StopReason::Limit(codeloop_types::LimitReached { limit, value, used })
+            }
         }
     }
 }
@@ -419,6 +436,11 @@ mod tests {
             StopReason::Blocked(Blocked::DoomLoop { message: "Stopped: doom loop detected".into() }),
             StopReason::Blocked(Blocked::ToolCallDuringSummary { tool: "read".into() }),
             StopReason::StepLimit(3),
+            StopReason::Limit(codeloop_types::LimitReached {
+                limit: codeloop_types::Limit::RunMaxCostUsd,
+                value: 0.5,
+                used: 0.75,
+            }),
             StopReason::Error(AssistantError::Aborted { message: "x".into() }),
         ] {
             let wire = serde_json::to_value(Stop::from(&stop)).unwrap();

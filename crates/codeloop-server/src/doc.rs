@@ -63,6 +63,11 @@ pub fn openapi(ops: &[Op]) -> Value {
                        "content": {"text/event-stream": {"schema": {"type": "string"}}}}),
             ),
             Returns::Accepted => ("202", json!({"description": "Accepted: the run started or was queued"})),
+            Returns::PrometheusText => (
+                "200",
+                json!({"description": "Prometheus text exposition format 0.0.4",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}}),
+            ),
         };
         operation["responses"][status] = response;
         let item = paths.entry(op.path.to_owned()).or_insert_with(|| json!({}));

@@ -12,6 +12,7 @@ mod doc;
 mod error;
 mod events;
 mod frames;
+mod metrics;
 mod routes;
 mod security;
 mod web;
@@ -89,15 +90,20 @@ pub struct AppState {
     /// Cancelled when the server shuts down: event streams end.
     shutdown: CancellationToken,
     frames: Arc<frames::FrameCache>,
+    metrics: metrics::Metrics,
 }
 
 impl AppState {
+    /// Needs a tokio runtime: the metrics start watching the engine's events.
     pub fn new(engine: Engine, options: ServerOptions) -> Self {
+        let shutdown = CancellationToken::new();
+        let metrics = metrics::Metrics::watch(&engine, shutdown.clone());
         Self {
             engine,
             options: Arc::new(options),
-            shutdown: CancellationToken::new(),
+            shutdown,
             frames: Arc::new(frames::FrameCache::default()),
+            metrics,
         }
     }
 

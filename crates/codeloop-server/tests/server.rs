@@ -19,6 +19,8 @@ mod slow;
 mod stream;
 #[path = "server/support.rs"]
 mod support;
+#[path = "server/telemetry.rs"]
+mod telemetry;
 #[path = "server/web.rs"]
 mod web;
 #[path = "server/webdriver.rs"]

@@ -15,6 +15,7 @@ mod recovery;
 mod rows;
 mod schema;
 mod sqlite;
+mod usage;
 mod writer;
 
 pub use lock::SessionLock;
@@ -22,6 +23,7 @@ pub use open::{DEFAULT_LEASE, StoreUrl, open, redact};
 pub use pg::PgStore;
 pub use schema::SCHEMA_VERSION;
 pub use sqlite::{DB_FILE, DiskUsage, LOCK_DIR, SqliteStore};
+pub use usage::StepUsage;
 pub use writer::{Flush, StoreWriter};
 
 use codeloop_types::{Job, Message, MessageId, Part, PartId, PermissionRule, Session, SessionId, Todo};
@@ -153,6 +155,9 @@ pub trait Store: Send + Sync {
     /// Sessions that need a run and that no live process or worker owns: queued input waiting, or a run
     /// left open by a dead one. What a worker picks up to take over (failover).
     fn orphaned_sessions(&self) -> Result<Vec<SessionId>>;
+    /// Every provider step (step-finish part) of an assistant message created at or after `since`
+    /// (epoch ms), oldest first: what `codeloop stats` adds up.
+    fn step_usage(&self, since: codeloop_types::Millis) -> Result<Vec<StepUsage>>;
 
     /// Records a background job (new or changed), with `owner` naming the process that runs it.
     fn save_job(&self, job: &Job, owner: &str) -> Result<()>;

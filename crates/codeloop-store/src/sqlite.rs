@@ -456,4 +456,23 @@ impl Store for SqliteStore {
     fn lock_session(&self, id: &SessionId) -> Result<RunGuard> {
         Ok(Box::new(lock::acquire(&self.lock_dir, id)?))
     }
+
+    fn step_usage(&self, since: codeloop_types::Millis) -> Result<Vec<crate::StepUsage>> {
+        let sql = crate::usage::step_usage_sql("");
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&sql)?;
+            let mut rows = stmt.query([since])?;
+            let mut steps = Vec::new();
+            while let Some(row) = rows.next()? {
+                let column = |i| crate::rows::text(row, i);
+                let (part, session, directory) = (column(0)?, column(1)?, column(2)?);
+                if let Some(step) =
+                    crate::usage::step_usage(part, session, directory, column(3)?, column(4)?, since)?
+                {
+                    steps.push(step);
+                }
+            }
+            Ok(steps)
+        })
+    }
 }

@@ -441,6 +441,9 @@ mod tests {
         ) -> Result<Vec<(codeloop_types::Job, String)>> {
             unimplemented!()
         }
+        fn step_usage(&self, _: codeloop_types::Millis) -> Result<Vec<crate::StepUsage>> {
+            unimplemented!()
+        }
         fn recover(&self, _: Option<&codeloop_types::SessionId>) -> Result<crate::RecoveryReport> {
             unimplemented!()
         }

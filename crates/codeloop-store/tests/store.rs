@@ -12,6 +12,8 @@ mod concurrency;
 mod postgres_only;
 #[path = "store/recovery.rs"]
 mod recovery;
+#[path = "store/usage.rs"]
+mod usage;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -33,6 +35,7 @@ use recovery::*;
 use serde_json::json;
 use support::*;
 use tempfile::TempDir;
+use usage::*;
 
 fn temp() -> TempDir {
     tempfile::tempdir().unwrap()
@@ -552,4 +555,5 @@ on_both_stores!(
     jobs_are_saved_listed_and_go_with_their_session,
     a_killed_run_releases_its_lock_and_is_recovered,
     queued_input_stays_in_order_until_a_batch_records_it,
+    step_usage_lists_every_step_with_its_model_directory_and_time,
 );

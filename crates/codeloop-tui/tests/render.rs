@@ -278,3 +278,34 @@ fn a_ten_thousand_part_session_draws_only_what_is_visible() {
     // is measured in the render bench, not asserted here).
     assert_eq!(cache.rendered(), first, "items rendered again by frames that changed none");
 }
+
+#[test]
+fn a_reached_limit_is_a_line_naming_it() {
+    let mut app = app(vec![user("msg_0001", "hi")]);
+    app.event(EventPayload::SessionLimit {
+        session_id: SESSION.into(),
+        limit: codeloop_types::Limit::RunMaxCostUsd,
+        value: 0.5,
+        used: 0.625,
+    });
+    let screen = screen(&mut app, 120, 12);
+    assert!(screen.contains("limit run_max_cost_usd reached"), "{screen}");
+    assert!(screen.contains("0.6250 of 0.5000 USD"), "{screen}");
+}
+
+#[test]
+fn the_status_line_shows_the_cache_hit_rate_and_keeps_every_field_at_120_columns() {
+    let mut app = app(vec![user("msg_0001", "hi")]);
+    let mut info = session();
+    info.tokens.input = 200;
+    info.tokens.cache.read = 600;
+    info.tokens.cache.write = 200;
+    app.event(EventPayload::SessionUpdated { session_id: SESSION.into(), info });
+    app.event(EventPayload::SessionStatus { session_id: SESSION.into(), status: SessionStatus::Busy });
+    let screen = screen(&mut app, 120, 6);
+    let status = screen.lines().last().unwrap();
+    for field in ["● busy", "fake/test", "build", "$0.0123", "cache hit 60%", SESSION] {
+        assert!(status.contains(field), "{field} missing from: {status}");
+    }
+    assert!(status.contains("context") || status.contains("ctx"), "{status}");
+}

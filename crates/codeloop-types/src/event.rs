@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AssistantError, JobId, JobState, Message, MessageId, Millis, Part, PartId, PermissionId,
-    PermissionRequest, QuestionId, QuestionRequest, Session, SessionId,
+    AssistantError, CacheReason, JobId, JobState, Limit, Message, MessageId, Millis, Part, PartId,
+    PermissionId, PermissionRequest, QuestionId, QuestionRequest, Session, SessionId,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -50,6 +50,13 @@ pub enum EventPayload {
     /// a tool call as text); `message` says what to do.
     #[serde(rename = "session.warning")]
     SessionWarning { session_id: SessionId, message: String },
+    /// The run reached a `[limits]` limit (DESIGN.md §5h): nothing more was sent and the run stopped.
+    /// `limit` is the config key, `value` the limit, `used` what had been spent.
+    #[serde(rename = "session.limit")]
+    SessionLimit { session_id: SessionId, limit: Limit, value: f64, used: f64 },
+    /// codeloop itself changed the prompt's prefix (so the provider's prompt cache misses once).
+    #[serde(rename = "session.cache")]
+    SessionCache { session_id: SessionId, reason: CacheReason },
     #[serde(rename = "todo.updated")]
     TodoUpdated { session_id: SessionId, todos: Vec<Todo> },
     #[serde(rename = "permission.asked")]
@@ -113,6 +120,8 @@ impl EventPayload {
             EventPayload::SessionError { .. } => "session.error",
             EventPayload::SessionCompacted { .. } => "session.compacted",
             EventPayload::SessionWarning { .. } => "session.warning",
+            EventPayload::SessionLimit { .. } => "session.limit",
+            EventPayload::SessionCache { .. } => "session.cache",
             EventPayload::TodoUpdated { .. } => "todo.updated",
             EventPayload::PermissionAsked(_) => "permission.asked",
             EventPayload::PermissionReplied { .. } => "permission.replied",
@@ -138,6 +147,8 @@ impl EventPayload {
             | EventPayload::SessionIdle { session_id }
             | EventPayload::SessionCompacted { session_id }
             | EventPayload::SessionWarning { session_id, .. }
+            | EventPayload::SessionLimit { session_id, .. }
+            | EventPayload::SessionCache { session_id, .. }
             | EventPayload::TodoUpdated { session_id, .. }
             | EventPayload::PermissionReplied { session_id, .. }
             | EventPayload::QuestionReplied { session_id, .. }

@@ -10,6 +10,7 @@ mod event;
 mod history;
 mod ids;
 mod job;
+mod limit;
 mod message;
 mod part;
 mod permission;
@@ -24,6 +25,7 @@ pub use event::{
 pub use history::{Approval, MessageWithParts, Page, SessionFilter, ToolSpec};
 pub use ids::{JobId, MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
 pub use job::{Job, JobState};
+pub use limit::{CacheReason, Limit, LimitReached};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
 pub use part::{
     AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,

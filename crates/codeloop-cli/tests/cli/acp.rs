@@ -601,3 +601,25 @@ async fn acp_advertises_http_mcp_and_runs_the_editors_http_servers_without_a_war
     assert_eq!(call.header("x-editor"), Some("${NOT_EXPANDED}"), "an editor's header is sent as written");
     client.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_a_reached_limit_ends_the_turn_with_a_notice_naming_it() {
+    let env = Env::new();
+    let usage = codeloop_testkit::ScriptUsage { input: 900, output: 200, ..Default::default() };
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("glob", json!({"pattern": "*"})).with_usage(usage)),
+        Turn::from(Reply::text("never sent")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "[limits]\nrun_max_tokens = 1000\n");
+    let mut client = Client::spawn(&env, &config, &[]);
+    client.initialize().await;
+    let (session, _) = client.new_session(env.project.path()).await;
+    let (messages, response) = client.call("session/prompt", Client::prompt_params(&session, "list")).await;
+    assert_eq!(response["stopReason"], "max_turn_requests", "{response}");
+    let said = chunks(&messages, "agent_message_chunk");
+    assert!(said.contains("run_max_tokens") && said.contains("1100 of 1000 tokens"), "{messages:?}");
+    assert_eq!(fake.requests().len(), 1);
+    client.finish().await;
+}

@@ -38,6 +38,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// `[storage]`: how much the data dir may keep (`codeloop gc`).
     pub storage: StorageConfig,
+    /// Spending limits the run loop enforces before each model request (DESIGN.md §5h).
+    pub limits: LimitsConfig,
     /// An untrusted project's own `[permission]` rules. They can only narrow: each call gets the stricter
     /// of these and every other layer (deny > ask > allow). Never read from a file directly.
     #[serde(skip)]
@@ -238,6 +240,20 @@ impl Default for CompactionConfig {
             model: None,
         }
     }
+}
+
+/// `[limits]`: none is set by default. A run that has reached one sends nothing more and stops.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LimitsConfig {
+    /// The session's cost over all its runs, in USD.
+    pub session_max_cost_usd: Option<f64>,
+    /// One run's cost, in USD (`codeloop run --max-cost` sets it for that run).
+    pub run_max_cost_usd: Option<f64>,
+    /// One run's tokens (every prompt token, cached included, plus output).
+    pub run_max_tokens: Option<u64>,
+    /// One run's wall time, in minutes.
+    pub run_max_minutes: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

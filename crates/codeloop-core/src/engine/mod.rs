@@ -197,6 +197,7 @@ impl Engine {
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
             jobs,
+            prefixes: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {

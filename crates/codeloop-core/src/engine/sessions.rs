@@ -133,6 +133,17 @@ impl Engine {
         self.read(move |store| store.list_sessions(&filter)).await
     }
 
+    /// What the stored steps of the last `days` days spent, grouped by `by` (`codeloop stats`).
+    pub async fn usage_stats(
+        &self,
+        days: u32,
+        by: crate::stats::StatsBy,
+    ) -> Result<Vec<crate::stats::UsageRow>, EngineError> {
+        let since = codeloop_types::now_ms() - i64::from(days) * 86_400_000;
+        let steps = self.read(move |store| store.step_usage(since)).await?;
+        Ok(crate::stats::aggregate(&steps, by))
+    }
+
     /// The whole history of a session, oldest first.
     pub async fn history(&self, id: &SessionId) -> Result<Vec<MessageWithParts>, EngineError> {
         let id = id.clone();

@@ -188,6 +188,7 @@ impl Run<'_> {
             self.history.push(follow_up);
         }
         self.services.bus.publish(EventPayload::SessionCompacted { session_id: self.session.id.clone() });
+        self.prefix_changed(codeloop_types::CacheReason::Compaction);
         Ok(Flow::Continue)
     }
 

@@ -6,6 +6,7 @@
 //! and appended to in memory.
 
 mod compact;
+mod limits;
 mod offer;
 mod turn;
 
@@ -25,6 +26,7 @@ use crate::input::{PromptInput, user_message};
 use crate::instructions::ProjectInfo;
 use crate::models::ResolvedModel;
 use crate::outcome::{RunOutcome, StopReason};
+use crate::prefix::Prefix;
 use crate::services::Services;
 use crate::snapshot::Snapshots;
 use codeloop_types::LockExt;
@@ -169,6 +171,8 @@ pub(crate) struct Run<'a> {
     encoded: codeloop_provider::EncodeCache,
     /// What the model is told in its next request about MCP servers that stopped or came back.
     mcp_notes: Vec<String>,
+    /// What this run spent, checked against `[limits]` before each model request.
+    spend: limits::Spend,
 }
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
@@ -230,11 +234,12 @@ pub(crate) async fn run_session(
         tools: services.tool_set().await,
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
+        spend: limits::Spend::new(),
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
-    if services.config.compaction.prune {
-        run.prune();
+    if services.config.compaction.prune && run.prune() {
+        run.prefix_changed(codeloop_types::CacheReason::Prune);
     }
     if let Some(snapshots) = run.snapshots.clone() {
         tokio::spawn(async move { snapshots.collect_garbage().await });
@@ -259,6 +264,14 @@ pub(crate) async fn run_session(
         services.bus.publish(EventPayload::SessionError {
             session_id: Some(session_id.clone()),
             error: error.clone(),
+        });
+    }
+    if let StopReason::Limit(reached) = &stop {
+        services.bus.publish(EventPayload::SessionLimit {
+            session_id: session_id.clone(),
+            limit: reached.limit,
+            value: reached.value,
+            used: reached.used,
         });
     }
     if let StopReason::Blocked(message) = &stop {
@@ -332,6 +345,9 @@ impl Run<'_> {
                 return Ok(StopReason::Completed);
             }
             if let Some(index) = latest.pending_compaction {
+                if let Some(reached) = self.limit_reached() {
+                    return Ok(StopReason::Limit(reached));
+                }
                 match self.summarize(index).await? {
                     Flow::Continue => continue,
                     Flow::Stop(reason) => return Ok(reason),
@@ -344,6 +360,9 @@ impl Run<'_> {
                 }
             }
             self.refresh_mcp().await;
+            if let Some(reached) = self.limit_reached() {
+                return Ok(StopReason::Limit(reached));
+            }
             self.step += 1;
             let user = self.note_ended_jobs(latest.last_user.unwrap_or(0));
             match self.turn(user).await? {
@@ -351,6 +370,11 @@ impl Run<'_> {
                 Flow::Stop(reason) => return Ok(reason),
             }
         }
+    }
+
+    /// The first `[limits]` limit this run has reached, checked before each model request.
+    fn limit_reached(&self) -> Option<codeloop_types::LimitReached> {
+        self.spend.reached(&self.services.config.limits, self.session.cost)
     }
 
     /// Takes what changed in the MCP servers since the last step: their notices become warnings for the
@@ -449,6 +473,7 @@ impl Run<'_> {
             if let PartKind::StepFinish(step) = &part.kind {
                 self.session.tokens.accumulate(&step.tokens);
                 self.session.cost += step.cost;
+                self.spend.add(&step.tokens, step.cost);
             }
         }
         self.session.time.updated = codeloop_types::now_ms();
@@ -456,17 +481,37 @@ impl Run<'_> {
         self.history.push(message);
     }
 
-    /// Hides old tool outputs from the model after the run (DESIGN.md §4 "Prune").
-    fn prune(&mut self) {
+    /// Says that codeloop itself changed what the next request starts with (`session.cache`).
+    fn prefix_changed(&self, reason: codeloop_types::CacheReason) {
+        self.services.bus.publish(EventPayload::SessionCache { session_id: self.session.id.clone(), reason });
+    }
+
+    /// Compares the prefix of the step about to be sent with the session's previous one.
+    fn note_prefix(&self, prefix: Prefix) {
+        let before = {
+            let mut prefixes = self.services.prefixes.locked();
+            let before = prefixes.get(&self.session.id).cloned();
+            prefixes.insert(self.session.id.clone(), prefix.clone());
+            before
+        };
+        let before = before.or_else(|| Prefix::from_history(&self.history, &prefix));
+        if let Some(reason) = before.and_then(|before| prefix.changed_from(&before)) {
+            self.prefix_changed(reason);
+        }
+    }
+
+    /// Hides old tool outputs from the model after the run (DESIGN.md §4 "Prune"); true when it hid any.
+    fn prune(&mut self) -> bool {
         let visible = crate::projection::visible_history(&self.history);
         let ids: Vec<(MessageId, usize)> = crate::compaction::prune_candidates(&visible)
             .into_iter()
             .map(|(m, p)| (visible[m].info.id().clone(), p))
             .collect();
         if ids.is_empty() {
-            return;
+            return false;
         }
         let now = codeloop_types::now_ms();
+        let mut pruned = false;
         for (message_id, part_index) in ids {
             let Some(message) = self.history.iter_mut().find(|m| m.info.id() == &message_id) else {
                 continue;
@@ -477,7 +522,9 @@ impl Run<'_> {
                 && tool.state.mark_compacted(now).is_ok()
             {
                 self.services.journal.save_part(part);
+                pruned = true;
             }
         }
+        pruned
     }
 }

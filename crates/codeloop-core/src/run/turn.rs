@@ -160,6 +160,13 @@ impl Run<'_> {
         let model = self.resolve_model(&user.model)?;
         let last_step = agent.steps.is_some_and(|steps| self.step >= steps);
         let request = self.build_request(&agent, &model, &user, last_step);
+        let offer = self.offer(&agent, &model);
+        self.note_prefix(crate::prefix::Prefix::of(
+            &request,
+            &offer.system.context,
+            &model.reference,
+            &agent.name,
+        ));
         let estimate = estimate_request_tokens(&request);
         let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
         let ctx = self.turn_context(&agent, &model, !last_step, false, estimate, offered.clone());

@@ -2,12 +2,14 @@
 //! against the test kit's scripted fake provider over HTTP on 127.0.0.1, in a real temp workspace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod cache_notes;
 #[path = "../common/mod.rs"]
 mod common;
 mod compaction;
 mod coordinator;
 mod harness;
 mod jobs;
+mod limits;
 mod loop_rules;
 mod mcp;
 mod mcp_auth;

@@ -20,6 +20,11 @@ use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
 const REDACTED: &str = "[redacted]";
 
+/// `GET /metrics`: what the engine's events added up to since the server started.
+pub async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
+}
+
 pub async fn health() -> Json<Health> {
     Json(Health { healthy: true, version: env!("CARGO_PKG_VERSION").to_owned() })
 }

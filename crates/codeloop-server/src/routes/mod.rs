@@ -68,6 +68,8 @@ pub enum Returns {
     AnyJson,
     /// No body (202).
     Accepted,
+    /// Prometheus text (`GET /metrics`).
+    PrometheusText,
 }
 
 /// One documented route.
@@ -154,6 +156,7 @@ pub fn api() -> Api {
     use Returns::{Accepted, EventStream, List, Model};
     let api = Api { router: Router::new(), ops: Vec::new() };
     api.add(get("/health", "health", "Liveness and version").json::<Health>(), misc::health)
+        .add(get("/metrics", "metrics", "Prometheus metrics: tokens, cost, tool calls, provider latency, retries, active runs").returns(Returns::PrometheusText), misc::metrics)
         .add(get("/event", "event.subscribe", "Server-Sent Events: every bus event with its id; resume with Last-Event-ID").query::<EventQuery>().returns(EventStream), events::events)
         .add(get("/session", "session.list", "List sessions, most recently updated first").query::<SessionListQuery>().returns(List("Session")), session::list)
         .add(post("/session", "session.create", "Create a session").body::<CreateSession>().returns(Model("Session")), session::create)

@@ -230,6 +230,7 @@ async fn config_and_models_are_read_only_and_carry_no_secret() {
 /// Every route the API promises, as `(method, path)`.
 const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("get", "/health"),
+    ("get", "/metrics"),
     ("get", "/event"),
     ("get", "/session"),
     ("post", "/session"),

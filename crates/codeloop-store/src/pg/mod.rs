@@ -641,6 +641,26 @@ impl Store for PgStore {
         Ok(Box::new(Lease::take(&self.shared, id)?))
     }
 
+    fn step_usage(&self, since: codeloop_types::Millis) -> Result<Vec<crate::StepUsage>> {
+        self.read(move |tx| {
+            Box::pin(async move {
+                let stmt = tx.prepare_cached(&crate::usage::step_usage_sql("::text")).await?;
+                let mut steps = Vec::new();
+                for row in tx.query(&stmt, &[&since]).await? {
+                    let (part, session, directory): (&str, &str, &str) =
+                        (row.try_get(0)?, row.try_get(1)?, row.try_get(2)?);
+                    let (message, data): (&str, &str) = (row.try_get(3)?, row.try_get(4)?);
+                    if let Some(step) =
+                        crate::usage::step_usage(part, session, directory, message, data, since)?
+                    {
+                        steps.push(step);
+                    }
+                }
+                Ok(steps)
+            })
+        })
+    }
+
     fn event_log(&self) -> Option<&dyn crate::EventLog> {
         Some(self)
     }

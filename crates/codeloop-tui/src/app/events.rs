@@ -88,6 +88,10 @@ impl App {
             EventPayload::JobExited { session_id, job_id, exit_code, state } if self.mine(&session_id) => {
                 self.job_exited(job_id, state, exit_code);
             }
+            EventPayload::SessionLimit { session_id, limit, value, used } if self.mine(&session_id) => {
+                let reached = codeloop_types::LimitReached { limit, value, used };
+                self.convo.notice(Notice::error(reached.to_string()));
+            }
             EventPayload::PermissionAsked(request)
                 if self.mine(&request.session_id)
                     || request.parent_session_id.as_ref().is_some_and(|p| self.mine(p)) =>

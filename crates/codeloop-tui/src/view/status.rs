@@ -11,7 +11,7 @@ use super::USER;
 use crate::app::{App, RunState};
 use crate::wrap::truncate;
 
-/// The status line: state, running jobs, model, agent, context used, cost, session id. When it does not fit, labels
+/// The status line: state, running jobs, model, agent, context used, cost, prompt-cache hit rate, session id. When it does not fit, labels
 /// get shorter, then the least needed parts go (the session id goes last).
 pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
     let bar = Style::new().fg(Color::White).bg(Color::DarkGray);
@@ -28,6 +28,12 @@ pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
     let agent = app.current_agent().unwrap_or("build").to_owned();
     let percent = app.context_percent().map_or("–".to_owned(), |p| p.to_string());
     let cost = format!("${:.4}", app.convo.session.as_ref().map_or(0.0, |s| s.cost));
+    let hit = app
+        .convo
+        .session
+        .as_ref()
+        .and_then(|s| cache_hit_percent(&s.tokens))
+        .map_or("–".to_owned(), |p| format!("{p}%"));
     let id = app.session_id().map_or("no session".to_owned(), ToString::to_string);
     // (text, style, priority: higher stays longer)
     let state_priority = if app.busy() { 9 } else { 5 };
@@ -48,6 +54,7 @@ pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
         (format!("agent {agent}"), bar, 4),
         (format!("{percent}% context"), bar, 6),
         (cost.clone(), bar, 2),
+        (format!("cache hit {hit}"), bar, 1),
         (id.clone(), bar.fg(Color::Gray), 8),
     ];
     let short = [
@@ -55,6 +62,7 @@ pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
         (agent, bar, 4),
         (format!("ctx {percent}%"), bar, 6),
         (cost, bar, 2),
+        (format!("hit {hit}"), bar, 1),
         (id, bar.fg(Color::Gray), 8),
     ];
     let sep = " · ";
@@ -84,6 +92,13 @@ pub(super) fn status_line(app: &App, width: u16) -> Line<'static> {
     }
     spans.push(Span::styled(" ".repeat(w.saturating_sub(used)), bar));
     Line::from(spans)
+}
+
+/// The session's prompt-cache hit rate in percent: cache reads over every prompt token (uncached, read
+/// and written); `None` before anything was sent.
+fn cache_hit_percent(tokens: &codeloop_types::Tokens) -> Option<u64> {
+    let input = tokens.input + tokens.cache.read + tokens.cache.write;
+    (input > 0).then(|| (tokens.cache.read * 100 + input / 2) / input)
 }
 
 pub(super) fn draw_sessions(frame: &mut Frame, app: &App, area: Rect) {
