@@ -94,4 +94,7 @@ pub enum EngineError {
     Question(#[from] crate::question::QuestionError),
     #[error("{0}")]
     Invalid(String),
+    /// No command of that name (DESIGN.md §5g): nothing was sent.
+    #[error("unknown command `{name}`; the available commands are: {available}")]
+    UnknownCommand { name: String, available: String },
 }

@@ -160,7 +160,13 @@ impl PromptBody {
             DeliveryMode::Steer => Delivery::Steer,
             DeliveryMode::Queue => Delivery::Queue,
         };
-        let input = PromptInput { parts, model, agent: self.agent.clone(), system: self.system.clone() };
+        let input = PromptInput {
+            parts,
+            model,
+            agent: self.agent.clone(),
+            system: self.system.clone(),
+            command: None,
+        };
         Ok((input, delivery))
     }
 }

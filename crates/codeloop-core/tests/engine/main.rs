@@ -2,6 +2,7 @@
 //! against the test kit's scripted fake provider over HTTP on 127.0.0.1, in a real temp workspace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod commands_files;
 #[path = "../common/mod.rs"]
 mod common;
 mod compaction;
