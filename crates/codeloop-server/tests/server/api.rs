@@ -244,6 +244,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("post", "/session/{id}/message"),
     ("post", "/session/{id}/prompt"),
     ("post", "/session/{id}/prompt_async"),
+    ("post", "/session/{id}/command"),
     ("post", "/session/{id}/abort"),
     ("post", "/session/{id}/compact"),
     ("post", "/session/{id}/summarize"),
@@ -257,6 +258,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("get", "/config"),
     ("get", "/models"),
     ("get", "/agent"),
+    ("get", "/command"),
     ("get", "/agent/{name}"),
     ("get", "/doc"),
 ];
