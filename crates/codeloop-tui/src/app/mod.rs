@@ -44,6 +44,10 @@ pub enum Action {
     /// Reload the current session (after lost events).
     Reload(SessionId),
     Window(ModelRef),
+    /// Load the directory's commands (for `/help` and completion).
+    LoadCommands,
+    /// `/NAME args` for a command file, an MCP prompt or `/init`.
+    RunCommand(SessionId, String, String),
     Quit,
 }
 
@@ -67,6 +71,7 @@ pub enum Outcome {
     Notice(Notice),
     /// A prompt the engine refused before any run.
     PromptFailed(String),
+    Commands(Vec<crate::client::CommandEntry>),
 }
 
 /// The run state of the session on screen.
@@ -120,6 +125,8 @@ pub struct App {
     /// Total rows of the conversation at the last draw.
     pub total_rows: usize,
     pub quit: bool,
+    /// The directory's commands (command files, MCP prompts, `/init`), as last loaded.
+    pub commands: Vec<crate::client::CommandEntry>,
 }
 
 impl App {
@@ -146,6 +153,7 @@ impl App {
             page: 20,
             total_rows: 0,
             quit: false,
+            commands: Vec::new(),
         }
     }
 
@@ -290,6 +298,7 @@ impl App {
             KeyCode::Down => {
                 self.editor.down();
             }
+            KeyCode::Tab if self.editor.text().starts_with('/') => self.complete(),
             KeyCode::Tab => self.editor.insert_str("  "),
             _ => {}
         }
@@ -470,7 +479,12 @@ impl App {
                 self.scroll = None;
                 self.queued = 0;
                 actions.extend(self.lookups());
+                actions.push(Action::LoadCommands);
                 actions
+            }
+            Outcome::Commands(commands) => {
+                self.commands = commands;
+                Vec::new()
             }
             Outcome::Sessions(sessions) => {
                 if sessions.is_empty() {
