@@ -75,8 +75,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let send = match &args.command {
         Some(name) => {
             let send = Send::Command { name: name.clone(), arguments: message };
-            // Checked before anything is sent: an unknown command names the ones there are.
-            engine.validate(&send.command(&session.id)).await?;
+            // Checked before anything is sent: an unknown command names the ones there are (and a
+            // session made for it is not left behind empty).
+            if let Err(refused) = engine.validate(&send.command(&session.id)).await {
+                let fresh = args.target.session.is_none() && !args.target.continue_last;
+                if fresh {
+                    let _ = engine.delete_session(&session.id).await;
+                }
+                return Err(refused.into());
+            }
             send
         }
         None => Send::Prompt(PromptInput {

@@ -85,4 +85,7 @@ async fn an_unknown_command_is_an_error_naming_the_available_ones_and_nothing_is
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("nosuch") && stderr.contains("review") && stderr.contains("init"), "{stderr}");
     assert_eq!(fake.request_count(), 0);
+    let listed = codeloop(&env, None, &["session", "list", "--format", "json"]).await;
+    let sessions: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(sessions, serde_json::json!([]), "no empty session is left behind");
 }
