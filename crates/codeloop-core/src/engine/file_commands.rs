@@ -60,12 +60,12 @@ impl Engine {
     /// there are.
     async fn resolve_command(&self, session: &SessionId, name: &str) -> Result<Resolved, EngineError> {
         let name = name.trim().trim_start_matches('/');
+        let directory = self.session(session).await?.directory;
         match name {
             file_commands::COMPACT => return Ok(Resolved::Compact),
             file_commands::INIT => return Ok(Resolved::Init),
             _ => {}
         }
-        let directory = self.session(session).await?.directory;
         if name.starts_with("mcp__") && self.mcp_prompts().await.iter().any(|p| p.command == name) {
             return Ok(Resolved::Mcp(name.to_owned()));
         }

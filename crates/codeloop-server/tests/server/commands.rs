@@ -53,4 +53,6 @@ async fn an_unknown_command_is_refused_before_the_202_and_nothing_is_sent() {
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("nope") && message.contains("known"), "{message}");
     assert_eq!(h.fake.request_count(), 0);
+    let (status, _) = h.post("/session/ses_missing/command", json!({"command": "init"})).await;
+    assert_eq!(status, 404, "a missing session is refused as prompt_async refuses it");
 }
