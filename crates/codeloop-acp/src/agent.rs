@@ -59,6 +59,12 @@ pub struct Agent {
     engines: tokio::sync::Mutex<HashMap<String, (Engine, Vec<String>)>>,
 }
 
+/// The session a request opens (`session/new`, `load`, `resume`), from its params or its answer.
+pub(crate) fn opens_session(method: &str, params: &Value) -> Option<String> {
+    let opening = matches!(method, method::SESSION_NEW | method::SESSION_LOAD | method::SESSION_RESUME);
+    opening.then(|| params.get("sessionId")?.as_str().map(str::to_owned)).flatten()
+}
+
 fn params<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
     serde_json::from_value(params).map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))
 }
@@ -346,6 +352,22 @@ impl Agent {
         let mut warnings = opened.warnings;
         warnings.append(&mut skipped);
         Ok((opened.engine, warnings))
+    }
+
+    /// Sends `available_commands_update`: the session's commands (built-ins, command files, MCP
+    /// prompts), which the person types as `/NAME args`.
+    pub async fn announce_commands(&self, session: &str) {
+        let Ok(acp) = self.session(session) else { return };
+        let commands = acp.engine.commands(&acp.cwd).await;
+        let available_commands = commands
+            .into_iter()
+            .map(|c| protocol::AvailableCommand {
+                description: c.description.unwrap_or_else(|| format!("/{}", c.name)),
+                input: c.argument_hint.map(|hint| protocol::AvailableCommandInput { hint }),
+                name: c.name,
+            })
+            .collect();
+        self.send_update(&acp.id, SessionUpdate::AvailableCommandsUpdate { available_commands }).await;
     }
 
     pub(crate) async fn send_update(&self, session: &SessionId, update: SessionUpdate) {

@@ -95,8 +95,17 @@ where
                 let agent = agent.clone();
                 let peer = peer.clone();
                 requests.spawn(async move {
+                    let opens = agent::opens_session(&method, &params);
                     let result = agent.request(&id, &method, params).await;
+                    let opened = opens.filter(|_| result.is_ok()).or_else(|| {
+                        let id = result.as_ref().ok()?.get("sessionId")?.as_str()?;
+                        agent::opens_session(&method, &serde_json::json!({ "sessionId": id }))
+                    });
                     peer.respond(id, result).await;
+                    // After the answer, so the client knows the session the update is for.
+                    if let Some(session) = opened {
+                        agent.announce_commands(&session).await;
+                    }
                 });
             }
             rpc::Incoming::Notification { method, params } => agent.notification(&method, params).await,

@@ -409,11 +409,31 @@ pub enum SessionUpdate {
     ConfigOptionUpdate {
         config_options: Vec<ConfigOption>,
     },
+    /// The commands a person may type as `/NAME args` (DESIGN.md §5g).
+    #[serde(rename_all = "camelCase")]
+    AvailableCommandsUpdate {
+        available_commands: Vec<AvailableCommand>,
+    },
     /// Only sent to clients that advertised `session.notices`.
     Notice {
         severity: &'static str,
         title: String,
     },
+}
+
+/// One command of `available_commands_update`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AvailableCommand {
+    pub name: String,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<AvailableCommandInput>,
+}
+
+/// What a command takes after its name: a hint shown while nothing is typed yet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AvailableCommandInput {
+    pub hint: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

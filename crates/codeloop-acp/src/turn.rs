@@ -43,7 +43,10 @@ pub async fn prompt(
     request_id: &Value,
     blocks: Vec<ContentBlock>,
 ) -> Result<Value, RpcError> {
-    let input = input(blocks)?;
+    let input = match command_of(session, &blocks).await {
+        Some((name, arguments)) => Send::Command { name, arguments },
+        None => Send::Prompt(input(blocks)?),
+    };
     let cancel = CancellationToken::new();
     let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
     session.cancels.locked().push((ticket, cancel.clone()));
@@ -63,6 +66,22 @@ pub async fn prompt(
     agent.prompts.locked().remove(&request_id.to_string());
     let stop = stop?;
     serde_json::to_value(PromptResponse { stop_reason: stop }).map_err(|e| RpcError::internal(e.to_string()))
+}
+
+/// What a turn sends: the person's content, or a command typed as `/NAME args` (DESIGN.md §5g).
+enum Send {
+    Prompt(PromptInput),
+    Command { name: String, arguments: String },
+}
+
+/// `(NAME, args)` when the prompt is one text block `/NAME args` naming one of the session's commands
+/// (any other text starting with `/`, a path say, is an ordinary prompt).
+async fn command_of(session: &AcpSession, blocks: &[ContentBlock]) -> Option<(String, String)> {
+    let [ContentBlock::Text { text }] = blocks else { return None };
+    let typed = text.trim_start().strip_prefix('/')?;
+    let (name, arguments) = typed.split_once(char::is_whitespace).unwrap_or((typed, ""));
+    let known = session.engine.commands(&session.cwd).await.into_iter().any(|c| c.name == name);
+    known.then(|| (name.to_owned(), arguments.trim().to_owned()))
 }
 
 /// The client's content as the engine's input: text as typed, embedded resources as context the model
@@ -143,23 +162,28 @@ impl<'a> Turn<'a> {
         }
     }
 
-    async fn run(mut self, mut input: PromptInput) -> Result<StopReason, RpcError> {
+    async fn run(mut self, send: Send) -> Result<StopReason, RpcError> {
         let warnings: Vec<String> = std::mem::take(&mut *self.session.warnings.locked());
         for warning in warnings {
             self.agent.notice(&self.session.id, &format!("warning: {warning}")).await;
         }
-        {
-            let choice = self.session.choice.locked();
-            input.agent = Some(choice.mode.clone());
-            input.model = choice.model.clone();
-        }
+        let command = match send {
+            Send::Prompt(mut input) => {
+                let choice = self.session.choice.locked();
+                input.agent = Some(choice.mode.clone());
+                input.model = choice.model.clone();
+                SessionCommand::Prompt { session: self.session.id.clone(), input, delivery: Delivery::Queue }
+            }
+            Send::Command { name, arguments } => SessionCommand::RunCommand {
+                session: self.session.id.clone(),
+                name,
+                arguments,
+                delivery: Delivery::Queue,
+            },
+        };
         let engine = self.session.engine.clone();
         let mut events = engine.bus().subscribe();
-        let prompt = engine.submit(SessionCommand::Prompt {
-            session: self.session.id.clone(),
-            input,
-            delivery: Delivery::Queue,
-        });
+        let prompt = engine.submit(command);
         tokio::pin!(prompt);
         let grace = tokio::time::sleep(std::time::Duration::MAX / 4);
         tokio::pin!(grace);
@@ -218,6 +242,7 @@ impl<'a> Turn<'a> {
                 | EngineError::Agent(_)
                 | EngineError::Model(_)
                 | EngineError::SessionNotFound(_)
+                | EngineError::UnknownCommand { .. }
                 | EngineError::Run(
                     RunError::Input(_) | RunError::UnknownAgent(_) | RunError::Model(_),
                 )),

@@ -163,8 +163,15 @@ pub async fn demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         };
         eprintln!("demo project: {}{removed}\ntask: {TASK}\n", dir.display());
     }
-    let outcome =
-        crate::run::drive(&engine, &session.id, PromptInput::text(TASK), args.format, false).await?.outcome;
+    let outcome = crate::run::drive(
+        &engine,
+        &session.id,
+        crate::run::Send::Prompt(PromptInput::text(TASK)),
+        args.format,
+        false,
+    )
+    .await?
+    .outcome;
     let greet = std::fs::read_to_string(dir.join("greet.sh")).unwrap_or_default();
     if outcome.stop != StopReason::Completed || !greet.contains("Hello, world") {
         eprintln!("demo failed: the run ended with {:?}", outcome.stop);

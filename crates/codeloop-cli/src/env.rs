@@ -134,8 +134,39 @@ pub fn open_engine_on(
     options.protected_dirs = config_dir().into_iter().collect();
     options.sandbox_helper = std::env::current_exe().ok();
     options.global_instructions = config_dir().map(|d| d.join("AGENTS.md"));
+    options.command_dirs = Some(command_dirs());
+    options.project_trust = Some(std::sync::Arc::new(project_trusted));
     Engine::open(options)
         .with_context(|| format!("cannot open codeloop's store (data directory {})", data_dir.display()))
+}
+
+/// The user's command folders (DESIGN.md §5g), highest precedence first: codeloop's config dir, the
+/// folder of the file `CODELOOP_CONFIG` names, then Claude's and OpenCode's.
+pub fn command_dirs() -> Vec<PathBuf> {
+    let mut dirs = codeloop_core::file_commands::load::user_dirs(config_dir().as_deref(), home().as_deref());
+    let explicit = std::env::var_os("CODELOOP_CONFIG").filter(|c| !c.is_empty()).map(PathBuf::from);
+    if let Some(folder) = explicit.as_deref().and_then(Path::parent).map(|p| p.join("commands"))
+        && !dirs.contains(&folder)
+    {
+        dirs.insert(1, folder);
+    }
+    dirs
+}
+
+/// Whether the user trusts the project of `dir` (`codeloop trust`): only then do its commands' shell
+/// parts run. A project with no config of its own is trusted under the empty config's hash.
+fn project_trusted(dir: &Path) -> bool {
+    let sources = config_sources(Some(dir));
+    let Some(store) = &sources.trust else { return false };
+    match sources.project() {
+        Ok(Some(project)) => project.trusted(),
+        Ok(None) => {
+            let root = sources.project_root.clone().unwrap_or_else(|| dir.to_owned());
+            let hash = codeloop_core::trust::empty_config_hash();
+            matches!(store.state(&root, &hash), Ok(codeloop_core::trust::TrustState::Trusted))
+        }
+        Err(_) => false,
+    }
 }
 
 /// The store every command uses, opened without an engine (to look a session up before its project's

@@ -36,17 +36,29 @@ pub struct RunArgs {
     /// Sets `[limits] run_max_cost_usd` for this run.
     #[arg(long, value_name = "USD", value_parser = parse_max_cost)]
     pub max_cost: Option<f64>,
-    /// The message. Read from stdin when omitted and stdin is not a terminal.
+    /// Run command NAME (a Markdown command file, an MCP prompt `mcp__SERVER__PROMPT`, `init` or
+    /// `compact`); the words after it are its arguments.
+    #[arg(long, value_name = "NAME")]
+    pub command: Option<String>,
+    /// The message (with --command: the command's arguments). Read from stdin when omitted and stdin is not a terminal.
     pub message: Vec<String>,
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let message = message_text(&args.message)?;
+    let message = match &args.command {
+        Some(_) => args.message.join(" "),
+        None => message_text(&args.message)?,
+    };
     if let Some(url) = &args.target.attach {
         if args.max_cost.is_some() {
             anyhow::bail!(
                 "--max-cost limits a run in this process; with --attach, set [limits] run_max_cost_usd in the \
                  server's config"
+            );
+        }
+        if args.command.is_some() {
+            anyhow::bail!(
+                "--command does not work with --attach yet: run it on this machine, or POST /session/ID/command"
             );
         }
         return crate::attach::attach(url, &args, message).await;
@@ -73,8 +85,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         engine.check_agent(agent)?;
     }
     let session = pick_session(&engine, &args, &dir, model.clone()).await?;
-    let input = PromptInput { model, agent: args.target.agent.clone(), ..PromptInput::text(message) };
-    let driven = drive(&engine, &session.id, input, args.format, interactive).await;
+    let send = match &args.command {
+        Some(name) => {
+            let send = Send::Command { name: name.clone(), arguments: message };
+            // Checked before anything is sent: an unknown command names the ones there are (and a
+            // session made for it is not left behind empty).
+            if let Err(refused) = engine.validate(&send.command(&session.id)).await {
+                let fresh = args.target.session.is_none() && !args.target.continue_last;
+                if fresh {
+                    let _ = engine.delete_session(&session.id).await;
+                }
+                return Err(refused.into());
+            }
+            send
+        }
+        None => Send::Prompt(PromptInput {
+            model,
+            agent: args.target.agent.clone(),
+            ..PromptInput::text(message)
+        }),
+    };
+    let driven = drive(&engine, &session.id, send, args.format, interactive).await;
     // The run's background jobs end with this process (DESIGN.md §5f): recorded as killed, not lost.
     engine.end_jobs().await;
     Ok(driven?.exit_code())
@@ -137,6 +168,29 @@ async fn pick_session(
     }
 }
 
+/// What `run` sends: a message, or a command (DESIGN.md §5g) whose expanded text the engine sends.
+pub enum Send {
+    Prompt(PromptInput),
+    Command { name: String, arguments: String },
+}
+
+impl Send {
+    fn command(&self, session: &SessionId) -> SessionCommand {
+        let session = session.clone();
+        match self {
+            Self::Prompt(input) => {
+                SessionCommand::Prompt { session, input: input.clone(), delivery: Delivery::Queue }
+            }
+            Self::Command { name, arguments } => SessionCommand::RunCommand {
+                session,
+                name: name.clone(),
+                arguments: arguments.clone(),
+                delivery: Delivery::Queue,
+            },
+        }
+    }
+}
+
 /// Events rendered before stdout is written out, at most.
 const RENDER_BATCH: usize = 1024;
 /// Stdout is written out at most this often while text streams (about 60 times a second).
@@ -154,15 +208,14 @@ async fn sleep_until_some(at: Option<Instant>) {
 pub async fn drive(
     engine: &Engine,
     session: &SessionId,
-    input: PromptInput,
+    send: Send,
     format: Format,
     interactive: bool,
 ) -> anyhow::Result<Driven> {
     let mut events = engine.bus().subscribe();
     let mut renderer = Renderer::new(format, session.clone());
     let asker = interactive.then(|| spawn_asker(engine.clone(), session.clone()));
-    let prompt =
-        engine.submit(SessionCommand::Prompt { session: session.clone(), input, delivery: Delivery::Queue });
+    let prompt = engine.submit(send.command(session));
     tokio::pin!(prompt);
     // The signal that interrupted the run: SIGINT exits 130, SIGTERM 143. A second Ctrl+C quits at once.
     let mut interrupted: Option<u8> = None;

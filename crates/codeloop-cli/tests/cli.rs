@@ -31,6 +31,8 @@ mod web;
 #[path = "cli/workers.rs"]
 mod workers;
 
+#[path = "cli/commands.rs"]
+mod commands;
 #[path = "cli/defects.rs"]
 mod defects;
 #[path = "cli/real_models.rs"]

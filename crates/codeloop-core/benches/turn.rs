@@ -29,6 +29,7 @@ fn populate(engine: &codeloop_core::Engine, session: &SessionId, parts: usize) {
             model: model.clone(),
             system: None,
             format: None,
+            command: None,
         })));
         batch.push(Write::Part(Part::user_text(
             session.clone(),

@@ -22,6 +22,9 @@ pub enum SessionCommand {
     Revert { session: SessionId, message: MessageId },
     /// Undo the last revert.
     Unrevert { session: SessionId },
+    /// Run command `name` (DESIGN.md §5g: a Markdown file, an MCP prompt, `compact` or `init`) with
+    /// `arguments` (as typed: `$ARGUMENTS`, split for `$1`…`$9`); its expanded text is sent as a prompt.
+    RunCommand { session: SessionId, name: String, arguments: String, delivery: Delivery },
     /// Answer a pending permission request.
     AnswerPermission { request: PermissionId, answer: PermissionAnswer },
     /// Answer a pending question (one list of answers per question asked), or reject it (`None`).

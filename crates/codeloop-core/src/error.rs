@@ -104,4 +104,7 @@ pub enum EngineError {
     JobElsewhere { job: codeloop_types::JobId, owner: String },
     #[error("{0}")]
     Invalid(String),
+    /// No command of that name (DESIGN.md §5g): nothing was sent.
+    #[error("unknown command `{name}`; the available commands are: {available}")]
+    UnknownCommand { name: String, available: String },
 }

@@ -21,6 +21,9 @@ pub struct PromptInput {
     /// Extra system text for this turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<String>,
+    /// The command (DESIGN.md §5g) this input's text was expanded from; recorded on the message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,6 +127,7 @@ pub(crate) fn user_message(
         model: model.clone(),
         system: input.system.clone(),
         format: None,
+        command: input.command.clone(),
     };
     let parts: Vec<Part> = input
         .parts

@@ -50,6 +50,10 @@ pub struct Services {
     pub global_instructions: Option<PathBuf>,
     /// Folders with `<name>/SKILL.md` skills (relative ones are inside the project).
     pub skill_dirs: Vec<PathBuf>,
+    /// The user's command folders, highest precedence first (DESIGN.md §5g).
+    pub command_dirs: Vec<PathBuf>,
+    /// Whether a project directory is trusted (its commands' shell parts may run); `None`: none is.
+    pub project_trust: Option<crate::file_commands::ProjectTrust>,
     /// Busy or retrying sessions (idle ones are absent).
     pub statuses: Mutex<HashMap<SessionId, SessionStatus>>,
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).

@@ -169,6 +169,22 @@ pub(crate) async fn run_subtask(
     })
 }
 
+/// A new child session of `parent` for command `command` run as a subtask by `agent` (DESIGN.md §5g).
+pub(crate) fn command_child(
+    services: &Services,
+    parent: &Session,
+    agent: &Agent,
+    command: &str,
+) -> Result<Session, ToolFailure> {
+    let task = Subtask {
+        description: format!("/{command}"),
+        prompt: String::new(),
+        agent: agent.name.clone(),
+        task_id: None,
+    };
+    child_session(services, parent, agent, &task)
+}
+
 /// The child session: a new one, or the earlier task's when `task_id` names a child of this session.
 fn child_session(
     services: &Services,

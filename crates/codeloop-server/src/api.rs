@@ -160,7 +160,13 @@ impl PromptBody {
             DeliveryMode::Steer => Delivery::Steer,
             DeliveryMode::Queue => Delivery::Queue,
         };
-        let input = PromptInput { parts, model, agent: self.agent.clone(), system: self.system.clone() };
+        let input = PromptInput {
+            parts,
+            model,
+            agent: self.agent.clone(),
+            system: self.system.clone(),
+            command: None,
+        };
         Ok((input, delivery))
     }
 }
@@ -287,6 +293,58 @@ pub struct MessageListQuery {
     pub limit: Option<usize>,
     /// Only messages older than this message id (the cursor of the previous page).
     pub before: Option<String>,
+}
+
+/// `POST /session/{id}/command` (DESIGN.md §5g).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CommandBody {
+    /// The command's name (`review`, `git:log`, `mcp__SERVER__PROMPT`, `init`, `compact`).
+    pub command: String,
+    /// Its arguments: one string as typed (`$ARGUMENTS`), or a list of words joined by spaces.
+    #[serde(default)]
+    pub arguments: CommandArguments,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delivery: Option<DeliveryMode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum CommandArguments {
+    Text(String),
+    Words(Vec<String>),
+}
+
+impl Default for CommandArguments {
+    fn default() -> Self {
+        Self::Text(String::new())
+    }
+}
+
+impl CommandArguments {
+    pub fn joined(&self) -> String {
+        match self {
+            Self::Text(text) => text.clone(),
+            Self::Words(words) => words.join(" "),
+        }
+    }
+}
+
+/// One command of `GET /command`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CommandEntry {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argument_hint: Option<String>,
+    /// `user`, `project`, `mcp` or `builtin`.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DirectoryQuery {
+    /// The project directory (relative to the server's); default: the server's.
+    pub directory: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

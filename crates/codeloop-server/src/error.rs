@@ -86,6 +86,9 @@ impl From<EngineError> for ApiError {
                 Self::invalid(message)
             }
             EngineError::Model(_) => Self::new(StatusCode::BAD_REQUEST, "invalid_model", message),
+            EngineError::UnknownCommand { .. } => {
+                Self::new(StatusCode::BAD_REQUEST, "unknown_command", message)
+            }
             EngineError::Busy { .. } => Self::conflict("busy", message),
             EngineError::Run(run) => run.into(),
             EngineError::Store(_) | EngineError::Snapshot(_) => Self::internal(message),

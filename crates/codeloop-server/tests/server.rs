@@ -9,6 +9,8 @@ mod api;
 mod browser;
 #[path = "server/browser_more.rs"]
 mod browser_more;
+#[path = "server/commands.rs"]
+mod commands;
 #[path = "server/load.rs"]
 mod load;
 #[path = "server/security.rs"]

@@ -39,6 +39,7 @@ fn user(session: &SessionId) -> Message {
         model: model(),
         system: None,
         format: None,
+        command: None,
     })
 }
 

@@ -39,6 +39,14 @@ pub struct Prompt {
     pub agent: Option<String>,
 }
 
+/// A command a person may type as `/NAME args` (DESIGN.md §5g): a command file, an MCP prompt, `/init`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandEntry {
+    pub name: String,
+    pub description: Option<String>,
+    pub hint: Option<String>,
+}
+
 /// The engine operations the UI uses. Every call returns an error a person can act on.
 #[async_trait]
 pub trait Client: Send + Sync + 'static {
@@ -85,6 +93,10 @@ pub trait Client: Send + Sync + 'static {
     async fn check_model(&self, model: Option<&ModelRef>) -> anyhow::Result<()>;
     /// Checks that a person may pick `name` as the session's agent (the engine's one agent rule).
     async fn check_agent(&self, name: &str) -> anyhow::Result<()>;
+    /// The commands of `directory` (built-ins, command files, MCP prompts).
+    async fn commands(&self, directory: &Path) -> Vec<CommandEntry>;
+    /// Runs command `name` with `arguments`; like [`Client::prompt`], returns once it is accepted.
+    async fn run_command(&self, id: &SessionId, name: &str, arguments: &str) -> anyhow::Result<()>;
     /// Names of the agents a person can choose (`None`: unknown, accept any and let the engine say).
     async fn agents(&self) -> Option<Vec<String>>;
     /// The session's background jobs, oldest first.

@@ -285,6 +285,11 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
             let window = client.context_window(&model).await;
             Some(Outcome::Window(model, window))
         }
+        Action::LoadCommands => Some(Outcome::Commands(client.commands(directory).await)),
+        Action::RunCommand(id, name, arguments) => match client.run_command(&id, &name, &arguments).await {
+            Ok(()) => None,
+            Err(e) => Some(Outcome::PromptFailed(format!("{e:#}"))),
+        },
         Action::Quit => None,
     }
 }

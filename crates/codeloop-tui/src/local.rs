@@ -84,6 +84,29 @@ impl Client for LocalClient {
         Ok(())
     }
 
+    async fn commands(&self, directory: &Path) -> Vec<crate::client::CommandEntry> {
+        let commands = self.engine.commands(directory).await;
+        commands
+            .into_iter()
+            .map(|c| crate::client::CommandEntry {
+                name: c.name,
+                description: c.description,
+                hint: c.argument_hint,
+            })
+            .collect()
+    }
+
+    async fn run_command(&self, id: &SessionId, name: &str, arguments: &str) -> anyhow::Result<()> {
+        let command = SessionCommand::RunCommand {
+            session: id.clone(),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+            delivery: Delivery::Queue,
+        };
+        self.submit(command).await?;
+        Ok(())
+    }
+
     async fn abort(&self, id: &SessionId) -> anyhow::Result<()> {
         self.submit(SessionCommand::Abort { session: id.clone() }).await?;
         Ok(())

@@ -181,6 +181,27 @@ impl Client for RemoteClient {
         Ok(())
     }
 
+    async fn commands(&self, directory: &Path) -> Vec<crate::client::CommandEntry> {
+        let path = format!("/command?directory={}", url_encode(&directory.display().to_string()));
+        let listed: Vec<Value> = self.get(&path).await.unwrap_or_default();
+        listed
+            .iter()
+            .filter_map(|c| {
+                Some(crate::client::CommandEntry {
+                    name: c["name"].as_str()?.to_owned(),
+                    description: c["description"].as_str().map(str::to_owned),
+                    hint: c["argument_hint"].as_str().map(str::to_owned),
+                })
+            })
+            .collect()
+    }
+
+    async fn run_command(&self, id: &SessionId, name: &str, arguments: &str) -> anyhow::Result<()> {
+        let body = json!({"command": name, "arguments": arguments, "delivery": "queue"});
+        self.post::<Value>(&format!("/session/{id}/command"), &body).await?;
+        Ok(())
+    }
+
     async fn abort(&self, id: &SessionId) -> anyhow::Result<()> {
         self.post::<Value>(&format!("/session/{id}/abort"), &json!({})).await?;
         Ok(())

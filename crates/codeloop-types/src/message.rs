@@ -22,6 +22,9 @@ pub struct UserMessage {
     pub system: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<serde_json::Value>,
+    /// The command (DESIGN.md §5g) whose expanded template this message's text is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -623,3 +623,38 @@ async fn acp_a_reached_limit_ends_the_turn_with_a_notice_naming_it() {
     assert_eq!(fake.requests().len(), 1);
     client.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_announces_the_commands_and_runs_one_typed_as_slash_name() {
+    let env = Env::new();
+    let fake =
+        FakeProvider::start(Script::new([Turn::from(Reply::text("Reviewed."))]).repeating()).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let commands = env.project.path().join(".codeloop/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(
+        commands.join("review.md"),
+        "---\ndescription: Review a file\nargument-hint: <file>\n---\nReview $1 now",
+    )
+    .unwrap();
+    let mut client = Client::spawn(&env, &config, &[]);
+    client.initialize().await;
+    let (session, _) = client.new_session(env.project.path()).await;
+    let (_, announced) =
+        client.until(|m| m["params"]["update"]["sessionUpdate"] == "available_commands_update").await;
+    assert_eq!(announced["params"]["sessionId"], session.as_str());
+    let listed = announced["params"]["update"]["availableCommands"].as_array().unwrap().clone();
+    let review = listed.iter().find(|c| c["name"] == "review").unwrap();
+    assert_eq!(
+        review,
+        &json!({"name": "review", "description": "Review a file", "input": {"hint": "<file>"}})
+    );
+    assert!(listed.iter().any(|c| c["name"] == "init"), "{listed:?}");
+
+    let (_, result) =
+        client.call("session/prompt", Client::prompt_params(&session, "/review src/a.rs")).await;
+    assert_eq!(result, json!({"stopReason": "end_turn"}));
+    let sent = fake.requests().last().unwrap().body["messages"].to_string();
+    assert!(sent.contains("Review src/a.rs now"), "{sent}");
+    client.finish().await;
+}

@@ -433,3 +433,24 @@ fn agent_picks_follow_the_engines_one_rule_in_the_ui() {
     tui.type_line("/agent plan");
     tui.wait_for("plan");
 }
+
+#[test]
+fn a_command_file_is_completed_as_typed_and_runs_as_slash_name() {
+    let env = Env::new();
+    let (_runtime, fake) = fake(Script::new([Turn::from(Reply::text("Reviewed it."))]));
+    let config = env.config(&fake.base_url(), "");
+    let commands = env.home.path().join(".config/codeloop/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(commands.join("review.md"), "---\ndescription: Review a file\n---\nPlease review $1")
+        .unwrap();
+    let mut tui = Tui::start(&env, &config, &[]);
+    tui.wait_for("Type a message");
+    tui.send("/rev");
+    tui.wait_for("/review · Tab completes");
+    tui.send("\t");
+    tui.send("src/a.rs\r");
+    let screen = tui.wait_for("Reviewed it.");
+    assert!(screen.contains("Please review src/a.rs"), "the expanded text is the user's message: {screen}");
+    let sent = fake.requests()[0].body["messages"].to_string();
+    assert!(sent.contains("Please review src/a.rs"), "{sent}");
+}

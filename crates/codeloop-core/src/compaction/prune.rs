@@ -77,6 +77,7 @@ mod tests {
                 model: ModelRef::new("p", "m"),
                 system: None,
                 format: None,
+                command: None,
             }),
             parts: vec![Part::user_text(session.clone(), id, "go")],
         }

@@ -16,6 +16,7 @@ pub(crate) fn user_info(session_id: &SessionId, like: &UserMessage) -> UserMessa
         model: like.model.clone(),
         system: None,
         format: None,
+        command: None,
     }
 }
 

@@ -1,5 +1,6 @@
 //! The commands of [`SessionCommand`] and their one validation: a prompt's agent (one rule), model and
-//! text, and whether the session is idle for what needs it idle (compact, revert, unrevert).
+//! text, and whether the session is idle for what needs it idle (compact, revert, unrevert). Commands
+//! (`RunCommand`) are in [`super::file_commands`].
 
 use std::path::Path;
 
@@ -10,7 +11,7 @@ use super::Engine;
 use crate::command::{CommandOutcome, SessionCommand};
 use crate::coordinator::Accepted;
 use crate::error::EngineError;
-use crate::input::PromptInput;
+use crate::input::{Delivery, PromptInput};
 use crate::instructions::ProjectInfo;
 use crate::outcome::RunOutcome;
 use codeloop_types::LockExt;
@@ -26,6 +27,7 @@ impl Engine {
             | SessionCommand::Revert { session, .. }
             | SessionCommand::Unrevert { session }
             | SessionCommand::KillJob { session, .. } => self.session(session).await.map(drop),
+            SessionCommand::RunCommand { session, name, .. } => self.check_command(session, name).await,
             SessionCommand::AnswerPermission { .. } | SessionCommand::AnswerQuestion { .. } => Ok(()),
         }
     }
@@ -92,6 +94,9 @@ impl Engine {
             SessionCommand::Unrevert { session } => {
                 self.submit_unrevert(&session).await.map(CommandOutcome::Session)
             }
+            SessionCommand::RunCommand { session, name, arguments, delivery } => {
+                self.submit_command(&session, &name, &arguments, delivery).await.map(CommandOutcome::Ran)
+            }
             SessionCommand::AnswerPermission { request, answer } => {
                 self.answer_permission(&request, answer).await?;
                 Ok(CommandOutcome::Answered)
@@ -112,8 +117,24 @@ impl Engine {
         futures::future::join_all(active.iter().map(|session| self.coordinator.interrupt(session))).await;
     }
 
+    /// Sends input to a session and waits for the outcome of the run it starts or joins. Everything a
+    /// client may get wrong is refused here, before anything is recorded.
+    pub(super) async fn submit_prompt(
+        &self,
+        session: &SessionId,
+        input: PromptInput,
+        delivery: Delivery,
+    ) -> Result<RunOutcome, EngineError> {
+        self.check_prompt(session, &input).await?;
+        Ok(self.coordinator.prompt(session, input, delivery).await?)
+    }
+
     /// The one check of a prompt: some text, a primary agent, a usable model, a session that exists.
-    async fn check_prompt(&self, session: &SessionId, input: &PromptInput) -> Result<(), EngineError> {
+    pub(super) async fn check_prompt(
+        &self,
+        session: &SessionId,
+        input: &PromptInput,
+    ) -> Result<(), EngineError> {
         if input.is_empty() {
             return Err(EngineError::Invalid(
                 "the prompt is empty: send at least one non-empty text part".into(),
@@ -180,7 +201,7 @@ impl Engine {
 
     /// Summarises the session now (manual compaction: no automatic continuation); `focus` goes to the
     /// summariser.
-    async fn submit_compact(
+    pub(super) async fn submit_compact(
         &self,
         session: &SessionId,
         focus: Option<String>,

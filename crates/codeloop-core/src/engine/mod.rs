@@ -5,6 +5,7 @@
 
 mod answers;
 mod commands;
+mod file_commands;
 mod gc;
 mod jobs;
 mod sessions;
@@ -47,6 +48,12 @@ pub struct EngineOptions {
     pub global_instructions: Option<PathBuf>,
     /// Folders searched for skills; `None` uses the tools' defaults.
     pub skill_dirs: Option<Vec<PathBuf>>,
+    /// The user's command folders, highest precedence first; `None`: those under `home`
+    /// (`~/.config/codeloop/commands`, `~/.claude/commands`).
+    pub command_dirs: Option<Vec<PathBuf>>,
+    /// Whether a project directory is trusted, so that its commands' `` !`cmd` `` parts run (DESIGN.md
+    /// §5g); `None`: no project is.
+    pub project_trust: Option<crate::file_commands::ProjectTrust>,
     /// Events a live subscriber may fall behind before it lags.
     pub bus_channel_capacity: usize,
     /// Events kept for replay after a reconnect (`Last-Event-ID`).
@@ -89,6 +96,8 @@ impl EngineOptions {
             env: Arc::new(|name| std::env::var(name).ok()),
             global_instructions: None,
             skill_dirs: None,
+            command_dirs: None,
+            project_trust: None,
             bus_channel_capacity: crate::bus::DEFAULT_CHANNEL_CAPACITY,
             bus_replay_capacity: crate::bus::DEFAULT_REPLAY_CAPACITY,
             protected_dirs: Vec::new(),
@@ -168,6 +177,10 @@ impl Engine {
             },
         );
         let data_dir = options.data_dir.clone();
+        let command_dirs = options.command_dirs.unwrap_or_else(|| {
+            let config = options.home.as_ref().map(|h| h.join(".config").join("codeloop"));
+            crate::file_commands::load::user_dirs(config.as_deref(), options.home.as_deref())
+        });
         let services = Arc::new(Services {
             agents,
             models: Models::new(options.config.clone(), options.env),
@@ -189,6 +202,8 @@ impl Engine {
             protected_dirs: options.protected_dirs,
             global_instructions: options.global_instructions,
             skill_dirs,
+            command_dirs,
+            project_trust: options.project_trust,
             statuses: Default::default(),
             snapshots: Default::default(),
             mcp,

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cache_notes;
+mod commands_files;
 #[path = "../common/mod.rs"]
 mod common;
 mod compaction;

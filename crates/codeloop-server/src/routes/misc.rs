@@ -98,6 +98,36 @@ pub async fn agents(State(state): State<AppState>) -> Json<Vec<AgentEntry>> {
     Json(entries)
 }
 
+/// `GET /command?directory=`: the commands a client may offer for a project directory.
+pub async fn commands(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<crate::api::DirectoryQuery>,
+) -> Result<Json<Vec<crate::api::CommandEntry>>, ApiError> {
+    let directory = match query.directory.as_deref().filter(|d| !d.is_empty()) {
+        Some(dir) => state.options.directory.join(dir),
+        None => state.options.directory.clone(),
+    };
+    if !directory.is_dir() {
+        return Err(ApiError::invalid(format!("directory {} does not exist", directory.display())));
+    }
+    let entries = state
+        .engine
+        .commands(&directory)
+        .await
+        .into_iter()
+        .map(|c| crate::api::CommandEntry {
+            name: c.name,
+            description: c.description,
+            argument_hint: c.argument_hint,
+            source: serde_json::to_value(c.source)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+        })
+        .collect();
+    Ok(Json(entries))
+}
+
 /// One agent a person may pick, or the engine's refusal (the one agent rule).
 pub async fn agent(
     State(state): State<AppState>,

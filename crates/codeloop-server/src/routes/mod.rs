@@ -174,6 +174,7 @@ pub fn api() -> Api {
         .add(post("/session/{id}/message", "session.prompt", "Send a prompt and wait for the run to end (same as /prompt)").body::<PromptBody>().json::<PromptResult>(), prompt::prompt)
         .add(post("/session/{id}/prompt", "session.prompt_sync", "Send a prompt and wait for the run to end").body::<PromptBody>().json::<PromptResult>(), prompt::prompt)
         .add(post("/session/{id}/prompt_async", "session.prompt_async", "Send a prompt; 202 at once, the run is watched through /event and failures arrive as session.error").body::<PromptBody>().returns(Accepted), prompt::prompt_async)
+        .add(post("/session/{id}/command", "session.command", "Run a command (a Markdown command file, an MCP prompt, init or compact) with its arguments; answers as prompt_async: 202 once the command is known, 400 naming the available ones when it is not").body::<CommandBody>().returns(Accepted), prompt::command)
         .add(post("/session/{id}/abort", "session.abort", "Stop the active run; returns after its cleanup").json::<Aborted>(), prompt::abort)
         .add(post("/session/{id}/compact", "session.compact", "Summarise the session now (409 while it runs)").json::<PromptResult>(), prompt::compact)
         .add(post("/session/{id}/summarize", "session.summarize", "Same as /compact").json::<PromptResult>(), prompt::compact)
@@ -187,5 +188,6 @@ pub fn api() -> Api {
         .add(get("/config", "config.get", "The effective configuration (read-only, secrets redacted)").returns(Model("Config")), misc::config)
         .add(get("/models", "models.list", "The model catalogue").json::<Vec<ModelEntry>>(), misc::models)
         .add(get("/agent", "agent.list", "The agents a person may pick (primary agents), with the default marked").json::<Vec<AgentEntry>>(), misc::agents)
+        .add(get("/command", "command.list", "The commands of a project directory: built-ins, Markdown command files and MCP prompts").query::<DirectoryQuery>().json::<Vec<CommandEntry>>(), misc::commands)
         .add(get("/agent/{name}", "agent.get", "One agent a person may pick; 400 with the reason when it may not be picked (a subagent, a hidden or missing one)").json::<AgentEntry>(), misc::agent)
 }

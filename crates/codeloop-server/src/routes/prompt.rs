@@ -13,7 +13,9 @@ use codeloop_types::{
 };
 
 use crate::AppState;
-use crate::api::{Aborted, CompactQuery, MessageListQuery, PromptBody, PromptResult, RevertBody, Stop};
+use crate::api::{
+    Aborted, CommandBody, CompactQuery, MessageListQuery, PromptBody, PromptResult, RevertBody, Stop,
+};
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 use crate::routes::session::{load, session_id};
 
@@ -79,11 +81,38 @@ pub async fn prompt_async(
     ApiJson(body): ApiJson<PromptBody>,
 ) -> Result<StatusCode, ApiError> {
     let command = prompt_command(&id, &body)?;
-    // Refused here, before the 202, for the same reasons `prompt` refuses (the engine's one check); the
-    // 202 comes once the input is stored, so a worker that dies afterwards cannot lose it.
+    // Refused before the 202 for the same reasons `prompt` refuses (the engine's one check). Stops
+    // with an error are published by the run itself; a prompt refused when it came to run (busy
+    // lock, storage) is reported by `accept`.
+    accept(&state, &id, command).await
+}
+
+/// `POST /session/{id}/command`: checked like `prompt_async` (an unknown command is refused before
+/// the 202), then run in the background; its failures arrive as `session.error`.
+pub async fn command(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiJson(body): ApiJson<CommandBody>,
+) -> Result<StatusCode, ApiError> {
+    let delivery = match body.delivery {
+        Some(crate::api::DeliveryMode::Queue) => codeloop_core::Delivery::Queue,
+        _ => codeloop_core::Delivery::Steer,
+    };
+    let command = SessionCommand::RunCommand {
+        session: session_id(&id)?,
+        name: body.command.clone(),
+        arguments: body.arguments.joined(),
+        delivery,
+    };
+    accept(&state, &id, command).await
+}
+
+/// Validates `command`, answers 202 and carries it out in the background.
+async fn accept(state: &AppState, id: &str, command: SessionCommand) -> Result<StatusCode, ApiError> {
+    // The 202 comes once the input is stored, so a worker that dies afterwards cannot lose it.
     let running = state.engine.accept(command).await?;
     let engine = state.engine.clone();
-    let session = SessionId::from(id.as_str());
+    let session = SessionId::from(id);
     tokio::spawn(async move {
         // Stops with an error are published by the run itself; a prompt refused when it came to run
         // (busy lock, storage) is reported here.

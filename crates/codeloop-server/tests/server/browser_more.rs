@@ -36,6 +36,7 @@ fn long_session(h: &Harness, session: &SessionId) {
             model: model.clone(),
             system: None,
             format: None,
+            command: None,
         };
         let q = question.id.clone();
         writes.push(Write::Message(Message::User(question)));

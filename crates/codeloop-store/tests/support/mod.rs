@@ -109,6 +109,7 @@ pub fn user(session: &SessionId) -> Message {
         model: model(),
         system: Some("Be brief.".into()),
         format: None,
+        command: None,
     })
 }
 

@@ -79,7 +79,7 @@ impl App {
             ("export", Some(id)) => vec![Action::Export(id)],
             ("jobs", Some(id)) => self.jobs_command(id, arg),
             ("help", _) => {
-                self.convo.notice(Notice::info(HELP));
+                self.convo.notice(Notice::info(self.help()));
                 Vec::new()
             }
             ("quit" | "exit" | "q", _) => {
@@ -90,10 +90,79 @@ impl App {
                 self.convo.notice(Notice::error("no session is open yet"));
                 Vec::new()
             }
+            (other, Some(id)) if self.commands.iter().any(|c| c.name == other) => {
+                self.scroll = None;
+                self.created_empty = false;
+                if self.busy() {
+                    self.queued += 1;
+                    self.convo.notice(Notice::info(format!("queued (run when the run ends): /{other}")));
+                } else {
+                    self.state = RunState::Busy;
+                }
+                vec![Action::RunCommand(id, other.to_owned(), arg.to_owned())]
+            }
             (other, _) => {
                 self.convo
                     .notice(Notice::error(format!("unknown command /{other}: /help lists the commands")));
                 Vec::new()
+            }
+        }
+    }
+
+    /// [`HELP`] and the directory's commands with their descriptions.
+    fn help(&self) -> String {
+        let mut help = HELP.to_owned();
+        let extra: Vec<String> = self
+            .commands
+            .iter()
+            .filter(|c| !BUILT_IN.contains(&c.name.as_str()))
+            .map(|c| {
+                let usage = match &c.hint {
+                    Some(hint) => format!("/{} {hint}", c.name),
+                    None => format!("/{}", c.name),
+                };
+                format!("  {usage:<18} {}", c.description.as_deref().unwrap_or(""))
+            })
+            .collect();
+        if !extra.is_empty() {
+            help.push_str("\nThis project's and your commands:\n");
+            help.push_str(&extra.join("\n"));
+        }
+        help
+    }
+
+    /// The commands whose names start with `prefix`, built-ins first.
+    pub fn matching_commands(&self, prefix: &str) -> Vec<String> {
+        let mut names: Vec<String> = BUILT_IN.iter().map(|n| (*n).to_owned()).collect();
+        names
+            .extend(self.commands.iter().map(|c| c.name.clone()).filter(|n| !BUILT_IN.contains(&n.as_str())));
+        names.retain(|n| n.starts_with(prefix));
+        names
+    }
+
+    /// Tab on `/pre`: completes the command's name (to the longest common prefix when several match,
+    /// which are listed).
+    pub(super) fn complete(&mut self) {
+        let text = self.editor.text();
+        let typed = text.trim_start_matches('/');
+        if typed.contains(char::is_whitespace) {
+            return;
+        }
+        let matches = self.matching_commands(typed);
+        match matches.as_slice() {
+            [] => {}
+            [only] => {
+                self.editor.clear();
+                self.editor.insert_str(&format!("/{only} "));
+            }
+            several => {
+                let common = several.iter().skip(1).fold(several[0].clone(), |common, name| {
+                    common.chars().zip(name.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect()
+                });
+                self.editor.clear();
+                self.editor.insert_str(&format!("/{common}"));
+                let listed: Vec<String> = several.iter().map(|n| format!("/{n}")).collect();
+                self.convo.notice(Notice::info(listed.join("  ")));
             }
         }
     }
@@ -108,12 +177,17 @@ impl App {
     }
 }
 
+/// The TUI's own commands (and the engine's built-ins it lists), for completion.
+const BUILT_IN: &[&str] =
+    &["new", "sessions", "undo", "redo", "compact", "init", "model", "agent", "export", "help", "quit"];
+
 pub const HELP: &str = "Commands:
   /new               start a new session
   /sessions [ID]     list this directory's sessions (Enter switches), or switch to ID
   /undo              revert the last turn: its messages and the files it changed
   /redo              bring back what /undo took away
-  /compact           summarise the conversation now
+  /compact [focus]   summarise the conversation now
+  /init              have the model write or improve AGENTS.md
   /model P/M         use another model, e.g. /model openai/gpt-4.1
   /agent NAME        use another agent (build, plan, …)
   /export            write the session as JSON to a file
@@ -122,6 +196,7 @@ pub const HELP: &str = "Commands:
   /quit              leave (Ctrl+C twice does too)
 Keys:
   Enter sends · Alt+Enter new line · Enter while a run is busy queues · Esc interrupts the run
+  Tab after /: complete a command's name
   Up/Down: history (input empty) · PgUp/PgDn, mouse wheel: scroll · Ctrl+T: show reasoning
   Ctrl+C clears the input; twice quits
 Permission prompts: y once · a always · n reject · m reject with a message";

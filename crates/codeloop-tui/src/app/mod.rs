@@ -49,6 +49,10 @@ pub enum Action {
     /// Reload the current session (after lost events).
     Reload(SessionId),
     Window(ModelRef),
+    /// Load the directory's commands (for `/help` and completion).
+    LoadCommands,
+    /// `/NAME args` for a command file, an MCP prompt or `/init`.
+    RunCommand(SessionId, String, String),
     Quit,
 }
 
@@ -76,6 +80,7 @@ pub enum Outcome {
     Notice(Notice),
     /// A prompt the engine refused before any run.
     PromptFailed(String),
+    Commands(Vec<crate::client::CommandEntry>),
 }
 
 /// The run state of the session on screen.
@@ -131,6 +136,8 @@ pub struct App {
     pub quit: bool,
     /// The open session's background jobs and their states (from `/jobs` and `job.*` events).
     pub jobs: std::collections::BTreeMap<codeloop_types::JobId, codeloop_types::JobState>,
+    /// The directory's commands (command files, MCP prompts, `/init`), as last loaded.
+    pub commands: Vec<crate::client::CommandEntry>,
 }
 
 impl App {
@@ -158,6 +165,7 @@ impl App {
             total_rows: 0,
             quit: false,
             jobs: Default::default(),
+            commands: Vec::new(),
         }
     }
 
@@ -302,6 +310,7 @@ impl App {
             KeyCode::Down => {
                 self.editor.down();
             }
+            KeyCode::Tab if self.editor.text().starts_with('/') => self.complete(),
             KeyCode::Tab => self.editor.insert_str("  "),
             _ => {}
         }
@@ -486,7 +495,12 @@ impl App {
                 if let Some(id) = self.session_id() {
                     actions.push(Action::Jobs(id.clone(), JobsAction::Count));
                 }
+                actions.push(Action::LoadCommands);
                 actions
+            }
+            Outcome::Commands(commands) => {
+                self.commands = commands;
+                Vec::new()
             }
             Outcome::Jobs(session, jobs, show) => self.jobs_loaded(&session, jobs, show),
             Outcome::JobOutput(job, output) => self.job_output(&job, &output),

@@ -141,3 +141,62 @@ fn commands_parse_their_arguments() {
     assert_eq!(app.send_text("/nope"), vec![]);
     assert_eq!(app.convo.items.len(), before + 1, "an unknown command says so");
 }
+
+fn with_commands(app: &mut App) {
+    let entry = |name: &str, description: &str| crate::client::CommandEntry {
+        name: name.into(),
+        description: Some(description.into()),
+        hint: None,
+    };
+    app.outcome(Outcome::Commands(vec![
+        entry("init", "Write AGENTS.md"),
+        entry("review", "Review the diff"),
+        entry("release", "Cut a release"),
+    ]));
+}
+
+#[test]
+fn a_command_file_runs_as_slash_name_and_help_lists_it() {
+    let mut app = app();
+    with_commands(&mut app);
+    type_text(&mut app, "/review src/a.rs now");
+    assert_eq!(
+        app.key(key(KeyCode::Enter)),
+        vec![Action::RunCommand(SESSION.into(), "review".into(), "src/a.rs now".into())]
+    );
+    assert!(app.busy());
+    let mut app = super::tests::app();
+    with_commands(&mut app);
+    type_text(&mut app, "/help");
+    app.key(key(KeyCode::Enter));
+    let shown: String = app
+        .convo
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            crate::convo::Item::Notice(_, notice) => Some(notice.text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(shown.contains("/review") && shown.contains("Review the diff"), "{shown}");
+    type_text(&mut app, "/nosuch");
+    assert_eq!(app.key(key(KeyCode::Enter)), vec![]);
+}
+
+#[test]
+fn tab_completes_a_command_name() {
+    let mut app = app();
+    with_commands(&mut app);
+    type_text(&mut app, "/rev");
+    app.key(key(KeyCode::Tab));
+    assert_eq!(app.editor.text(), "/review ");
+    app.editor.clear();
+    type_text(&mut app, "/re");
+    assert_eq!(app.matching_commands("re"), ["redo", "review", "release"]);
+    app.key(key(KeyCode::Tab));
+    assert_eq!(app.editor.text(), "/re", "several match: the common prefix stays, and they are listed");
+    app.editor.clear();
+    type_text(&mut app, "/in");
+    app.key(key(KeyCode::Tab));
+    assert_eq!(app.editor.text(), "/init ");
+}

@@ -333,6 +333,21 @@ fn input_lines(app: &App, width: u16) -> (Vec<Line<'static>>, (u16, u16)) {
     (lines, position)
 }
 
+/// While a command's name is typed (`/re`), the commands it may become: completion as you type.
+fn command_hint(app: &App) -> Option<String> {
+    let typed = app.editor.text().strip_prefix('/')?;
+    if typed.contains(char::is_whitespace) || !app.permissions.is_empty() || !app.questions.is_empty() {
+        return None;
+    }
+    let matches = app.matching_commands(typed);
+    if matches.is_empty() {
+        return Some(" no such command · /help lists them ".to_owned());
+    }
+    let shown: Vec<String> = matches.iter().take(8).map(|n| format!("/{n}")).collect();
+    let more = if matches.len() > 8 { " …" } else { "" };
+    Some(format!(" {}{more} · Tab completes ", shown.join("  ")))
+}
+
 fn draw_input(frame: &mut Frame, app: &App, area: Rect, lines: Vec<Line<'static>>, cursor: (u16, u16)) {
     let title = if !app.permissions.is_empty() && app.permission_mode == PermissionMode::Choosing {
         " answer the permission prompt above "
@@ -345,6 +360,7 @@ fn draw_input(frame: &mut Frame, app: &App, area: Rect, lines: Vec<Line<'static>
     } else {
         " Enter sends · Alt+Enter new line · /help "
     };
+    let title = command_hint(app).unwrap_or_else(|| title.to_owned());
     let block = Block::default().borders(Borders::TOP).border_style(DIM).title(Span::styled(title, DIM));
     let rows = usize::from(area.height.saturating_sub(1)).max(1);
     // Keep the cursor's row in view when the draft is taller than the box.

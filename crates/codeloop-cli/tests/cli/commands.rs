@@ -1,0 +1,91 @@
+//! Commands (DESIGN.md §5g) through the real binary: `run --command NAME ARGS…` with the user's and the
+//! project's command files, trust for their shell parts, and the unknown-command error.
+
+use std::path::Path;
+
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+
+use super::defects::codeloop;
+use super::{Env, text};
+
+fn write(dir: &Path, name: &str, body: &str) {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+}
+
+async fn fake() -> FakeProvider {
+    FakeProvider::start(Script::new([Turn::from(Reply::text("done"))]).repeating()).await.unwrap()
+}
+
+/// The text of the last request's messages, as the model saw it.
+fn last_request(fake: &FakeProvider) -> String {
+    fake.requests().last().unwrap().body["messages"].to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_command_expands_a_user_command_and_sends_it_as_the_message() {
+    let env = Env::new();
+    let fake = fake().await;
+    let config = env.config(&fake.base_url(), "");
+    write(
+        env.home.path(),
+        ".config/codeloop/commands/fix.md",
+        "---\ndescription: Fix\n---\nFix issue $1 in $2, all: $ARGUMENTS",
+    );
+    write(env.project.path(), ".claude/commands/git/summary.md", "Summarise the branch.");
+    let output = codeloop(&env, Some(&config), &["run", "--command", "fix", "42", "src main"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("done"), "{stdout}");
+    assert!(last_request(&fake).contains("Fix issue 42 in src, all: 42 src main"), "{}", last_request(&fake));
+    let output =
+        codeloop(&env, Some(&config), &["run", "--command", "git:summary", "--", "only", "this"]).await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(last_request(&fake).contains("Summarise the branch.\\n\\nonly this"), "{}", last_request(&fake));
+    let exported = codeloop(&env, None, &["session", "list", "--format", "json"]).await;
+    let sessions: serde_json::Value = serde_json::from_slice(&exported.stdout).unwrap();
+    let mut stored = String::new();
+    for session in sessions.as_array().unwrap() {
+        let exported = codeloop(&env, None, &["session", "export", session["id"].as_str().unwrap()]).await;
+        stored.push_str(&String::from_utf8_lossy(&exported.stdout));
+    }
+    assert!(stored.contains("git:summary"), "the command's name is on the stored message: {stored}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_projects_shell_parts_are_not_run_until_it_is_trusted() {
+    let env = Env::new();
+    let fake = fake().await;
+    let config = env.config(&fake.base_url(), "");
+    write(env.project.path(), ".codeloop/commands/st.md", "Status: !`echo ran-$((40+2)) | tee ran.txt`");
+    let output = codeloop(&env, Some(&config), &["run", "--command", "st"]).await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(
+        last_request(&fake).contains("Status: [not run: the project is not trusted]"),
+        "{}",
+        last_request(&fake)
+    );
+    assert!(!env.project.path().join("ran.txt").exists());
+    let trusted = codeloop(&env, Some(&config), &["trust"]).await;
+    assert!(trusted.status.success(), "{:?}", text(&trusted));
+    let output = codeloop(&env, Some(&config), &["run", "--command", "st"]).await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(last_request(&fake).contains("Status: ran-42"), "{}", last_request(&fake));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_command_is_an_error_naming_the_available_ones_and_nothing_is_sent() {
+    let env = Env::new();
+    let fake = fake().await;
+    let config = env.config(&fake.base_url(), "");
+    write(env.home.path(), ".claude/commands/review.md", "Review.");
+    let output = codeloop(&env, Some(&config), &["run", "--command", "nosuch", "x"]).await;
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("nosuch") && stderr.contains("review") && stderr.contains("init"), "{stderr}");
+    assert_eq!(fake.request_count(), 0);
+    let listed = codeloop(&env, None, &["session", "list", "--format", "json"]).await;
+    let sessions: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(sessions, serde_json::json!([]), "no empty session is left behind");
+}

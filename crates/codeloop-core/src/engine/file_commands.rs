@@ -1,0 +1,216 @@
+//! [`SessionCommand::RunCommand`](crate::SessionCommand::RunCommand) and the command list (DESIGN.md
+//! §5g): which command a name means (a built-in, an MCP prompt, a Markdown file of the session's project
+//! or the user), its one check, and its expansion into the prompt that is sent.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use codeloop_types::{ModelRef, SessionId};
+
+use super::Engine;
+use crate::error::EngineError;
+use crate::file_commands::{self, CommandFile, CommandInfo, CommandShell, CommandSource};
+use crate::input::{Delivery, PromptInput};
+use crate::outcome::RunOutcome;
+
+/// What a command name means.
+enum Resolved {
+    Compact,
+    Init,
+    Mcp(String),
+    File(Box<CommandFile>),
+}
+
+impl Engine {
+    /// Every command a client may offer in `directory`: the built-ins, the Markdown commands (the
+    /// project's over the user's) and the MCP prompts, sorted by name within each group.
+    pub async fn commands(&self, directory: &Path) -> Vec<CommandInfo> {
+        let mut all = file_commands::builtins();
+        let files = self.command_files(directory).await;
+        all.extend(files.values().filter(|f| !is_builtin(&f.name)).map(CommandInfo::from));
+        all.extend(self.mcp_prompts().await.into_iter().map(|p| CommandInfo {
+            name: p.command,
+            description: p.description,
+            argument_hint: (!p.arguments.is_empty()).then(|| {
+                p.arguments
+                    .iter()
+                    .map(|a| if a.required { format!("<{}>", a.name) } else { format!("[{}]", a.name) })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            }),
+            source: CommandSource::Mcp,
+        }));
+        all
+    }
+
+    /// The Markdown commands of `directory`'s project and of the user, by name.
+    async fn command_files(&self, directory: &Path) -> BTreeMap<String, CommandFile> {
+        let project = crate::instructions::ProjectInfo::discover(directory);
+        let user = self.services.command_dirs.clone();
+        tokio::task::spawn_blocking(move || {
+            file_commands::load::load_all(&user, &project.root, &project.directory)
+        })
+        .await
+        .unwrap_or_default()
+    }
+
+    /// Which command `name` (a leading `/` allowed) means for `session`, or the error naming the ones
+    /// there are.
+    async fn resolve_command(&self, session: &SessionId, name: &str) -> Result<Resolved, EngineError> {
+        let name = name.trim().trim_start_matches('/');
+        let directory = self.session(session).await?.directory;
+        match name {
+            file_commands::COMPACT => return Ok(Resolved::Compact),
+            file_commands::INIT => return Ok(Resolved::Init),
+            _ => {}
+        }
+        if name.starts_with("mcp__") && self.mcp_prompts().await.iter().any(|p| p.command == name) {
+            return Ok(Resolved::Mcp(name.to_owned()));
+        }
+        if let Some(file) = self.command_files(Path::new(&directory)).await.remove(name) {
+            return Ok(Resolved::File(Box::new(file)));
+        }
+        let available: Vec<String> =
+            self.commands(Path::new(&directory)).await.into_iter().map(|c| c.name).collect();
+        Err(EngineError::UnknownCommand { name: name.to_owned(), available: available.join(", ") })
+    }
+
+    /// The one check of a command, before anything runs: it exists, and a file's `agent:` and `model:`
+    /// may be used.
+    pub(super) async fn check_command(&self, session: &SessionId, name: &str) -> Result<(), EngineError> {
+        match self.resolve_command(session, name).await? {
+            Resolved::File(file) => self.check_front_matter(&file).map(drop),
+            Resolved::Compact | Resolved::Init | Resolved::Mcp(_) => Ok(()),
+        }
+    }
+
+    /// The model a file's front matter names, checked; for a subtask, its agent must be a subagent.
+    fn check_front_matter(&self, file: &CommandFile) -> Result<Option<ModelRef>, EngineError> {
+        let context = |e: String| {
+            EngineError::Invalid(format!("command `{}` ({}): {e}", file.name, file.path.display()))
+        };
+        if let Some(agent) = &file.agent {
+            if file.subtask {
+                self.subagent(agent).map_err(context)?;
+            } else {
+                self.check_agent(agent).map_err(|e| context(e.to_string()))?;
+            }
+        }
+        let Some(model) = &file.model else { return Ok(None) };
+        let model = ModelRef::from_str(model).map_err(|e| context(e.to_string()))?;
+        self.check_model(Some(&model)).map_err(|e| context(e.to_string()))?;
+        Ok(Some(model))
+    }
+
+    fn subagent(&self, name: &str) -> Result<crate::agents::Agent, String> {
+        match self.services.agents.get(name) {
+            Some(agent) if agent.mode == crate::agents::AgentMode::Subagent => Ok(agent.clone()),
+            _ => Err(format!("`{name}` is not a subagent, so the command cannot run as a subtask with it")),
+        }
+    }
+
+    /// Runs command `name`: its expanded text is sent as the user's message, marked with its name.
+    pub(super) async fn submit_command(
+        &self,
+        session: &SessionId,
+        name: &str,
+        arguments: &str,
+        delivery: Delivery,
+    ) -> Result<RunOutcome, EngineError> {
+        let arguments = arguments.trim();
+        let (command, input) = match self.resolve_command(session, name).await? {
+            Resolved::Compact => {
+                let focus = (!arguments.is_empty()).then(|| arguments.to_owned());
+                return self.submit_compact(session, focus).await;
+            }
+            Resolved::Init => {
+                let text = match arguments {
+                    "" => file_commands::INIT_PROMPT.to_owned(),
+                    more => format!("{}\n\n{more}", file_commands::INIT_PROMPT),
+                };
+                (file_commands::INIT.to_owned(), PromptInput::text(text))
+            }
+            Resolved::Mcp(command) => {
+                let text = self.mcp_text(&command, arguments).await?;
+                (command, PromptInput::text(text))
+            }
+            Resolved::File(file) => {
+                return self.submit_file_command(session, &file, arguments, delivery).await;
+            }
+        };
+        let input = PromptInput { command: Some(command), ..input };
+        self.submit_prompt(session, input, delivery).await
+    }
+
+    /// An MCP prompt's text: the arguments, split as a shell would, fill its arguments in order (the
+    /// last one takes what is left).
+    async fn mcp_text(&self, command: &str, arguments: &str) -> Result<String, EngineError> {
+        let prompt = self.mcp_prompts().await.into_iter().find(|p| p.command == command);
+        let names: Vec<String> =
+            prompt.map(|p| p.arguments.into_iter().map(|a| a.name).collect()).unwrap_or_default();
+        let mut words = file_commands::template::split_args(arguments);
+        let mut filled = BTreeMap::new();
+        for (index, name) in names.iter().enumerate() {
+            if words.is_empty() {
+                break;
+            }
+            let value =
+                if index + 1 == names.len() { std::mem::take(&mut words).join(" ") } else { words.remove(0) };
+            filled.insert(name.clone(), value);
+        }
+        let text = self.mcp_prompt(command, filled).await.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        Ok(text.text)
+    }
+
+    async fn submit_file_command(
+        &self,
+        id: &SessionId,
+        file: &CommandFile,
+        arguments: &str,
+        delivery: Delivery,
+    ) -> Result<RunOutcome, EngineError> {
+        let model = self.check_front_matter(file)?;
+        let session = self.session(id).await?;
+        let agent = match (&file.agent, file.subtask) {
+            (Some(agent), true) => self.subagent(agent).map_err(EngineError::Invalid)?,
+            (None, true) => self.subagent("general").map_err(EngineError::Invalid)?,
+            (agent, false) => {
+                let name = agent.clone().unwrap_or_else(|| session.agent.clone());
+                crate::agents::find(&self.services.agents, &name).map_err(crate::RunError::from)?.clone()
+            }
+        };
+        let directory = std::path::PathBuf::from(&session.directory);
+        let policy = {
+            let (services, directory) = (self.services.clone(), directory.clone());
+            tokio::task::spawn_blocking(move || services.project_policy(&directory))
+                .await
+                .map_err(|_| EngineError::Invalid("the command could not be read".into()))?
+                .map_err(|e| {
+                    EngineError::Invalid(format!("cannot use the config of the session's project ({e})"))
+                })?
+        };
+        let trusted = self.services.project_trust.as_ref().is_some_and(|trusted| trusted(&directory));
+        let runs: Arc<dyn crate::Runs> = Arc::new(self.coordinator.clone());
+        let shell = CommandShell::new(self.services.clone(), runs, session.clone(), &agent, policy, trusted);
+        let text = file_commands::expand(file, arguments, &shell).await;
+        let input = PromptInput {
+            agent: (!file.subtask).then(|| file.agent.clone()).flatten(),
+            model,
+            command: Some(file.name.clone()),
+            ..PromptInput::text(text)
+        };
+        if !file.subtask {
+            return self.submit_prompt(id, input, delivery).await;
+        }
+        self.check_prompt(id, &input).await?;
+        let child = crate::subagent::command_child(&self.services, &session, &agent, &file.name)
+            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+        Ok(self.coordinator.prompt(&child.id, input, Delivery::Queue).await?)
+    }
+}
+
+fn is_builtin(name: &str) -> bool {
+    name == file_commands::COMPACT || name == file_commands::INIT
+}

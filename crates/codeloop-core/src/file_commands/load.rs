@@ -1,0 +1,193 @@
+//! Finding the Markdown command files and reading their front matter (DESIGN.md §5g): the user's folders
+//! and the project's, `.codeloop/` over `.claude/` over `.opencode/` in one scope, the project over the
+//! user, a sub-folder giving `dir:NAME`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where a command comes from: who wrote it decides whether its `` !`cmd` `` parts may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CommandSource {
+    /// The user's own folders (trusted).
+    User,
+    /// The project's folders (its shell parts run only once the project is trusted).
+    Project,
+    /// An MCP server's prompt (`mcp__SERVER__PROMPT`).
+    Mcp,
+    /// Built into codeloop (`/compact`, `/init`).
+    Builtin,
+}
+
+/// One command file, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandFile {
+    pub name: String,
+    pub description: Option<String>,
+    pub argument_hint: Option<String>,
+    pub agent: Option<String>,
+    /// `provider/model`, as written.
+    pub model: Option<String>,
+    pub subtask: bool,
+    /// The template.
+    pub body: String,
+    pub source: CommandSource,
+    pub path: PathBuf,
+}
+
+/// The project's command folders under `dir`, highest precedence first.
+pub fn project_dirs(dir: &Path) -> [PathBuf; 4] {
+    [
+        dir.join(".codeloop").join("commands"),
+        dir.join(".claude").join("commands"),
+        dir.join(".opencode").join("command"),
+        dir.join(".opencode").join("commands"),
+    ]
+}
+
+/// The user's command folders in `config_dir` (codeloop's) and `home`, highest precedence first.
+pub fn user_dirs(config_dir: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = config_dir.map(|d| d.join("commands")).into_iter().collect();
+    if let Some(home) = home {
+        dirs.push(home.join(".claude").join("commands"));
+        dirs.push(home.join(".config").join("opencode").join("command"));
+    }
+    dirs
+}
+
+/// Every command: the user's folders, then the project's (from the project root down to `directory`),
+/// each later scope winning over the earlier on the same name.
+pub fn load_all(user: &[PathBuf], root: &Path, directory: &Path) -> BTreeMap<String, CommandFile> {
+    let mut all = BTreeMap::new();
+    load_scope(&mut all, user, CommandSource::User);
+    // Nearer folders win: the root's first, then each folder down to the working directory.
+    let mut chain: Vec<&Path> = directory.ancestors().take_while(|d| d.starts_with(root)).collect();
+    chain.reverse();
+    if chain.is_empty() {
+        chain.push(directory);
+    }
+    for dir in chain {
+        load_scope(&mut all, &project_dirs(dir), CommandSource::Project);
+    }
+    all
+}
+
+/// One scope's folders (highest precedence first) into `all`, replacing what an earlier scope named.
+fn load_scope(all: &mut BTreeMap<String, CommandFile>, dirs: &[PathBuf], source: CommandSource) {
+    let mut scope: BTreeMap<String, CommandFile> = BTreeMap::new();
+    for dir in dirs {
+        for (name, path) in files_in(dir) {
+            if scope.contains_key(&name) {
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else { continue };
+            scope.insert(name.clone(), parse(&name, &text, source, path));
+        }
+    }
+    all.extend(scope);
+}
+
+/// `(name, file)` for every `*.md` under `dir`, `sub/NAME.md` named `sub:NAME`. A file that links out
+/// of `dir` does not count (a repository's command could otherwise read any file into the prompt).
+fn files_in(dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(root) = dir.canonicalize() else { return Vec::new() };
+    let mut found = Vec::new();
+    let mut stack = vec![(root.clone(), String::new())];
+    while let Some((folder, prefix)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&folder) else { continue };
+        for entry in entries.flatten() {
+            let file_name = entry.file_name().to_string_lossy().into_owned();
+            if file_name.starts_with('.') {
+                continue;
+            }
+            let Ok(real) = entry.path().canonicalize() else { continue };
+            if !real.starts_with(&root) {
+                continue;
+            }
+            if real.is_dir() {
+                // Bounded depth: a few levels of grouping, never a loop.
+                if prefix.matches(':').count() < 4 {
+                    stack.push((real, format!("{prefix}{file_name}:")));
+                }
+            } else if let Some(stem) = file_name.strip_suffix(".md").filter(|s| !s.is_empty()) {
+                found.push((format!("{prefix}{stem}"), real));
+            }
+        }
+    }
+    found
+}
+
+/// A command file's front matter and body.
+pub fn parse(name: &str, text: &str, source: CommandSource, path: PathBuf) -> CommandFile {
+    let (front, body) = split_front_matter(text);
+    let mut file = CommandFile {
+        name: name.to_owned(),
+        description: None,
+        argument_hint: None,
+        agent: None,
+        model: None,
+        subtask: false,
+        body: body.to_owned(),
+        source,
+        path,
+    };
+    for line in front.lines() {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        let value = unquote(value.trim());
+        let value = (!value.is_empty()).then(|| value.to_owned());
+        match key.trim() {
+            "description" => file.description = value,
+            "argument-hint" | "argument_hint" => file.argument_hint = value,
+            "agent" => file.agent = value,
+            "model" => file.model = value,
+            "subtask" => file.subtask = value.as_deref() == Some("true"),
+            _ => {}
+        }
+    }
+    file
+}
+
+/// `(front matter, body)`; no front matter gives an empty one and the whole text.
+fn split_front_matter(text: &str) -> (&str, &str) {
+    let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else {
+        return ("", text);
+    };
+    if let Some(body) = rest.strip_prefix("---") {
+        return ("", body.trim_start_matches(['\r', '\n']));
+    }
+    match rest.find("\n---") {
+        Some(end) => {
+            let after = &rest[end + 4..];
+            let body = after.split_once('\n').map_or("", |(_, body)| body);
+            (&rest[..end], body)
+        }
+        None => ("", text),
+    }
+}
+
+fn unquote(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value.strip_prefix(quote).and_then(|v| v.strip_suffix(quote)) {
+            return inner;
+        }
+    }
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn front_matter_is_read_and_removed() {
+        let text = "---\ndescription: \"Review a file\"\nargument-hint: [file]\nmodel: p/m\nsubtask: true\n---\nReview $1\n";
+        let file = parse("review", text, CommandSource::User, PathBuf::new());
+        assert_eq!(file.description.as_deref(), Some("Review a file"));
+        assert_eq!(file.argument_hint.as_deref(), Some("[file]"));
+        assert_eq!(file.model.as_deref(), Some("p/m"));
+        assert!(file.subtask);
+        assert_eq!(file.body, "Review $1\n");
+        let plain = parse("x", "just text", CommandSource::User, PathBuf::new());
+        assert_eq!((plain.body.as_str(), plain.description), ("just text", None));
+    }
+}
