@@ -246,6 +246,10 @@ impl<'a> Turn<'a> {
                 Ok(StopReason::EndTurn)
             }
             EngineStop::Error(error) => Err(RpcError::internal(error.message())),
+            EngineStop::HookStopped(reason) => {
+                self.agent.notice(&self.session.id, &format!("a hook ended the run: {reason}")).await;
+                Ok(StopReason::EndTurn)
+            }
         }
     }
 
@@ -253,6 +257,11 @@ impl<'a> Turn<'a> {
         match payload {
             EventPayload::SessionWarning { session_id, message } if self.ours(session_id, None) => {
                 self.agent.notice(&self.session.id, &format!("warning: {message}")).await;
+            }
+            EventPayload::HookRan { session_id, event, command, decision, .. }
+                if self.ours(session_id, None) && decision != "none" =>
+            {
+                self.agent.notice(&self.session.id, &format!("hook {event} `{command}`: {decision}")).await;
             }
             EventPayload::PermissionAsked(request)
                 if self.ours(&request.session_id, request.parent_session_id.as_ref()) =>

@@ -61,8 +61,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let session = pick_session(&engine, &args, &dir, model.clone()).await?;
     let input = PromptInput { model, agent: args.target.agent.clone(), ..PromptInput::text(message) };
-    let driven = drive(&engine, &session.id, input, args.format, interactive).await?;
-    Ok(driven.exit_code())
+    let driven = drive(&engine, &session.id, input, args.format, interactive).await;
+    engine.end_session(&session.id, "other").await;
+    Ok(driven?.exit_code())
 }
 
 fn message_text(words: &[String]) -> anyhow::Result<String> {
@@ -368,6 +369,11 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
             ExitCode::SUCCESS
         }
         StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        StopReason::HookStopped(reason) => {
+            let reason = if reason.is_empty() { "a hook ended the run" } else { reason.as_str() };
+            eprintln!("{}", for_stderr(reason));
+            ExitCode::SUCCESS
+        }
         StopReason::Blocked(message) => {
             eprintln!("error: {}", for_stderr(&message.to_string()));
             ExitCode::FAILURE

@@ -94,4 +94,7 @@ pub enum EngineError {
     Question(#[from] crate::question::QuestionError),
     #[error("{0}")]
     Invalid(String),
+    /// A UserPromptSubmit hook refused the prompt; its reason.
+    #[error("the prompt was refused by a UserPromptSubmit hook: {0}")]
+    PromptRefused(String),
 }

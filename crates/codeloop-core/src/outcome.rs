@@ -17,6 +17,8 @@ pub enum StopReason {
     Error(AssistantError),
     /// The agent's step limit was reached.
     StepLimit(u32),
+    /// A hook answered `continue: false`; its `stopReason`.
+    HookStopped(String),
 }
 
 /// The result every caller of a run receives.

@@ -189,6 +189,11 @@ pub enum Stop {
     StepLimit {
         steps: u32,
     },
+    /// A hook answered `continue: false` (`reason`: its `stopReason`).
+    HookStopped {
+        #[serde(default)]
+        reason: String,
+    },
 }
 
 impl From<&StopReason> for Stop {
@@ -209,6 +214,7 @@ impl From<&StopReason> for Stop {
             }
             StopReason::Error(error) => Stop::Error { error: error.clone() },
             StopReason::StepLimit(steps) => Stop::StepLimit { steps: *steps },
+            StopReason::HookStopped(reason) => Stop::HookStopped { reason: reason.clone() },
         }
     }
 }
@@ -227,6 +233,7 @@ impl From<Stop> for StopReason {
             }),
             Stop::Error { error } => StopReason::Error(error),
             Stop::StepLimit { steps } => StopReason::StepLimit(steps),
+            Stop::HookStopped { reason } => StopReason::HookStopped(reason),
         }
     }
 }

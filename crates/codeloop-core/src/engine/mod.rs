@@ -5,6 +5,7 @@
 
 mod answers;
 mod commands;
+mod hooks;
 mod sessions;
 
 pub use sessions::AgentChoice;
@@ -177,6 +178,8 @@ impl Engine {
             warned_projects: Default::default(),
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
+            hooks_cache: Default::default(),
+            started_sessions: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {

@@ -6,6 +6,7 @@
 //! and appended to in memory.
 
 mod compact;
+mod hooked;
 mod offer;
 mod turn;
 
@@ -160,7 +161,14 @@ pub(crate) struct Run<'a> {
     encoded: codeloop_provider::EncodeCache,
     /// What the model is told in its next request about MCP servers that stopped or came back.
     mcp_notes: Vec<String>,
+    /// A hook's `continue: false`, with its `stopReason`: the run ends at the next step boundary.
+    hook_stop: Arc<Mutex<Option<String>>>,
+    /// Stop hooks that blocked in a row (at most [`MAX_STOP_BLOCKS`]).
+    stop_blocks: u32,
 }
+
+/// Stop-hook blocks in a row after which the run ends all the same (DESIGN.md §5d).
+pub const MAX_STOP_BLOCKS: u32 = 8;
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
 pub(crate) async fn run_session(
@@ -221,9 +229,14 @@ pub(crate) async fn run_session(
         tools: services.tool_set().await,
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
+        hook_stop: Default::default(),
+        stop_blocks: 0,
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
+    if let Ok(StopReason::Error(error)) = &result {
+        run.stop_failure(error).await;
+    }
     if services.config.compaction.prune {
         run.prune();
     }
@@ -298,11 +311,26 @@ impl Run<'_> {
                     "the session has no user message to answer: send a prompt first".into(),
                 ));
             }
+            if let Some(reason) = self.hook_stop.locked().clone() {
+                return Ok(StopReason::HookStopped(reason));
+            }
             if latest.should_exit(&self.history) {
-                return Ok(StopReason::Completed);
+                match self.stop_hooks().await? {
+                    Flow::Continue => continue,
+                    Flow::Stop(reason) => return Ok(reason),
+                }
             }
             if let Some(index) = latest.pending_compaction {
-                match self.summarize(index).await? {
+                if self.compaction_blocked(index).await? {
+                    continue;
+                }
+                let auto =
+                    self.history[index].parts.iter().find_map(|p| p.as_compaction()).is_some_and(|c| c.auto);
+                let flow = self.summarize(index).await?;
+                if matches!(flow, Flow::Continue) {
+                    self.compacted_hooks(auto).await;
+                }
+                match flow {
                     Flow::Continue => continue,
                     Flow::Stop(reason) => return Ok(reason),
                 }
@@ -317,7 +345,12 @@ impl Run<'_> {
             self.step += 1;
             match self.turn(latest.last_user.unwrap_or(0)).await? {
                 Flow::Continue => {}
-                Flow::Stop(reason) => return Ok(reason),
+                Flow::Stop(reason) => {
+                    if let Some(stopped) = self.hook_stop.locked().clone() {
+                        return Ok(StopReason::HookStopped(stopped));
+                    }
+                    return Ok(reason);
+                }
             }
         }
     }

@@ -75,6 +75,12 @@ impl Run<'_> {
                 self.layers(agent),
                 self.policy.narrowing.clone(),
                 self.project.root.display().to_string(),
+                self.services.turn_hooks(
+                    &self.session.id,
+                    &self.project.directory,
+                    self.policy.hooks.clone(),
+                    self.hook_stop.clone(),
+                ),
             )),
             project: self.paths.clone(),
             tool_output_dir: self.services.tool_output_dir.clone(),

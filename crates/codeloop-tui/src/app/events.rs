@@ -82,6 +82,13 @@ impl App {
             EventPayload::SessionWarning { session_id, message } if self.mine(&session_id) => {
                 self.convo.notice(Notice::warning(message));
             }
+            EventPayload::HookRan { session_id, event, command, duration_ms, decision, .. }
+                if self.mine(&session_id) =>
+            {
+                self.convo.notice(Notice::info(format!(
+                    "hook {event} `{command}` → {decision} ({duration_ms} ms)"
+                )));
+            }
             EventPayload::PermissionAsked(request)
                 if self.mine(&request.session_id)
                     || request.parent_session_id.as_ref().is_some_and(|p| self.mine(p)) =>
