@@ -62,7 +62,6 @@ fn bench(c: &mut Criterion) {
             Arc::new(Vec::new()),
             Arc::new(Vec::new()),
             project.path().display().to_string(),
-            codeloop_core::TurnHooks::none(session.id.clone()),
         )),
         project: ProjectPaths::new(project.path(), project.path()),
         tool_output_dir: engine.services().tool_output_dir.clone(),

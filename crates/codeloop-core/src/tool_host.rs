@@ -93,8 +93,8 @@ impl ToolGate {
         layers: Arc<Vec<PermissionRule>>,
         narrowing: Arc<Vec<PermissionRule>>,
         project: String,
-        hooks: TurnHooks,
     ) -> Self {
+        let hooks = TurnHooks::none(session_id.clone());
         Self {
             services,
             runs,
@@ -106,6 +106,12 @@ impl ToolGate {
             hooks,
             verdicts: Default::default(),
         }
+    }
+
+    /// The gate with the session's hooks (without: none fire).
+    pub fn with_hooks(mut self, hooks: TurnHooks) -> Self {
+        self.hooks = hooks;
+        self
     }
 
     pub fn hooks(&self) -> &TurnHooks {

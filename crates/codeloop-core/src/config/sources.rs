@@ -462,6 +462,7 @@ mod tests {
             project_root: Some(project.clone()),
             explicit: None,
             trust: Some(TrustStore::in_config_dir(&dir.path().join("user"))),
+            home: None,
         };
         let hash = sources.project().unwrap().unwrap().hash;
         sources.trust.as_ref().unwrap().trust(&project, &hash, 0).unwrap();
@@ -519,6 +520,7 @@ mod tests {
             project_root: Some(project.clone()),
             explicit: Some(user),
             trust: Some(store.clone()),
+            home: None,
         };
         let loaded = sources.load().unwrap();
         let config = &loaded.config;
@@ -613,6 +615,7 @@ mod tests {
             project_root: Some(project.clone()),
             explicit: Some(user),
             trust: Some(store.clone()),
+            home: None,
         };
         let untrusted = sources.load().unwrap();
         assert_eq!(

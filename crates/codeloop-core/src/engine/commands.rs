@@ -75,7 +75,7 @@ impl Engine {
         self.check_prompt(session, &input).await?;
         let input = match self.prompt_hooks(session, input).await? {
             super::hooks::Admitted::Run(input) => input,
-            super::hooks::Admitted::Stopped(outcome) => return Ok(outcome),
+            super::hooks::Admitted::Stopped(outcome) => return Ok(*outcome),
         };
         Ok(self.coordinator.prompt(session, input, delivery).await?)
     }

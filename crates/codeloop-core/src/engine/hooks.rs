@@ -18,7 +18,7 @@ pub(super) enum Admitted {
     /// Store and run it (with the hooks' context added).
     Run(PromptInput),
     /// A hook's `continue: false`: nothing runs.
-    Stopped(RunOutcome),
+    Stopped(Box<RunOutcome>),
 }
 
 impl Engine {
@@ -38,11 +38,11 @@ impl Engine {
         }
         let mut context = Vec::new();
         let stopped = |reason: String| {
-            Ok(Admitted::Stopped(RunOutcome {
+            Ok(Admitted::Stopped(Box::new(RunOutcome {
                 session_id: id.clone(),
                 message: None,
                 stop: StopReason::HookStopped(reason),
-            }))
+            })))
         };
         if start && self.services.started_sessions.locked().insert(id.clone()) {
             let wanted = id.clone();

@@ -144,11 +144,11 @@ fn with_note(
 /// `file_path` for file tools.
 fn hook_input(name: &str, input: &Value, ctx: &ToolContext) -> Value {
     let mut input = input.clone();
-    if let Some(path) = input.get("file_path").and_then(Value::as_str)
-        && !std::path::Path::new(path).is_absolute()
-        && matches!(name, "read" | "write" | "edit")
-    {
-        input["file_path"] = json!(ctx.project.directory.join(path).display().to_string());
+    let path = input.get("filePath").or_else(|| input.get("file_path")).and_then(Value::as_str);
+    if let Some(path) = path.filter(|_| matches!(name, "read" | "write" | "edit")) {
+        let path = std::path::Path::new(path);
+        let absolute = if path.is_absolute() { path.to_owned() } else { ctx.project.directory.join(path) };
+        input["file_path"] = json!(absolute.display().to_string());
     }
     input
 }

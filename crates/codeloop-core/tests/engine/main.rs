@@ -7,6 +7,7 @@ mod common;
 mod compaction;
 mod coordinator;
 mod harness;
+mod hooks;
 mod loop_rules;
 mod mcp;
 mod mcp_auth;

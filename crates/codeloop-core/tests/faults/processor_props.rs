@@ -164,7 +164,6 @@ impl Fixture {
                 Arc::new(Vec::new()),
                 Arc::new(Vec::new()),
                 project.display().to_string(),
-                codeloop_core::TurnHooks::none(self.session.id.clone()),
             )),
             project: ProjectPaths::new(project.clone(), project.clone()),
             tool_output_dir: self.services().tool_output_dir.clone(),
