@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 mod acp;
 #[path = "cli/first_run.rs"]
 mod first_run;
+#[path = "cli/hooks.rs"]
+mod hooks;
 #[path = "cli/mcp.rs"]
 mod mcp;
 #[path = "cli/tui.rs"]
