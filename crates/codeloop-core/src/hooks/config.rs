@@ -199,6 +199,17 @@ impl Hooks {
         HookEvent::ALL.iter().all(|e| !self.any(*e))
     }
 
+    /// Whether a handler of `event` matches one of `subjects` (allocates nothing).
+    pub fn matches(&self, event: HookEvent, subjects: &[&str]) -> bool {
+        self.groups[event as usize].iter().any(|group| {
+            !group.handlers.is_empty()
+                && match &group.matcher {
+                    None => true,
+                    Some(regex) => subjects.is_empty() || subjects.iter().any(|s| regex.is_match(s)),
+                }
+        })
+    }
+
     /// The handlers for `event` whose matcher matches one of `subjects` (none given: every group), in
     /// config order, identical ones (same kind and command or URL) once.
     pub fn matching(&self, event: HookEvent, subjects: &[&str]) -> Vec<Handler> {

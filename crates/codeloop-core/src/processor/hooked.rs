@@ -22,14 +22,19 @@ pub(super) async fn execute(
     limit: Duration,
 ) -> Result<ToolOutput, ToolFailure> {
     let hooks = gate.hooks().clone();
-    let pre = hooks.hooks.any(HookEvent::PreToolUse);
-    let post = hooks.hooks.any(HookEvent::PostToolUse) || hooks.hooks.any(HookEvent::PostToolUseFailure);
-    if !pre && !post {
+    let tool_events = [HookEvent::PreToolUse, HookEvent::PostToolUse, HookEvent::PostToolUseFailure];
+    if !tool_events.iter().any(|e| hooks.hooks.any(*e)) {
         return execute_plain(&tools, &name, input, &ctx, limit).await;
     }
     let declared = tools.get(&name).and_then(|t| t.hook_name().map(str::to_owned));
     let names = tool_names(&name, declared.as_deref());
     let subjects: Vec<&str> = names.iter().map(String::as_str).collect();
+    let pre = hooks.hooks.matches(HookEvent::PreToolUse, &subjects);
+    let post = hooks.hooks.matches(HookEvent::PostToolUse, &subjects)
+        || hooks.hooks.matches(HookEvent::PostToolUseFailure, &subjects);
+    if !pre && !post {
+        return execute_plain(&tools, &name, input, &ctx, limit).await;
+    }
     let call_id = ctx.call.call_id.clone();
     if pre {
         let event = json!({
