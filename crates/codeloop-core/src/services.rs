@@ -360,12 +360,12 @@ impl Services {
         directory: &std::path::Path,
         hooks: Arc<crate::hooks::Hooks>,
         stop: Arc<Mutex<Option<String>>>,
-    ) -> crate::tool_host::TurnHooks {
+    ) -> crate::hooks::TurnHooks {
         let permission_mode = match self.permissions.policy() {
             crate::permission::AskPolicy::Allow => "bypassPermissions",
             _ => "default",
         };
-        crate::tool_host::TurnHooks {
+        crate::hooks::TurnHooks {
             hooks,
             env: crate::hooks::HookEnv {
                 session_id: session_id.clone(),
@@ -383,7 +383,7 @@ impl Services {
         self: &Arc<Self>,
         session_id: &SessionId,
         directory: &std::path::Path,
-    ) -> Result<crate::tool_host::TurnHooks, crate::config::ConfigError> {
+    ) -> Result<crate::hooks::TurnHooks, crate::config::ConfigError> {
         let (services, dir) = (self.clone(), directory.to_owned());
         let policy = tokio::task::spawn_blocking(move || services.project_policy(&dir))
             .await

@@ -16,7 +16,7 @@ use codeloop_tools::Grant;
 use codeloop_types::{LockExt, PermissionAction};
 use serde_json::json;
 
-use crate::hooks::{Decision, HookEnv, HookEvent, HookOutcome, Hooks};
+use crate::hooks::{Decision, HookEvent, TurnHooks};
 use crate::permission::AskContext;
 use crate::runs::Runs;
 use crate::services::Services;
@@ -48,40 +48,6 @@ pub struct ToolGate {
     hooks: TurnHooks,
     /// PreToolUse verdicts of calls that are running, by call id: an ask or an allow a hook gave.
     verdicts: std::sync::Mutex<HashMap<String, Decision>>,
-}
-
-/// The hooks a turn runs, and where a hook's `continue: false` is left for the run loop.
-#[derive(Clone)]
-pub struct TurnHooks {
-    pub hooks: Arc<Hooks>,
-    pub env: HookEnv,
-    pub stop: Arc<std::sync::Mutex<Option<String>>>,
-}
-
-impl TurnHooks {
-    /// No hooks (benches, tests of the processor alone).
-    pub fn none(session_id: SessionId) -> Self {
-        TurnHooks {
-            hooks: Arc::new(Hooks::default()),
-            env: HookEnv {
-                session_id,
-                project_dir: std::path::PathBuf::from("."),
-                bus: None,
-                store: None,
-                permission_mode: "default",
-            },
-            stop: Default::default(),
-        }
-    }
-
-    /// Fires `event` and records a `continue: false` for the run loop.
-    pub async fn fire(&self, event: HookEvent, subjects: &[&str], input: Value) -> HookOutcome {
-        let outcome = crate::hooks::fire(&self.hooks, event, subjects, input, &self.env).await;
-        if let Some(reason) = &outcome.stop {
-            self.stop.locked().get_or_insert_with(|| reason.clone());
-        }
-        outcome
-    }
 }
 
 impl ToolGate {

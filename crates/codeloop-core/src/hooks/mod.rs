@@ -10,6 +10,7 @@
 mod config;
 mod merge;
 mod run;
+mod turn;
 
 pub use config::{
     DEFAULT_TIMEOUT_SECS, Handler, HandlerKind, HandlerSettings, HookLayer, HookSource, Hooks, HooksSettings,
@@ -17,6 +18,7 @@ pub use config::{
 };
 pub use merge::{Decision, HookOutcome, MAX_TEXT};
 pub use run::{HookEnv, fire};
+pub use turn::TurnHooks;
 
 /// The events of Claude Code that codeloop fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

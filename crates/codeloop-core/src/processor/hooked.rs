@@ -89,7 +89,7 @@ async fn execute_plain(
 /// PostToolUse or PostToolUseFailure (an error, or bash exiting non-zero): what they say goes to the
 /// model with the result.
 async fn after(
-    hooks: &crate::tool_host::TurnHooks,
+    hooks: &crate::hooks::TurnHooks,
     name: &str,
     names: &[String],
     subjects: &[&str],

@@ -8,9 +8,9 @@ use serde_json::json;
 use super::{Flow, MAX_STOP_BLOCKS, Run};
 use crate::error::RunError;
 use crate::hooks::HookEvent;
+use crate::hooks::TurnHooks;
 use crate::input::{InputPart, PromptInput, create_user_message};
 use crate::outcome::StopReason;
-use crate::tool_host::TurnHooks;
 
 impl Run<'_> {
     pub(super) fn hooks(&self) -> TurnHooks {
