@@ -277,6 +277,10 @@ impl<'a> Turn<'a> {
                 self.agent.notice(&self.session.id, &reached.to_string()).await;
                 Ok(StopReason::MaxTurnRequests)
             }
+            EngineStop::HookStopped(reason) => {
+                self.agent.notice(&self.session.id, &format!("a hook ended the run: {reason}")).await;
+                Ok(StopReason::EndTurn)
+            }
         }
     }
 
@@ -284,6 +288,11 @@ impl<'a> Turn<'a> {
         match payload {
             EventPayload::SessionWarning { session_id, message } if self.ours(session_id, None) => {
                 self.agent.notice(&self.session.id, &format!("warning: {message}")).await;
+            }
+            EventPayload::HookRan { session_id, event, command, decision, .. }
+                if self.ours(session_id, None) && decision != "none" =>
+            {
+                self.agent.notice(&self.session.id, &format!("hook {event} `{command}`: {decision}")).await;
             }
             EventPayload::PermissionAsked(request)
                 if self.ours(&request.session_id, request.parent_session_id.as_ref()) =>

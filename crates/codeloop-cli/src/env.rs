@@ -68,6 +68,7 @@ pub fn config_sources(project: Option<&Path>) -> ConfigSources {
         project_root: info.map(|i| i.root),
         explicit: std::env::var_os("CODELOOP_CONFIG").filter(|c| !c.is_empty()).map(PathBuf::from),
         trust: trust_store(),
+        home: home(),
     }
 }
 

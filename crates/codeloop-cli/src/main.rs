@@ -9,6 +9,7 @@ mod doctor;
 mod door;
 mod env;
 mod gc;
+mod hooks;
 mod mcp;
 mod models;
 mod permissions;
@@ -89,6 +90,9 @@ enum Command {
     Permissions(permissions::PermissionsCommand),
     /// Trust a project's own config (codeloop.toml, .codeloop/): until then it may only narrow yours.
     Trust(trust::TrustArgs),
+    /// List and test hooks (the user's programs run around the agent's events, Claude Code's format).
+    #[command(subcommand)]
+    Hooks(hooks::HooksCommand),
     /// Show and test the OS sandbox that walls in the commands tools run.
     #[command(subcommand)]
     Sandbox(sandbox::SandboxCommand),
@@ -185,6 +189,7 @@ fn main() -> ExitCode {
             Command::Stats(args) => stats::stats(args).await,
             Command::Permissions(command) => permissions::permissions(command).await,
             Command::Trust(args) => trust::trust(args),
+            Command::Hooks(command) => hooks::hooks(command).await,
             Command::Sandbox(command) => sandbox::sandbox(command),
             Command::Doctor(args) => doctor::doctor(args).await,
             Command::Gc(args) => gc::gc(args).await,

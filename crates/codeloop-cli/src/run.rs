@@ -108,6 +108,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let driven = drive(&engine, &session.id, send, args.format, interactive).await;
     // The run's background jobs end with this process (DESIGN.md §5f): recorded as killed, not lost.
     engine.end_jobs().await;
+    engine.end_session(&session.id, "other").await;
     Ok(driven?.exit_code())
 }
 
@@ -443,6 +444,11 @@ pub fn exit_code(outcome: &RunOutcome) -> ExitCode {
             ExitCode::SUCCESS
         }
         StopReason::Interrupted => ExitCode::from(EXIT_INTERRUPTED),
+        StopReason::HookStopped(reason) => {
+            let reason = if reason.is_empty() { "a hook ended the run" } else { reason.as_str() };
+            eprintln!("{}", for_stderr(reason));
+            ExitCode::SUCCESS
+        }
         StopReason::Blocked(message) => {
             eprintln!("error: {}", for_stderr(&message.to_string()));
             ExitCode::FAILURE

@@ -14,6 +14,8 @@ mod acp;
 mod first_run;
 #[path = "cli/gc.rs"]
 mod gc;
+#[path = "cli/hooks.rs"]
+mod hooks;
 #[path = "cli/jobs.rs"]
 mod jobs;
 #[path = "cli/mcp.rs"]

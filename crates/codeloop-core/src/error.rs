@@ -107,4 +107,7 @@ pub enum EngineError {
     /// No command of that name (DESIGN.md §5g): nothing was sent.
     #[error("unknown command `{name}`; the available commands are: {available}")]
     UnknownCommand { name: String, available: String },
+    /// A UserPromptSubmit hook refused the prompt; its reason.
+    #[error("the prompt was refused by a UserPromptSubmit hook: {0}")]
+    PromptRefused(String),
 }

@@ -19,6 +19,8 @@ pub enum StopReason {
     StepLimit(u32),
     /// A `[limits]` limit was reached before a model request (DESIGN.md §5h): nothing more was sent.
     Limit(LimitReached),
+    /// A hook answered `continue: false`; its `stopReason`.
+    HookStopped(String),
 }
 
 /// The result every caller of a run receives.

@@ -71,6 +71,10 @@ pub struct Services {
     pub jobs: Arc<codeloop_tools::jobs::Jobs>,
     /// The prompt prefix each session's last step was sent with (`session.cache` compares with it).
     pub(crate) prefixes: Mutex<HashMap<SessionId, crate::prefix::Prefix>>,
+    /// The hooks last compiled, with the layers they came from.
+    pub(crate) hooks_cache: Mutex<Option<(Vec<crate::hooks::HookLayer>, Arc<crate::hooks::Hooks>)>>,
+    /// Sessions whose SessionStart hooks fired in this process.
+    pub(crate) started_sessions: Mutex<std::collections::HashSet<SessionId>>,
 }
 
 /// The tools a run offers and can execute.
@@ -305,6 +309,8 @@ pub struct ProjectPolicy {
     pub narrowing: Arc<Vec<codeloop_types::PermissionRule>>,
     /// Extra instruction files (`instructions` in config).
     pub instructions: Vec<String>,
+    /// The hooks of the user and, once trusted, the project (DESIGN.md §5d).
+    pub hooks: Arc<crate::hooks::Hooks>,
 }
 
 impl Services {
@@ -319,6 +325,7 @@ impl Services {
                 permission: self.config.permission.0.clone(),
                 narrowing: Arc::new(self.config.project_rules.clone()),
                 instructions: self.config.instructions.clone(),
+                hooks: self.compiled_hooks(&self.config.hook_layers),
             });
         };
         let loaded = load(directory)?;
@@ -331,9 +338,71 @@ impl Services {
             }
         }
         Ok(ProjectPolicy {
+            hooks: self.compiled_hooks(&loaded.config.hook_layers),
             permission: loaded.config.permission.0,
             narrowing: Arc::new(loaded.config.project_rules),
             instructions: loaded.config.instructions,
         })
+    }
+
+    /// The hooks of these layers; the last compiled set is reused while the layers stay the same.
+    fn compiled_hooks(&self, layers: &[crate::hooks::HookLayer]) -> Arc<crate::hooks::Hooks> {
+        let mut cache = self.hooks_cache.locked();
+        if let Some((cached_layers, hooks)) = cache.as_ref()
+            && cached_layers.as_slice() == layers
+        {
+            return hooks.clone();
+        }
+        let hooks = Arc::new(crate::hooks::Hooks::compile(layers));
+        for warning in &hooks.warnings {
+            tracing::warn!("{warning}");
+        }
+        *cache = Some((layers.to_vec(), hooks.clone()));
+        hooks
+    }
+
+    /// What a session's hooks run with: its project directory, the bus, the store.
+    pub fn turn_hooks(
+        &self,
+        session_id: &SessionId,
+        directory: &std::path::Path,
+        hooks: Arc<crate::hooks::Hooks>,
+        stop: Arc<Mutex<Option<String>>>,
+    ) -> crate::hooks::TurnHooks {
+        let permission_mode = match self.permissions.policy() {
+            crate::permission::AskPolicy::Allow => "bypassPermissions",
+            _ => "default",
+        };
+        crate::hooks::TurnHooks {
+            hooks,
+            env: crate::hooks::HookEnv {
+                session_id: session_id.clone(),
+                project_dir: directory.to_owned(),
+                bus: Some(self.bus.clone()),
+                store: Some(self.store.clone()),
+                permission_mode,
+            },
+            stop,
+        }
+    }
+
+    /// The hooks of a session in `directory`, ready to fire (off the async threads: it reads config).
+    pub async fn session_hooks(
+        self: &Arc<Self>,
+        session_id: &SessionId,
+        directory: &std::path::Path,
+    ) -> Result<crate::hooks::TurnHooks, crate::config::ConfigError> {
+        let (services, dir) = (self.clone(), directory.to_owned());
+        let policy = tokio::task::spawn_blocking(move || services.project_policy(&dir))
+            .await
+            .unwrap_or_else(|_| {
+                Ok(ProjectPolicy {
+                    permission: Vec::new(),
+                    narrowing: Arc::new(Vec::new()),
+                    instructions: Vec::new(),
+                    hooks: Arc::new(crate::hooks::Hooks::default()),
+                })
+            })?;
+        Ok(self.turn_hooks(session_id, directory, policy.hooks, Default::default()))
     }
 }

@@ -151,7 +151,7 @@ pub(crate) async fn run_subtask(
     let outcome = outcome.map_err(|e| failed(format!("the subagent could not run: {e}")))?;
     let text = last_text(services, &child.id);
     let (state, body) = match &outcome.stop {
-        StopReason::Completed | StopReason::StepLimit(_) => {
+        StopReason::Completed | StopReason::StepLimit(_) | StopReason::HookStopped(_) => {
             ("completed", format!("<task_result>\n{text}\n</task_result>"))
         }
         StopReason::Interrupted => {

@@ -10,6 +10,13 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use std::collections::HashMap;
+
+use codeloop_tools::Grant;
+use codeloop_types::{LockExt, PermissionAction};
+use serde_json::json;
+
+use crate::hooks::{Decision, HookEvent, TurnHooks};
 use crate::permission::AskContext;
 use crate::runs::Runs;
 use crate::services::Services;
@@ -37,6 +44,10 @@ pub struct ToolGate {
     narrowing: Arc<Vec<PermissionRule>>,
     /// The project key approvals are saved under (the worktree root).
     project: String,
+    /// The session's hooks and what they run with.
+    hooks: TurnHooks,
+    /// PreToolUse verdicts of calls that are running, by call id: an ask or an allow a hook gave.
+    verdicts: std::sync::Mutex<HashMap<String, Decision>>,
 }
 
 impl ToolGate {
@@ -49,7 +60,37 @@ impl ToolGate {
         narrowing: Arc<Vec<PermissionRule>>,
         project: String,
     ) -> Self {
-        Self { services, runs, session_id, parent_id, layers, narrowing, project }
+        let hooks = TurnHooks::none(session_id.clone());
+        Self {
+            services,
+            runs,
+            session_id,
+            parent_id,
+            layers,
+            narrowing,
+            project,
+            hooks,
+            verdicts: Default::default(),
+        }
+    }
+
+    /// The gate with the session's hooks (without: none fire).
+    pub fn with_hooks(mut self, hooks: TurnHooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    pub fn hooks(&self) -> &TurnHooks {
+        &self.hooks
+    }
+
+    /// Records what a PreToolUse hook said of a running call (`None`: forget it).
+    pub fn set_verdict(&self, call_id: &str, decision: Option<Decision>) {
+        let mut verdicts = self.verdicts.locked();
+        match decision {
+            Some(decision) => verdicts.insert(call_id.to_owned(), decision),
+            None => verdicts.remove(call_id),
+        };
     }
 
     /// False when the rules switch `permission` off: its tools are then not offered to the model.
@@ -62,10 +103,56 @@ impl ToolGate {
         )
     }
 
-    /// Asks under the turn's rules: a tool's ask, or the processor's own (the doom-loop guard).
+    /// Asks under the turn's rules: a tool's ask, or the processor's own (the doom-loop guard). The
+    /// rule and a PreToolUse verdict merge (DESIGN.md §5d): a deny rule always holds; a hook's ask asks;
+    /// a hook's allow answers an ask (never an explicit-only one). Before anyone is asked, the
+    /// PermissionRequest hooks may answer.
     pub async fn ask(&self, tool: Option<ToolCallRef>, ask: PermissionAsk) -> Result<(), PermissionError> {
         let layers: [&[PermissionRule]; 1] = [&self.layers];
-        self.services.permissions.ask(self.context(&layers, tool), ask).await
+        let permissions = &self.services.permissions;
+        let hooks = &self.hooks.hooks;
+        if !hooks.any(HookEvent::PermissionRequest) && !hooks.any(HookEvent::Notification) {
+            let verdict = tool.as_ref().and_then(|t| self.verdicts.locked().get(&t.call_id).copied());
+            if verdict.is_none() {
+                return permissions.ask(self.context(&layers, tool), ask).await;
+            }
+        }
+        let verdict = tool.as_ref().and_then(|t| self.verdicts.locked().get(&t.call_id).copied());
+        let action = permissions.decision(&self.context(&layers, None), &ask);
+        let grantable = ask.grant != Grant::Explicit;
+        match (action, verdict) {
+            (PermissionAction::Deny, _) => return permissions.ask(self.context(&layers, tool), ask).await,
+            (PermissionAction::Allow, Some(Decision::Ask)) => {}
+            (PermissionAction::Allow, _) => return Ok(()),
+            (PermissionAction::Ask, Some(Decision::Allow)) if grantable => return Ok(()),
+            (PermissionAction::Ask, _) => {}
+        }
+        let input = json!({
+            "tool_name": ask.metadata.get("tool").cloned().unwrap_or_else(|| ask.permission.clone().into()),
+            "tool_input": ask.metadata,
+            "permission": ask.permission,
+            "patterns": ask.patterns,
+        });
+        let outcome = self.hooks.fire(HookEvent::PermissionRequest, &[&ask.permission], input).await;
+        if grantable {
+            if let Some(reason) = outcome.denial() {
+                let reason =
+                    if reason.is_empty() { "a PermissionRequest hook denied it".into() } else { reason };
+                return Err(PermissionError::Denied { message: format!("Permission denied: {reason}") });
+            }
+            if outcome.decision == Some(Decision::Allow) {
+                return Ok(());
+            }
+        }
+        if permissions.policy() == crate::permission::AskPolicy::Wait && hooks.any(HookEvent::Notification) {
+            let hooks = self.hooks.clone();
+            let message = format!("codeloop needs your permission to use {}", ask.permission);
+            tokio::spawn(async move {
+                let input = json!({"message": message, "notification_type": "permission_prompt"});
+                hooks.fire(HookEvent::Notification, &["permission_prompt"], input).await;
+            });
+        }
+        permissions.ask_with(self.context(&layers, tool), ask, true).await
     }
 
     /// Whether the turn's rules allow `ask` without asking anyone.
@@ -128,6 +215,14 @@ impl ToolHost for RunToolHost {
     ) -> Result<Vec<Vec<String>>, PermissionError> {
         let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
         let parent = self.gate.parent_id.as_ref();
+        let hooks = self.gate.hooks.clone();
+        if hooks.hooks.any(HookEvent::Notification) {
+            let message = "codeloop has a question for you".to_owned();
+            tokio::spawn(async move {
+                let input = json!({"message": message, "notification_type": "question"});
+                hooks.fire(HookEvent::Notification, &["question"], input).await;
+            });
+        }
         self.gate.services.questions.ask(&self.gate.session_id, parent, Some(tool), questions).await
     }
 
@@ -137,6 +232,12 @@ impl ToolHost for RunToolHost {
         task: Subtask,
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolFailure> {
+        let hooks = &self.gate.hooks;
+        if hooks.hooks.any(HookEvent::SubagentStart) {
+            let input =
+                json!({"agent_type": task.agent, "description": task.description, "prompt": task.prompt});
+            hooks.fire(HookEvent::SubagentStart, &[&task.agent], input).await;
+        }
         crate::subagent::run_subtask(&self.gate.services, self.gate.runs.as_ref(), self, call, task, cancel)
             .await
     }

@@ -203,6 +203,11 @@ pub enum Stop {
         value: f64,
         used: f64,
     },
+    /// A hook answered `continue: false` (`reason`: its `stopReason`).
+    HookStopped {
+        #[serde(default)]
+        reason: String,
+    },
 }
 
 impl From<&StopReason> for Stop {
@@ -229,6 +234,7 @@ impl From<&StopReason> for Stop {
                 value: reached.value,
                 used: reached.used,
             },
+            StopReason::HookStopped(reason) => Stop::HookStopped { reason: reason.clone() },
         }
     }
 }
@@ -250,6 +256,7 @@ impl From<Stop> for StopReason {
             Stop::Limit { limit, value, used, .. } => {
                 StopReason::Limit(codeloop_types::LimitReached { limit, value, used })
             }
+            Stop::HookStopped { reason } => StopReason::HookStopped(reason),
         }
     }
 }

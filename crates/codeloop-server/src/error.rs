@@ -94,6 +94,7 @@ impl From<EngineError> for ApiError {
             EngineError::Store(_) | EngineError::Snapshot(_) => Self::internal(message),
             EngineError::Reply(reply) => reply.into(),
             EngineError::Question(_) => Self::conflict("not_pending", message),
+            EngineError::PromptRefused(_) => Self::new(StatusCode::FORBIDDEN, "prompt_refused", message),
         }
     }
 }

@@ -59,6 +59,22 @@ pub enum EventPayload {
     SessionCache { session_id: SessionId, reason: CacheReason },
     #[serde(rename = "todo.updated")]
     TodoUpdated { session_id: SessionId, todos: Vec<Todo> },
+    /// One run of one hook handler (DESIGN.md §5d).
+    #[serde(rename = "hook.ran")]
+    HookRan {
+        session_id: SessionId,
+        /// `PreToolUse`, `Stop`, … (Claude Code's event names).
+        event: String,
+        /// `user` | `project` | `claude-user` | `claude-project`.
+        source: String,
+        /// The command, or the URL of an HTTP handler.
+        command: String,
+        duration_ms: u64,
+        /// The process's exit code (an HTTP handler's status); `None` after a time-out or a crash.
+        exit_code: Option<i32>,
+        /// `allow` | `deny` | `ask` | `block` | `none`.
+        decision: String,
+    },
     #[serde(rename = "permission.asked")]
     PermissionAsked(PermissionRequest),
     #[serde(rename = "permission.replied")]
@@ -123,6 +139,7 @@ impl EventPayload {
             EventPayload::SessionLimit { .. } => "session.limit",
             EventPayload::SessionCache { .. } => "session.cache",
             EventPayload::TodoUpdated { .. } => "todo.updated",
+            EventPayload::HookRan { .. } => "hook.ran",
             EventPayload::PermissionAsked(_) => "permission.asked",
             EventPayload::PermissionReplied { .. } => "permission.replied",
             EventPayload::QuestionAsked(_) => "question.asked",
@@ -150,6 +167,7 @@ impl EventPayload {
             | EventPayload::SessionLimit { session_id, .. }
             | EventPayload::SessionCache { session_id, .. }
             | EventPayload::TodoUpdated { session_id, .. }
+            | EventPayload::HookRan { session_id, .. }
             | EventPayload::PermissionReplied { session_id, .. }
             | EventPayload::QuestionReplied { session_id, .. }
             | EventPayload::QuestionRejected { session_id, .. }

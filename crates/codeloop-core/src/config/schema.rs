@@ -40,6 +40,12 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Spending limits the run loop enforces before each model request (DESIGN.md §5h).
     pub limits: LimitsConfig,
+    /// `[[hooks.EVENT]]` (DESIGN.md §5d), as merged; the hooks that run are [`Config::hook_layers`].
+    pub hooks: crate::hooks::HooksSettings,
+    /// Every file's hooks with their source, in config order: the user's, a trusted project's, and with
+    /// `import_claude` Claude Code's. Never read from a file directly.
+    #[serde(skip)]
+    pub hook_layers: Vec<crate::hooks::HookLayer>,
     /// An untrusted project's own `[permission]` rules. They can only narrow: each call gets the stricter
     /// of these and every other layer (deny > ask > allow). Never read from a file directly.
     #[serde(skip)]

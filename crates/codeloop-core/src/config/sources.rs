@@ -8,6 +8,7 @@ use serde::Deserialize;
 
 use super::lint::unknown_permissions;
 use super::schema::{Config, PROJECT_ALLOWED_KEYS};
+use crate::hooks::{HookLayer, HookSource, HooksSettings, read_claude_settings};
 use crate::trust::{TrustState, TrustStore};
 
 /// Loads the config for a session's directory (the user's files plus that project's own, under its
@@ -28,6 +29,8 @@ pub struct ConfigSources {
     pub explicit: Option<PathBuf>,
     /// The user's trust records; `None` trusts no project config.
     pub trust: Option<TrustStore>,
+    /// The user's home: `~/.claude/settings.json` is read from it with `[hooks] import_claude`.
+    pub home: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -116,20 +119,47 @@ impl ConfigSources {
 
     /// The project's config as it stands, with its trust state, without applying it.
     pub fn project(&self) -> Result<Option<ProjectConfig>, ConfigError> {
-        Ok(self.read_project(&mut Vec::new())?.map(|(project, _)| project))
+        let (global, explicit) = self.user_files()?;
+        let mut user = Vec::new();
+        for path in global.iter().chain(explicit.iter()) {
+            user.push(read_file(path, &mut Vec::new())?);
+        }
+        Ok(self.read_project(&mut Vec::new(), imports_claude(&user))?.map(|(project, _)| project))
+    }
+
+    /// A project's Claude Code settings files that exist (they carry hooks with `import_claude`).
+    fn claude_project_files(&self) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        for dir in [self.project_root.as_ref(), self.project_dir.as_ref()].into_iter().flatten() {
+            for name in ["settings.json", "settings.local.json"] {
+                let path = dir.join(".claude").join(name);
+                if path.is_file() && !files.contains(&path) {
+                    files.push(path);
+                }
+            }
+        }
+        files
     }
 
     fn read_project(
         &self,
         warnings: &mut Vec<String>,
+        import_claude: bool,
     ) -> Result<Option<(ProjectConfig, toml::Table)>, ConfigError> {
-        let files = self.project_files();
-        if files.is_empty() {
-            return Ok(None);
-        }
+        let mut files = self.project_files();
         let mut table = toml::Table::new();
         for path in &files {
             merge(&mut table, read_file(path, warnings)?);
+        }
+        let mut claude_wants = Vec::new();
+        if import_claude || imports_claude(std::slice::from_ref(&table)) {
+            for path in self.claude_project_files() {
+                claude_wants.extend(describe_claude_hooks(&path, warnings));
+                files.push(path);
+            }
+        }
+        if files.is_empty() {
+            return Ok(None);
         }
         let relevant = security_relevant(&table);
         let root = self.project_root.clone().or_else(|| self.project_dir.clone()).unwrap_or_default();
@@ -138,7 +168,8 @@ impl ConfigSources {
             Some(store) => store.state(&root, &hash)?,
             None => TrustState::Untrusted,
         };
-        let wants = describe(&relevant);
+        let mut wants = describe(&relevant);
+        wants.extend(claude_wants);
         Ok(Some((ProjectConfig { root, files, trust, hash, wants }, table)))
     }
 
@@ -147,24 +178,33 @@ impl ConfigSources {
         let mut merged = toml::Table::new();
         let mut warnings = Vec::new();
         let mut files = Vec::new();
-        if let Some(path) = &global {
-            merge(&mut merged, read_file(path, &mut warnings)?);
+        let mut layers = Vec::new();
+        let global_table = global.as_ref().map(|p| read_file(p, &mut warnings)).transpose()?;
+        let explicit_table = explicit.as_ref().map(|p| read_file(p, &mut warnings)).transpose()?;
+        let user_tables: Vec<toml::Table> =
+            global_table.iter().chain(explicit_table.iter()).cloned().collect();
+        if let (Some(path), Some(table)) = (&global, global_table) {
+            hook_layer(&mut layers, HookSource::User, path, &table);
+            merge(&mut merged, table);
             files.push(path.clone());
         }
         let mut project_rules = Vec::new();
-        let project = self.read_project(&mut warnings)?;
+        let project = self.read_project(&mut warnings, imports_claude(&user_tables))?;
         if let Some((project, table)) = &project {
             files.extend(project.files.iter().cloned());
             if project.trusted() {
+                for path in project.files.iter().filter(|f| f.extension().is_some_and(|e| e == "toml")) {
+                    hook_layer(&mut layers, HookSource::Project, path, &read_file(path, &mut Vec::new())?);
+                }
                 merge(&mut merged, table.clone());
             } else {
                 let narrowed = self.narrow(project, table, &mut project_rules, &mut warnings)?;
                 merge(&mut merged, narrowed);
             }
         }
-        let mut explicit_table = toml::Table::new();
+        let explicit_table = explicit_table.unwrap_or_default();
         if let Some(path) = &explicit {
-            explicit_table = read_file(path, &mut warnings)?;
+            hook_layer(&mut layers, HookSource::User, path, &explicit_table);
             merge(&mut merged, explicit_table.clone());
             files.push(path.clone());
         }
@@ -176,10 +216,78 @@ impl ConfigSources {
         {
             mark_project_headers(&mut config, table, &explicit_table);
         }
+        if config.hooks.import_claude == Some(true) {
+            self.claude_layers(&mut layers, project.as_ref().map(|(p, _)| p), &mut warnings);
+        }
+        config.hook_layers = layers;
         config.project_rules = project_rules;
         warnings.extend(unknown_permissions(&config));
         Ok(LoadedConfig { config, files, warnings, project: project.map(|(p, _)| p) })
     }
+
+    /// `~/.claude/settings.json`'s hooks, and a trusted project's `.claude/settings*.json`'s.
+    fn claude_layers(
+        &self,
+        layers: &mut Vec<HookLayer>,
+        project: Option<&ProjectConfig>,
+        warnings: &mut Vec<String>,
+    ) {
+        let mut add = |source, path: PathBuf| match read_claude_settings(&path) {
+            Ok(Some(settings)) => layers.push(HookLayer { source, path, settings }),
+            Ok(None) => {}
+            Err(e) => warnings.push(format!("{e}; its hooks are not loaded")),
+        };
+        if let Some(home) = &self.home {
+            add(HookSource::ClaudeUser, home.join(".claude").join("settings.json"));
+        }
+        if let Some(project) = project.filter(|p| p.trusted()) {
+            for path in project.files.iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+                add(HookSource::ClaudeProject, path.clone());
+            }
+        }
+    }
+}
+
+/// Whether any of these tables sets `[hooks] import_claude = true`.
+fn imports_claude(tables: &[toml::Table]) -> bool {
+    tables.iter().any(|t| {
+        t.get("hooks").and_then(|h| h.get("import_claude")).and_then(toml::Value::as_bool) == Some(true)
+    })
+}
+
+/// The `[hooks]` of one config file, as a layer of its source.
+fn hook_layer(layers: &mut Vec<HookLayer>, source: HookSource, path: &Path, table: &toml::Table) {
+    let Some(hooks) = table.get("hooks") else { return };
+    // The file was validated as a whole already, so its hooks deserialise.
+    if let Ok(settings) = HooksSettings::deserialize(hooks.clone())
+        && !settings.events.is_empty()
+    {
+        layers.push(HookLayer { source, path: path.to_owned(), settings });
+    }
+}
+
+/// What a project's Claude settings file would run, in words, for the untrusted-config warning.
+fn describe_claude_hooks(path: &Path, warnings: &mut Vec<String>) -> Vec<String> {
+    match read_claude_settings(path) {
+        Ok(Some(settings)) => describe_hooks(&settings, &format!("hooks.{{}} in {}", path.display())),
+        Ok(None) => Vec::new(),
+        Err(e) => {
+            warnings.push(e);
+            Vec::new()
+        }
+    }
+}
+
+/// `run hook `cmd` (hooks.EVENT)` for every handler; `{}` in `place` is the event.
+fn describe_hooks(settings: &HooksSettings, place: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (event, groups) in &settings.events {
+        for handler in groups.iter().flat_map(|g| g.hooks.iter()) {
+            let target = handler.command.as_deref().or(handler.url.as_deref()).unwrap_or("?");
+            out.push(format!("run hook `{target}` ({})", place.replace("{}", event)));
+        }
+    }
+    out
 }
 
 /// The MCP headers a trusted project's config set (and `CODELOOP_CONFIG` did not set again) are sent as
@@ -277,6 +385,10 @@ fn describe(relevant: &toml::Table) -> Vec<String> {
                     out.push(format!("use provider `{name}` at {url}{key} ([provider.{name}])"));
                 }
             }
+            ("hooks", _) => match HooksSettings::deserialize(value.clone()) {
+                Ok(settings) => out.extend(describe_hooks(&settings, "[hooks.{}]")),
+                Err(_) => out.push("set `hooks`".to_owned()),
+            },
             ("agent", Some(agents)) => {
                 for name in agents.keys() {
                     out.push(format!("change agent `{name}` ([agent.{name}])"));
@@ -350,6 +462,7 @@ mod tests {
             project_root: Some(project.clone()),
             explicit: None,
             trust: Some(TrustStore::in_config_dir(&dir.path().join("user"))),
+            home: None,
         };
         let hash = sources.project().unwrap().unwrap().hash;
         sources.trust.as_ref().unwrap().trust(&project, &hash, 0).unwrap();
@@ -407,6 +520,7 @@ mod tests {
             project_root: Some(project.clone()),
             explicit: Some(user),
             trust: Some(store.clone()),
+            home: None,
         };
         let loaded = sources.load().unwrap();
         let config = &loaded.config;
@@ -501,6 +615,7 @@ mod tests {
             project_root: Some(project.clone()),
             explicit: Some(user),
             trust: Some(store.clone()),
+            home: None,
         };
         let untrusted = sources.load().unwrap();
         assert_eq!(

@@ -76,11 +76,10 @@ impl Engine {
             accepted.fire();
         }
         match command {
-            SessionCommand::Prompt { session, input, delivery } => {
-                self.check_prompt(&session, &input).await?;
-                let outcome = self.coordinator.prompt_accepted(&session, input, delivery, accepted).await?;
-                Ok(CommandOutcome::Ran(outcome))
-            }
+            SessionCommand::Prompt { session, input, delivery } => self
+                .submit_prompt_accepted(&session, input, delivery, accepted)
+                .await
+                .map(CommandOutcome::Ran),
             SessionCommand::Abort { session } => {
                 self.session(&session).await?;
                 Ok(CommandOutcome::Aborted(self.submit_abort(&session).await))
@@ -125,8 +124,26 @@ impl Engine {
         input: PromptInput,
         delivery: Delivery,
     ) -> Result<RunOutcome, EngineError> {
+        self.submit_prompt_accepted(session, input, delivery, &Accepted::default()).await
+    }
+
+    /// [`Engine::submit_prompt`], telling `accepted` once the input is durable (or settled by a hook).
+    async fn submit_prompt_accepted(
+        &self,
+        session: &SessionId,
+        input: PromptInput,
+        delivery: Delivery,
+        accepted: &Accepted,
+    ) -> Result<RunOutcome, EngineError> {
         self.check_prompt(session, &input).await?;
-        Ok(self.coordinator.prompt(session, input, delivery).await?)
+        let input = match self.prompt_hooks(session, input).await? {
+            super::hooks::Admitted::Run(input) => input,
+            super::hooks::Admitted::Stopped(outcome) => {
+                accepted.fire();
+                return Ok(*outcome);
+            }
+        };
+        Ok(self.coordinator.prompt_accepted(session, input, delivery, accepted).await?)
     }
 
     /// The one check of a prompt: some text, a primary agent, a usable model, a session that exists.
@@ -305,8 +322,7 @@ impl Engine {
         input: PromptInput,
         delivery: crate::input::Delivery,
     ) -> Result<RunOutcome, EngineError> {
-        self.check_prompt(session, &input).await?;
-        Ok(self.coordinator.prompt(session, input, delivery).await?)
+        self.submit_prompt(session, input, delivery).await
     }
 
     pub async fn abort(&self, session: &SessionId) -> bool {

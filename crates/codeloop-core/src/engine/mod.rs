@@ -7,6 +7,7 @@ mod answers;
 mod commands;
 mod file_commands;
 mod gc;
+mod hooks;
 mod jobs;
 mod sessions;
 
@@ -213,6 +214,8 @@ impl Engine {
             all_tools: Default::default(),
             jobs,
             prefixes: Default::default(),
+            hooks_cache: Default::default(),
+            started_sessions: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {

@@ -28,7 +28,7 @@ pub struct AgentChoice {
 
 impl Engine {
     /// Runs a store call on the blocking pool.
-    async fn read<T: Send + 'static>(
+    pub(super) async fn read<T: Send + 'static>(
         &self,
         call: impl FnOnce(&dyn Store) -> codeloop_store::Result<T> + Send + 'static,
     ) -> Result<T, EngineError> {

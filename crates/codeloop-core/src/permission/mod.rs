@@ -186,10 +186,26 @@ impl PermissionEngine {
         self.decide(ctx, ask).0 == PermissionAction::Allow
     }
 
+    /// What the rules say of `ask` without asking anyone.
+    pub fn decision(&self, ctx: &AskContext<'_>, ask: &PermissionAsk) -> PermissionAction {
+        self.decide(ctx, ask).0
+    }
+
     /// Resolves when the call may go ahead, following the rules and, when they say ask, the reply.
     pub async fn ask(&self, ctx: AskContext<'_>, ask: PermissionAsk) -> Result<(), PermissionError> {
+        self.ask_with(ctx, ask, false).await
+    }
+
+    /// As [`Self::ask`]; with `force_ask` a rule's allow asks all the same (a hook asked for it).
+    pub async fn ask_with(
+        &self,
+        ctx: AskContext<'_>,
+        ask: PermissionAsk,
+        force_ask: bool,
+    ) -> Result<(), PermissionError> {
         match self.decide(&ctx, &ask) {
-            (PermissionAction::Allow, _) => return Ok(()),
+            (PermissionAction::Allow, _) if !force_ask => return Ok(()),
+            (PermissionAction::Allow, _) => {}
             (PermissionAction::Deny, rule) => {
                 let rule = rule
                     .map(|r| format!(" (rule: {} {} → deny)", r.permission, r.pattern))

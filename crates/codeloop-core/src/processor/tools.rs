@@ -175,17 +175,9 @@ impl Processor {
         let events = self.tool_tx.clone();
         self.running.insert(call_id.clone());
         let limit = tools.get(&name).and_then(|tool| tool.deadline(&input)).unwrap_or(TOOL_WATCHDOG);
+        let gate = self.ctx.gate.clone();
         tokio::spawn(async move {
-            let result = match tokio::time::timeout(limit, tools.execute(&name, input, &ctx)).await {
-                Ok(result) => result,
-                Err(_) => {
-                    ctx.cancel.cancel();
-                    Err(ToolFailure::Failed(format!(
-                        "The {name} tool did not finish within {} s and was stopped.",
-                        limit.as_secs()
-                    )))
-                }
-            };
+            let result = super::hooked::execute(gate, tools, name, input, ctx, limit).await;
             let _ = events.send(ToolEvent::Done { call_id, result });
         });
     }

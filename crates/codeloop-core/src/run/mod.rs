@@ -6,6 +6,7 @@
 //! and appended to in memory.
 
 mod compact;
+mod hooked;
 mod limits;
 mod offer;
 mod turn;
@@ -173,7 +174,14 @@ pub(crate) struct Run<'a> {
     mcp_notes: Vec<String>,
     /// What this run spent, checked against `[limits]` before each model request.
     spend: limits::Spend,
+    /// A hook's `continue: false`, with its `stopReason`: the run ends at the next step boundary.
+    hook_stop: Arc<Mutex<Option<String>>>,
+    /// Stop hooks that blocked in a row (at most [`MAX_STOP_BLOCKS`]).
+    stop_blocks: u32,
 }
+
+/// Stop-hook blocks in a row after which the run ends all the same (DESIGN.md §5d).
+pub const MAX_STOP_BLOCKS: u32 = 8;
 
 /// Runs a session until the model is done, blocked, interrupted or failing.
 pub(crate) async fn run_session(
@@ -235,9 +243,14 @@ pub(crate) async fn run_session(
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
         spend: limits::Spend::new(),
+        hook_stop: Default::default(),
+        stop_blocks: 0,
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
+    if let Ok(StopReason::Error(error)) = &result {
+        run.stop_failure(error).await;
+    }
     if services.config.compaction.prune && run.prune() {
         run.prefix_changed(codeloop_types::CacheReason::Prune);
     }
@@ -341,14 +354,29 @@ impl Run<'_> {
                     "the session has no user message to answer: send a prompt first".into(),
                 ));
             }
+            if let Some(reason) = self.hook_stop.locked().clone() {
+                return Ok(StopReason::HookStopped(reason));
+            }
             if latest.should_exit(&self.history) {
-                return Ok(StopReason::Completed);
+                match self.stop_hooks().await? {
+                    Flow::Continue => continue,
+                    Flow::Stop(reason) => return Ok(reason),
+                }
             }
             if let Some(index) = latest.pending_compaction {
                 if let Some(reached) = self.limit_reached() {
                     return Ok(StopReason::Limit(reached));
                 }
-                match self.summarize(index).await? {
+                if self.compaction_blocked(index).await? {
+                    continue;
+                }
+                let auto =
+                    self.history[index].parts.iter().find_map(|p| p.as_compaction()).is_some_and(|c| c.auto);
+                let flow = self.summarize(index).await?;
+                if matches!(flow, Flow::Continue) {
+                    self.compacted_hooks(auto).await;
+                }
+                match flow {
                     Flow::Continue => continue,
                     Flow::Stop(reason) => return Ok(reason),
                 }
@@ -367,7 +395,12 @@ impl Run<'_> {
             let user = self.note_ended_jobs(latest.last_user.unwrap_or(0));
             match self.turn(user).await? {
                 Flow::Continue => {}
-                Flow::Stop(reason) => return Ok(reason),
+                Flow::Stop(reason) => {
+                    if let Some(stopped) = self.hook_stop.locked().clone() {
+                        return Ok(StopReason::HookStopped(stopped));
+                    }
+                    return Ok(reason);
+                }
             }
         }
     }

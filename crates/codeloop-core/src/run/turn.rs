@@ -67,15 +67,18 @@ impl Run<'_> {
         let compaction = &self.services.config.compaction;
         Arc::new(TurnContext {
             journal: self.services.journal.clone(),
-            gate: Arc::new(ToolGate::new(
-                self.services.clone(),
-                self.runs.clone(),
-                self.session.id.clone(),
-                self.session.parent_id.clone(),
-                self.layers(agent),
-                self.policy.narrowing.clone(),
-                self.project.root.display().to_string(),
-            )),
+            gate: Arc::new(
+                ToolGate::new(
+                    self.services.clone(),
+                    self.runs.clone(),
+                    self.session.id.clone(),
+                    self.session.parent_id.clone(),
+                    self.layers(agent),
+                    self.policy.narrowing.clone(),
+                    self.project.root.display().to_string(),
+                )
+                .with_hooks(self.hooks()),
+            ),
             project: self.paths.clone(),
             tool_output_dir: self.services.tool_output_dir.clone(),
             limits: self.services.limits(),

@@ -9,6 +9,7 @@ mod common;
 mod compaction;
 mod coordinator;
 mod harness;
+mod hooks;
 mod jobs;
 mod limits;
 mod loop_rules;

@@ -92,6 +92,13 @@ impl App {
                 let reached = codeloop_types::LimitReached { limit, value, used };
                 self.convo.notice(Notice::error(reached.to_string()));
             }
+            EventPayload::HookRan { session_id, event, command, duration_ms, decision, .. }
+                if self.mine(&session_id) =>
+            {
+                self.convo.notice(Notice::info(format!(
+                    "hook {event} `{command}` → {decision} ({duration_ms} ms)"
+                )));
+            }
             EventPayload::PermissionAsked(request)
                 if self.mine(&request.session_id)
                     || request.parent_session_id.as_ref().is_some_and(|p| self.mine(p)) =>
