@@ -23,6 +23,7 @@ pub struct GcArgs {
     /// Say what would be removed, remove nothing.
     #[arg(long)]
     dry_run: bool,
+    /// text: a line per removed session; json: one report object.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
 }

@@ -27,6 +27,7 @@ pub enum HooksCommand {
         /// The tool the matchers see (default: the input's `tool_name`).
         #[arg(long)]
         tool: Option<String>,
+        /// The project whose hooks run (default: the current directory).
         #[arg(long)]
         dir: Option<PathBuf>,
     },
