@@ -46,7 +46,7 @@ pub fn user_hooks(toml: &str) -> impl FnOnce(&mut Config) {
     }
 }
 
-fn hook(event: &str, matcher: &str, command: &str) -> String {
+pub fn hook(event: &str, matcher: &str, command: &str) -> String {
     format!(
         "[[{event}]]\nmatcher = \"{matcher}\"\n[[{event}.hooks]]\ntype = \"command\"\ncommand = '''{command}'''\n"
     )
