@@ -72,7 +72,7 @@ impl Engine {
         command: SessionCommand,
         accepted: &Accepted,
     ) -> Result<CommandOutcome, EngineError> {
-        if !matches!(command, SessionCommand::Prompt { .. }) {
+        if !matches!(command, SessionCommand::Prompt { .. } | SessionCommand::RunCommand { .. }) {
             accepted.fire();
         }
         match command {
@@ -93,9 +93,10 @@ impl Engine {
             SessionCommand::Unrevert { session } => {
                 self.submit_unrevert(&session).await.map(CommandOutcome::Session)
             }
-            SessionCommand::RunCommand { session, name, arguments, delivery } => {
-                self.submit_command(&session, &name, &arguments, delivery).await.map(CommandOutcome::Ran)
-            }
+            SessionCommand::RunCommand { session, name, arguments, delivery } => self
+                .submit_command(&session, &name, &arguments, delivery, accepted)
+                .await
+                .map(CommandOutcome::Ran),
             SessionCommand::AnswerPermission { request, answer } => {
                 self.answer_permission(&request, answer).await?;
                 Ok(CommandOutcome::Answered)
@@ -116,19 +117,9 @@ impl Engine {
         futures::future::join_all(active.iter().map(|session| self.coordinator.interrupt(session))).await;
     }
 
-    /// Sends input to a session and waits for the outcome of the run it starts or joins. Everything a
-    /// client may get wrong is refused here, before anything is recorded.
-    pub(super) async fn submit_prompt(
-        &self,
-        session: &SessionId,
-        input: PromptInput,
-        delivery: Delivery,
-    ) -> Result<RunOutcome, EngineError> {
-        self.submit_prompt_accepted(session, input, delivery, &Accepted::default()).await
-    }
-
-    /// [`Engine::submit_prompt`], telling `accepted` once the input is durable (or settled by a hook).
-    async fn submit_prompt_accepted(
+    /// Sends input to a session (after its UserPromptSubmit hooks) and waits for the outcome of the run
+    /// it starts or joins, telling `accepted` once the input is durable (or settled by a hook).
+    pub(super) async fn submit_prompt_accepted(
         &self,
         session: &SessionId,
         input: PromptInput,
@@ -322,7 +313,7 @@ impl Engine {
         input: PromptInput,
         delivery: crate::input::Delivery,
     ) -> Result<RunOutcome, EngineError> {
-        self.submit_prompt(session, input, delivery).await
+        self.submit_prompt_accepted(session, input, delivery, &Accepted::default()).await
     }
 
     pub async fn abort(&self, session: &SessionId) -> bool {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use codeloop_types::{ModelRef, SessionId};
 
 use super::Engine;
+use crate::coordinator::Accepted;
 use crate::error::EngineError;
 use crate::file_commands::{self, CommandFile, CommandInfo, CommandShell, CommandSource};
 use crate::input::{Delivery, PromptInput};
@@ -112,17 +113,20 @@ impl Engine {
     }
 
     /// Runs command `name`: its expanded text is sent as the user's message, marked with its name.
+    /// `accepted` is told once that message is durable, as for a prompt.
     pub(super) async fn submit_command(
         &self,
         session: &SessionId,
         name: &str,
         arguments: &str,
         delivery: Delivery,
+        accepted: &Accepted,
     ) -> Result<RunOutcome, EngineError> {
         let arguments = arguments.trim();
         let (command, input) = match self.resolve_command(session, name).await? {
             Resolved::Compact => {
                 let focus = (!arguments.is_empty()).then(|| arguments.to_owned());
+                accepted.fire();
                 return self.submit_compact(session, focus).await;
             }
             Resolved::Init => {
@@ -137,11 +141,11 @@ impl Engine {
                 (command, PromptInput::text(text))
             }
             Resolved::File(file) => {
-                return self.submit_file_command(session, &file, arguments, delivery).await;
+                return self.submit_file_command(session, &file, arguments, delivery, accepted).await;
             }
         };
         let input = PromptInput { command: Some(command), ..input };
-        self.submit_prompt(session, input, delivery).await
+        self.submit_prompt_accepted(session, input, delivery, accepted).await
     }
 
     /// An MCP prompt's text: the arguments, split as a shell would, fill its arguments in order (the
@@ -170,6 +174,7 @@ impl Engine {
         file: &CommandFile,
         arguments: &str,
         delivery: Delivery,
+        accepted: &Accepted,
     ) -> Result<RunOutcome, EngineError> {
         let model = self.check_front_matter(file)?;
         let session = self.session(id).await?;
@@ -202,12 +207,12 @@ impl Engine {
             ..PromptInput::text(text)
         };
         if !file.subtask {
-            return self.submit_prompt(id, input, delivery).await;
+            return self.submit_prompt_accepted(id, input, delivery, accepted).await;
         }
         self.check_prompt(id, &input).await?;
         let child = crate::subagent::command_child(&self.services, &session, &agent, &file.name)
             .map_err(|e| EngineError::Invalid(e.to_string()))?;
-        Ok(self.coordinator.prompt(&child.id, input, Delivery::Queue).await?)
+        Ok(self.coordinator.prompt_accepted(&child.id, input, Delivery::Queue, accepted).await?)
     }
 }
 
