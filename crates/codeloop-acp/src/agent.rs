@@ -298,6 +298,10 @@ impl Agent {
         match session {
             Some(session) => {
                 session.cancels.locked().iter().for_each(|(_, c)| c.cancel());
+                // The editor is done with it: its SessionEnd hooks run (in the background; the answer
+                // does not wait for them).
+                let (engine, id) = (session.engine.clone(), SessionId::from(request.session_id.as_str()));
+                tokio::spawn(async move { engine.end_session(&id, "other").await });
                 Ok(json!({}))
             }
             None => Err(RpcError::not_found(format!("Session not found: {}", request.session_id))),

@@ -76,6 +76,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
     if let Some(engine) = engine {
         // Quitting ends the session's background jobs (DESIGN.md §5f).
         engine.end_jobs().await;
+        engine.end_started_sessions("prompt_input_exit").await;
         engine.flush().await?;
     }
     ran?;

@@ -75,6 +75,8 @@ pub struct Services {
     pub(crate) hooks_cache: Mutex<Option<(Vec<crate::hooks::HookLayer>, Arc<crate::hooks::Hooks>)>>,
     /// Sessions whose SessionStart hooks fired in this process.
     pub(crate) started_sessions: Mutex<std::collections::HashSet<SessionId>>,
+    /// Sessions prompted in this process while SessionEnd hooks exist: they run when it is done.
+    pub(crate) open_sessions: Mutex<std::collections::HashSet<SessionId>>,
 }
 
 /// The tools a run offers and can execute.

@@ -31,6 +31,9 @@ impl Engine {
         let hooks = self.services.session_hooks(id, Path::new(&session.directory)).await.map_err(|e| {
             EngineError::Invalid(format!("cannot use the config of the session's project ({e})"))
         })?;
+        if hooks.hooks.any(HookEvent::SessionEnd) {
+            self.services.open_sessions.locked().insert(id.clone());
+        }
         let (start, submit) =
             (hooks.hooks.any(HookEvent::SessionStart), hooks.hooks.any(HookEvent::UserPromptSubmit));
         if !start && !submit {
@@ -82,10 +85,20 @@ impl Engine {
     /// A client is done with a session (`codeloop run` ends, the TUI quits): the SessionEnd hooks run.
     /// `reason` is Claude's: `prompt_input_exit`, `clear`, `logout` or `other`.
     pub async fn end_session(&self, id: &SessionId, reason: &str) {
+        self.services.open_sessions.locked().remove(id);
         let Ok(session) = self.session(id).await else { return };
         let Ok(hooks) = self.services.session_hooks(id, Path::new(&session.directory)).await else { return };
         if hooks.hooks.any(HookEvent::SessionEnd) {
             hooks.fire(HookEvent::SessionEnd, &[reason], json!({"reason": reason})).await;
+        }
+    }
+
+    /// This process is done with every session it started (the TUI quits, the ACP agent's editor goes):
+    /// each one's SessionEnd hooks run, once.
+    pub async fn end_started_sessions(&self, reason: &str) {
+        let open: Vec<SessionId> = self.services.open_sessions.locked().drain().collect();
+        for id in &open {
+            self.end_session(id, reason).await;
         }
     }
 

@@ -216,6 +216,7 @@ impl Engine {
             prefixes: Default::default(),
             hooks_cache: Default::default(),
             started_sessions: Default::default(),
+            open_sessions: Default::default(),
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {

@@ -131,3 +131,30 @@ async fn session_end_fires_with_its_reason() {
         (Some("SessionEnd"), Some("other"))
     );
 }
+
+#[tokio::test]
+async fn a_process_that_is_done_ends_each_session_it_prompted_once() {
+    let s = Scripts::new();
+    let h = Harness::with(
+        Script::new([Turn::from(Reply::text("hi"))]),
+        AskPolicy::Allow,
+        user_hooks(&hook(
+            "SessionEnd",
+            "",
+            &s.script(
+                "count.sh",
+                "cat >> \"$(dirname \"$0\")/ended.log\"; echo >> \"$(dirname \"$0\")/ended.log\"",
+            ),
+        )),
+    )
+    .await;
+    h.prompt("hello").await;
+    h.engine.end_started_sessions("prompt_input_exit").await;
+    h.engine.end_started_sessions("prompt_input_exit").await;
+    let log = std::fs::read_to_string(s.path("ended.log")).expect("the SessionEnd hook ran");
+    let ended: Vec<Value> =
+        log.lines().filter(|l| !l.is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(ended.len(), 1, "once: {log}");
+    assert_eq!(ended[0]["reason"], "prompt_input_exit");
+    assert_eq!(ended[0]["session_id"], h.session.id.as_str());
+}
