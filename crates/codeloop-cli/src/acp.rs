@@ -27,8 +27,11 @@ pub struct AcpArgs {
     pub permission_timeout: f64,
 }
 
-/// Engines as the CLI opens them.
-struct CliHost;
+/// Engines as the CLI opens them, each with its telemetry (finished when the agent exits).
+#[derive(Default)]
+struct CliHost {
+    telemetry: std::sync::Mutex<Vec<codeloop_telemetry::Telemetry>>,
+}
 
 impl Host for CliHost {
     fn open(&self, directory: &Path, mcp: BTreeMap<String, McpSettings>) -> anyhow::Result<Opened> {
@@ -40,6 +43,9 @@ impl Host for CliHost {
         // The editor's MCP servers are the user's own programs, like those in the user's config.
         config.mcp.extend(mcp);
         let engine = env::open_engine(config, AskPolicy::Wait)?;
+        if let Some(telemetry) = env::start_telemetry(&engine) {
+            self.telemetry.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(telemetry);
+        }
         Ok(Opened { engine, warnings: loaded.warnings })
     }
 }
@@ -57,6 +63,11 @@ pub async fn acp(args: AcpArgs) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout().as_fd().try_clone_to_owned().context("cannot use stdout")?;
     let input = tokio::fs::File::from_std(std::fs::File::from(stdin));
     let output = tokio::fs::File::from_std(std::fs::File::from(stdout));
-    codeloop_acp::serve(Arc::new(CliHost), options, input, output).await?;
+    let host = Arc::new(CliHost::default());
+    let served = codeloop_acp::serve(host.clone(), options, input, output).await;
+    let telemetry =
+        std::mem::take(&mut *host.telemetry.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    futures::future::join_all(telemetry.into_iter().map(|t| t.finish())).await;
+    served?;
     Ok(ExitCode::SUCCESS)
 }

@@ -92,6 +92,60 @@ fn warn_without_landlock(config: &Config) {
     }
 }
 
+/// OpenTelemetry settings from `[telemetry]` and the standard `OTEL_*` variables (DESIGN.md §5h);
+/// `None`: nothing is exported (no endpoint anywhere, or `OTEL_SDK_DISABLED=true`).
+pub fn telemetry_settings(
+    config: &codeloop_core::config::TelemetryConfig,
+) -> Option<codeloop_telemetry::Settings> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+        return None;
+    }
+    let endpoint = config.otlp_endpoint.clone().filter(|e| !e.trim().is_empty());
+    let from_env = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
+        .into_iter()
+        .any(|v| var(v).is_some());
+    if endpoint.is_none() && !from_env {
+        return None;
+    }
+    Some(codeloop_telemetry::Settings {
+        endpoint,
+        service_name: config
+            .service_name
+            .clone()
+            .or_else(|| var("OTEL_SERVICE_NAME"))
+            .unwrap_or_else(|| "codeloop".to_owned()),
+        instance_id: codeloop_telemetry::new_instance_id(),
+        log_content: config.log_content,
+        // Short batches unless the standard variables say otherwise: a run's spans reach the collector
+        // about a second after they end, a server's metrics every ten seconds.
+        batch_delay: var("OTEL_BSP_SCHEDULE_DELAY").is_none().then_some(std::time::Duration::from_secs(1)),
+        metric_interval: var("OTEL_METRIC_EXPORT_INTERVAL")
+            .is_none()
+            .then_some(std::time::Duration::from_secs(10)),
+    })
+}
+
+/// Starts exporting `engine`'s runs when its config or the environment names a collector. A collector
+/// that cannot be set up is a warning: the run goes on without telemetry.
+pub fn start_telemetry(engine: &Engine) -> Option<codeloop_telemetry::Telemetry> {
+    let settings = telemetry_settings(&engine.config().telemetry)?;
+    match codeloop_telemetry::Telemetry::start(engine.bus(), &settings) {
+        Ok(telemetry) => Some(telemetry),
+        Err(error) => {
+            eprintln!("warning: {error}");
+            None
+        }
+    }
+}
+
+/// Sends what telemetry has left (bounded: a dead collector holds nothing up).
+pub async fn finish_telemetry(telemetry: Option<codeloop_telemetry::Telemetry>) {
+    if let Some(telemetry) = telemetry {
+        telemetry.finish().await;
+    }
+}
+
 /// Who watches the engine's events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Watchers {

@@ -81,6 +81,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         config.limits.run_max_cost_usd = Some(max_cost);
     }
     let engine = env::open_engine(config, policy)?;
+    let telemetry = env::start_telemetry(&engine);
     if let Some(agent) = &args.target.agent {
         engine.check_agent(agent)?;
     }
@@ -109,6 +110,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     // The run's background jobs end with this process (DESIGN.md §5f): recorded as killed, not lost.
     engine.end_jobs().await;
     engine.end_session(&session.id, "other").await;
+    env::finish_telemetry(telemetry).await;
     Ok(driven?.exit_code())
 }
 

@@ -119,6 +119,7 @@ pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) 
     let engine = env::open_engine_on(config, AskPolicy::Wait, store, EventIds::Store, env::Watchers::Remote)?;
     // Queued input and runs that a dead process or worker left are picked up here.
     let _failover = engine.spawn_failover();
+    let telemetry = env::start_telemetry(&engine);
     let mut options = ServerOptions::new(&dir);
     options.token = Some(token);
     options.cors_origins = args.cors;
@@ -135,6 +136,7 @@ pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) 
     if let Some(path) = &server_file {
         door::remove_server_file(path);
     }
+    env::finish_telemetry(telemetry).await;
     served.context("the server failed")?;
     eprintln!("codeloop server stopped");
     Ok(ExitCode::SUCCESS)

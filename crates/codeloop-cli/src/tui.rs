@@ -33,6 +33,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
     };
     let mut warnings = Vec::new();
     let mut engine = None;
+    let mut telemetry = None;
     let (client, on_quit): (Arc<dyn Client>, OnQuit) = match &args.target.attach {
         Some(url) => {
             let token = crate::door::client_token(url, crate::env::data_dir().ok().as_deref());
@@ -43,6 +44,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
             let loaded = env::config_sources(Some(&dir)).load()?;
             warnings = loaded.warnings.iter().map(ToString::to_string).collect();
             let opened = env::open_engine(loaded.config, AskPolicy::Wait)?;
+            telemetry = env::start_telemetry(&opened);
             if model.is_none()
                 && start == Start::New
                 && let Ok((chosen, ModelChoice::FromKey { variable })) = opened.default_model_choice()
@@ -77,6 +79,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
         // Quitting ends the session's background jobs (DESIGN.md §5f).
         engine.end_jobs().await;
         engine.end_started_sessions("prompt_input_exit").await;
+        env::finish_telemetry(telemetry.take()).await;
         engine.flush().await?;
     }
     ran?;

@@ -88,6 +88,12 @@ impl Env {
             .env_remove("XDG_CONFIG_HOME")
             .env_remove("XDG_DATA_HOME")
             .env_remove("CODELOOP_CONFIG");
+        // Telemetry goes only where a test says.
+        for variable in
+            ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_SDK_DISABLED"]
+        {
+            cmd.env_remove(variable);
+        }
         // A key in the developer's environment would choose a model by itself.
         for (_, variables, _) in codeloop_core::models::providers_by_key() {
             for variable in *variables {

@@ -34,6 +34,9 @@ struct Inner {
     replay_capacity: usize,
     /// Set on a relayed bus: where published payloads go to get their ids.
     relay: Option<Relay>,
+    /// On a relayed bus, the events this process published (id 0), before they went to the log: what
+    /// telemetry counts, so that each worker reports its own runs and no run twice.
+    local: Option<broadcast::Sender<Arc<Event>>>,
 }
 
 /// Takes a payload published on a relayed bus (to the store's event log).
@@ -104,12 +107,14 @@ impl Bus {
 
     fn build(channel_capacity: usize, replay_capacity: usize, relay: Option<Relay>) -> Self {
         let (sender, _) = broadcast::channel(channel_capacity.max(1));
+        let local = relay.is_some().then(|| broadcast::channel(channel_capacity.max(1)).0);
         Self {
             inner: Arc::new(Inner {
                 sender,
                 state: Mutex::new(ReplayState { next_id: 1, buffer: VecDeque::new(), bytes: 0 }),
                 replay_capacity,
                 relay,
+                local,
             }),
         }
     }
@@ -118,6 +123,9 @@ impl Bus {
     /// the payload on and returns 0: the store assigns the id, and [`Bus::deliver`] fans it out.
     pub fn publish(&self, payload: EventPayload) -> u64 {
         if let Some(relay) = &self.inner.relay {
+            if let Some(local) = self.inner.local.as_ref().filter(|local| local.receiver_count() > 0) {
+                let _ = local.send(Arc::new(Event { id: 0, payload: payload.clone() }));
+            }
             relay(payload);
             return 0;
         }
@@ -160,6 +168,16 @@ impl Bus {
     /// A live subscription starting with the next published event.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
         self.inner.sender.subscribe()
+    }
+
+    /// The events this process publishes, in order: on a relayed bus (workers sharing a store's event
+    /// log) the other workers' events are not among them, and ids are 0. Otherwise the same as
+    /// [`Bus::subscribe`].
+    pub fn subscribe_local(&self) -> broadcast::Receiver<Arc<Event>> {
+        match &self.inner.local {
+            Some(local) => local.subscribe(),
+            None => self.inner.sender.subscribe(),
+        }
     }
 
     /// Subscribes and returns, atomically, the events after `last_id` from the replay buffer: no gap and
@@ -276,6 +294,20 @@ mod tests {
         let (replay, _rx) = bus.subscribe_after(41);
         let Replay::Events(events) = replay else { panic!("expected events") };
         assert_eq!(events.iter().map(|e| e.id).collect::<Vec<_>>(), [42, 45]);
+    }
+
+    #[test]
+    fn the_local_tap_of_a_relayed_bus_has_what_this_process_published_and_nothing_delivered() {
+        let bus = Bus::relayed(16, 0, Box::new(|_| {}));
+        let mut local = bus.subscribe_local();
+        bus.publish(compacted(1));
+        bus.deliver(7, compacted(2));
+        assert_eq!(local.try_recv().unwrap().payload, compacted(1));
+        assert!(local.try_recv().is_err(), "another worker's event is not this process's");
+        let plain = Bus::new(16, 0);
+        let mut local = plain.subscribe_local();
+        plain.publish(compacted(3));
+        assert_eq!(local.try_recv().unwrap().payload, compacted(3));
     }
 
     #[tokio::test]

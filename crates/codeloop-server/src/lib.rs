@@ -12,7 +12,7 @@ mod doc;
 mod error;
 mod events;
 mod frames;
-mod metrics;
+
 mod routes;
 mod security;
 mod web;
@@ -90,14 +90,14 @@ pub struct AppState {
     /// Cancelled when the server shuts down: event streams end.
     shutdown: CancellationToken,
     frames: Arc<frames::FrameCache>,
-    metrics: metrics::Metrics,
+    metrics: codeloop_telemetry::Metrics,
 }
 
 impl AppState {
     /// Needs a tokio runtime: the metrics start watching the engine's events.
     pub fn new(engine: Engine, options: ServerOptions) -> Self {
         let shutdown = CancellationToken::new();
-        let metrics = metrics::Metrics::watch(&engine, shutdown.clone());
+        let metrics = codeloop_telemetry::Metrics::watch(engine.bus(), shutdown.clone());
         Self {
             engine,
             options: Arc::new(options),

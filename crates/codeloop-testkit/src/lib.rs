@@ -35,6 +35,8 @@ mod feed;
 pub mod mcp;
 #[cfg(feature = "mcp")]
 pub mod oauth;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 mod plan;
 pub mod postgres;
 mod responses;

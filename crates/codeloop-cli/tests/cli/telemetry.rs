@@ -146,3 +146,205 @@ async fn stats_adds_up_known_sessions_by_model_project_and_day() {
     let (stdout, _) = text(&table);
     assert!(stdout.contains("fake/test") && stdout.contains("48.0%"), "{stdout}");
 }
+
+mod otlp {
+    use std::collections::BTreeMap;
+    use std::time::{Duration, Instant};
+
+    use codeloop_testkit::otlp::{
+        CollectedPoint, CollectedSpan, OtlpCollector, SilentCollector, refused_endpoint,
+    };
+
+    use super::*;
+
+    const SECRET_FILE_TEXT: &str = "the file's secret text";
+    const PROMPT: &str = "read a.txt and tell me";
+
+    /// A tool call and an answer, each with known usage, and a PreToolUse hook that allows.
+    async fn two_steps(env: &Env) -> FakeProvider {
+        std::fs::write(env.project.path().join("a.txt"), format!("{SECRET_FILE_TEXT}\n")).unwrap();
+        FakeProvider::start(Script::new([
+            Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})).with_usage(ScriptUsage {
+                input: 1_000,
+                cached: 600,
+                output: 40,
+                ..Default::default()
+            })),
+            Turn::from(Reply::text("It holds a secret.").with_usage(ScriptUsage {
+                input: 1_200,
+                output: 10,
+                ..Default::default()
+            })),
+        ]))
+        .await
+        .unwrap()
+    }
+
+    fn telemetry_config(env: &Env, fake: &FakeProvider, endpoint: &str, extra: &str) -> PathBuf {
+        priced_config(
+            env,
+            &fake.base_url(),
+            &format!(
+                "[[hooks.PreToolUse]]\nmatcher = \"read\"\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\ncommand = 'true'\n\
+                 [telemetry]\notlp_endpoint = \"{endpoint}\"\nservice_name = \"codeloop-test\"\n{extra}"
+            ),
+        )
+    }
+
+    fn named<'a>(spans: &'a [CollectedSpan], name: &str) -> Vec<&'a CollectedSpan> {
+        spans.iter().filter(|s| s.name == name).collect()
+    }
+
+    fn point<'a>(
+        points: &'a [CollectedPoint],
+        metric: &str,
+        labels: &[(&str, &str)],
+    ) -> Option<&'a CollectedPoint> {
+        points.iter().rev().find(|p| {
+            p.metric == metric
+                && labels.iter().all(|(k, v)| p.attributes.get(*k).and_then(Value::as_str) == Some(*v))
+        })
+    }
+
+    fn session_id(output: &Output) -> String {
+        let events = events(output);
+        let id = events.iter().find_map(|e| e["properties"]["session_id"].as_str().map(str::to_owned));
+        id.expect("the json events name the session")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_exports_its_span_tree_with_the_genai_attributes_and_the_metrics() {
+        let env = Env::new();
+        let collector = OtlpCollector::start().await.unwrap();
+        let fake = two_steps(&env).await;
+        let config = telemetry_config(&env, &fake, &collector.endpoint(), "");
+        let output = codeloop(&env, &config, &["run", "--format", "json", "--on-ask", "allow", PROMPT]).await;
+        assert!(output.status.success(), "{}", text(&output).1);
+        assert_eq!(text(&output).1.matches("telemetry").count(), 0, "nothing about telemetry is printed");
+        let session = session_id(&output);
+
+        // The last flush happens before the process exits: everything is there already.
+        let spans = collector.spans();
+        let runs = named(&spans, "codeloop.run");
+        assert_eq!(runs.len(), 1, "{:#?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
+        let run = runs[0];
+        assert!(run.parent_span_id.is_empty(), "the run is the root");
+        let steps = named(&spans, "codeloop.step");
+        let requests = named(&spans, "codeloop.provider.request");
+        let tools = named(&spans, "codeloop.tool");
+        let hooks = named(&spans, "codeloop.hook");
+        assert_eq!((steps.len(), requests.len(), tools.len(), hooks.len()), (2, 2, 1, 1));
+        for span in &spans {
+            assert_eq!(span.trace_id, run.trace_id, "one trace per run: {}", span.name);
+            assert_eq!(span.attributes["codeloop.session.id"], session.as_str(), "{}", span.name);
+            assert_eq!(span.resource["service.name"], "codeloop-test");
+            assert!(span.resource["service.instance.id"].as_str().is_some_and(|id| id.len() == 32));
+            assert!(span.end_unix_nano >= span.start_unix_nano, "{}", span.name);
+            assert!(span.events.iter().all(|(name, _)| !name.contains("content")), "no content by default");
+            let all = format!("{:?}{:?}", span.attributes, span.events);
+            assert!(!all.contains(SECRET_FILE_TEXT) && !all.contains(PROMPT), "no text leaves: {all}");
+        }
+        for span in steps.iter().chain(&requests).chain([&run]) {
+            assert_eq!(span.attributes["gen_ai.request.model"], "test", "{}", span.name);
+            assert_eq!(span.attributes["gen_ai.provider.name"], "fake", "{}", span.name);
+        }
+        for step in &steps {
+            assert_eq!(step.parent_span_id, run.span_id, "a step hangs under the run");
+        }
+        let step_of = |span: &CollectedSpan| steps.iter().position(|s| s.span_id == span.parent_span_id);
+        let mut request_steps: Vec<_> =
+            requests.iter().map(|r| step_of(r).expect("a request under a step")).collect();
+        request_steps.sort_unstable();
+        assert_eq!(request_steps, [0, 1], "one request per step");
+        let tool = tools[0];
+        let tool_step = step_of(tool).expect("the tool hangs under its step");
+        assert_eq!(step_of(hooks[0]), Some(tool_step), "the hook ran in the tool's step");
+        assert_eq!(tool.attributes["codeloop.tool.name"], "read");
+        assert_eq!(tool.attributes["codeloop.tool.status"], "completed");
+        assert_eq!(tool.attributes["codeloop.tool.sandboxed"], false);
+        assert_eq!(hooks[0].attributes["codeloop.hook.event"], "PreToolUse");
+
+        // Usage: the first request had 1 000 prompt tokens, 600 of them read from the cache.
+        let first = requests
+            .iter()
+            .find(|r| r.attributes["gen_ai.usage.output_tokens"] == 40)
+            .expect("the tool step");
+        assert_eq!(first.attributes["gen_ai.usage.input_tokens"], 1_000);
+        assert_eq!(first.attributes["codeloop.usage.cache_read_tokens"], 600);
+        let cost = first.attributes["codeloop.cost.usd"].as_f64().unwrap();
+        assert!((cost - (0.4 + 0.06 + 0.08)).abs() < 1e-9, "400 input, 600 cached, 40 output tokens: {cost}");
+        assert_eq!(steps[tool_step].attributes["gen_ai.usage.input_tokens"], 1_000);
+
+        let points = collector.points();
+        let input = point(&points, "codeloop.tokens", &[("type", "input"), ("model", "fake/test")]);
+        assert_eq!(input.map(|p| p.value), Some(2_200.0), "{points:#?}");
+        let cached = point(&points, "codeloop.tokens", &[("type", "cache_read")]).map(|p| p.value);
+        assert_eq!(cached, Some(600.0));
+        let reads = point(&points, "codeloop.tool.calls", &[("tool", "read"), ("status", "completed")]);
+        assert_eq!(reads.map(|p| p.value), Some(1.0));
+        let durations = point(&points, "codeloop.provider.duration", &[("model", "fake/test")]);
+        assert_eq!(durations.and_then(|p| p.count), Some(2));
+        assert!(point(&points, "codeloop.provider.ttft", &[]).is_some_and(|p| p.count == Some(2)));
+        assert_eq!(point(&points, "codeloop.runs.active", &[]).map(|p| p.value), Some(0.0));
+        let cost = point(&points, "codeloop.cost", &[]).map(|p| p.value).unwrap_or_default();
+        assert!(cost > 0.54, "{cost}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn log_content_adds_the_prompt_completion_and_tool_texts_as_span_events() {
+        let env = Env::new();
+        let collector = OtlpCollector::start().await.unwrap();
+        let fake = two_steps(&env).await;
+        let config = telemetry_config(&env, &fake, &collector.endpoint(), "log_content = true\n");
+        let output = codeloop(&env, &config, &["run", "--on-ask", "allow", PROMPT]).await;
+        assert!(output.status.success(), "{}", text(&output).1);
+        let spans = collector.spans();
+        let event = |span: &CollectedSpan, name: &str| -> Option<BTreeMap<String, Value>> {
+            span.events.iter().find(|(n, _)| n == name).map(|(_, a)| a.clone())
+        };
+        let requests = named(&spans, "codeloop.provider.request");
+        assert!(
+            requests
+                .iter()
+                .all(|r| event(r, "gen_ai.content.prompt").is_some_and(|a| a["gen_ai.prompt"] == PROMPT))
+        );
+        let completions: Vec<_> = requests
+            .iter()
+            .filter_map(|r| event(r, "gen_ai.content.completion"))
+            .map(|a| a["gen_ai.completion"].clone())
+            .collect();
+        assert_eq!(completions, [json!("It holds a secret.")]);
+        let tool = named(&spans, "codeloop.tool")[0];
+        let output = event(tool, "codeloop.tool.output").expect("the tool's output");
+        assert!(output["codeloop.tool.output"].as_str().unwrap().contains(SECRET_FILE_TEXT));
+        let input = event(tool, "codeloop.tool.input").expect("the tool's input");
+        assert!(input["codeloop.tool.input"].as_str().unwrap().contains("a.txt"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_collector_holds_nothing_up_and_prints_nothing() {
+        let env = Env::new();
+        let silent = SilentCollector::start().await.unwrap();
+        for endpoint in [refused_endpoint().unwrap(), silent.endpoint()] {
+            let fake = two_steps(&env).await;
+            let config = telemetry_config(&env, &fake, &endpoint, "");
+            let mut cmd = env.command(Some(&config), &["run", "--on-ask", "allow", PROMPT]);
+            // Were the last flush to wait for the collector, it would wait this long.
+            cmd.env("OTEL_EXPORTER_OTLP_TIMEOUT", "30000");
+            let started = Instant::now();
+            let output = tokio::task::spawn_blocking(move || cmd.output().unwrap()).await.unwrap();
+            let took = started.elapsed();
+            let (stdout, stderr) = text(&output);
+            assert!(output.status.success(), "{endpoint}: {stderr}");
+            assert_eq!(stdout.trim(), "It holds a secret.", "{endpoint}: only the answer on stdout");
+            assert!(
+                !stderr.to_lowercase().contains("otel") && !stderr.contains("export"),
+                "{endpoint}: {stderr}"
+            );
+            assert!(
+                took < Duration::from_secs(15),
+                "{endpoint}: the run did not wait for the collector ({took:?})"
+            );
+        }
+    }
+}

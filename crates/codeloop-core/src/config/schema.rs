@@ -40,6 +40,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// Spending limits the run loop enforces before each model request (DESIGN.md §5h).
     pub limits: LimitsConfig,
+    /// `[telemetry]`: OpenTelemetry export over OTLP/HTTP (DESIGN.md §5h); off unless an endpoint is set.
+    pub telemetry: TelemetryConfig,
     /// `[[hooks.EVENT]]` (DESIGN.md §5d), as merged; the hooks that run are [`Config::hook_layers`].
     pub hooks: crate::hooks::HooksSettings,
     /// Every file's hooks with their source, in config order: the user's, a trusted project's, and with
@@ -246,6 +248,19 @@ impl Default for CompactionConfig {
             model: None,
         }
     }
+}
+
+/// `[telemetry]`. The standard `OTEL_*` variables apply where a key is not set here.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct TelemetryConfig {
+    /// The collector's base URL (`/v1/traces` and `/v1/metrics` are appended), as
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is. Unset, and with no such variable, nothing is exported.
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of every span and metric (default `OTEL_SERVICE_NAME`, else `codeloop`).
+    pub service_name: Option<String>,
+    /// Adds prompt, completion and tool texts to spans as events. Off: no text leaves the machine.
+    pub log_content: bool,
 }
 
 /// `[limits]`: none is set by default. A run that has reached one sends nothing more and stops.
