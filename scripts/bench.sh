@@ -16,6 +16,9 @@ cargo build --release -q -p codeloop-cli -p codeloop-testkit
 echo "== process figures (codeloop CLI against the fake provider on 127.0.0.1)"
 python3 scripts/bench_cli.py target/release/codeloop target/release/codeloop-fake-provider
 
+echo "== telemetry overhead (off, live collector, refused, silent collector)"
+python3 scripts/bench_telemetry.py target/release/codeloop target/release/codeloop-fake-provider
+
 echo "== one serve over many short runs (RSS, fds, threads, store bytes per session)"
 if [ "$quick" = "--quick" ]; then python3 scripts/bench_soak.py target/release/codeloop target/release/codeloop-fake-provider 1000
 else python3 scripts/bench_soak.py target/release/codeloop target/release/codeloop-fake-provider 3000; fi

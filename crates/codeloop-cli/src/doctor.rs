@@ -71,6 +71,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let ready = model_checks(&mut checks, &loaded).await;
     data_dir_check(&mut checks, &loaded.config.storage);
     store_check(&mut checks, &loaded).await;
+    session_dirs_check(&mut checks, &loaded).await;
     sandbox_check(&mut checks, &loaded);
     git_check(&mut checks);
     mcp_checks(&mut checks, &loaded);
@@ -327,6 +328,49 @@ async fn store_check(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
             "start the database or fix the URL",
         )),
     }
+}
+
+/// Directories shown by name when some are missing.
+const MISSING_SHOWN: usize = 5;
+
+/// Whether this machine sees the directories of the store's sessions: a worker runs a session only
+/// where its directory exists (another worker that sees it takes the run), so a missing mount here
+/// means this worker leaves those sessions to others.
+async fn session_dirs_check(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
+    let opened = env::open_engine(loaded.config.clone(), codeloop_core::permission::AskPolicy::Deny);
+    let Ok(engine) = opened else { return };
+    let filter = codeloop_types::SessionFilter { include_children: false, ..Default::default() };
+    let sessions = match engine.sessions(filter).await {
+        Ok(sessions) => sessions,
+        Err(error) => {
+            checks.push(Check::bad(
+                "session directories",
+                format!("cannot list sessions: {error}"),
+                "see the store line above",
+            ));
+            return;
+        }
+    };
+    let mut dirs: Vec<&str> = sessions.iter().map(|s| s.directory.as_str()).collect();
+    dirs.sort_unstable();
+    dirs.dedup();
+    let missing: Vec<&str> = dirs.iter().copied().filter(|d| !Path::new(d).is_dir()).collect();
+    if missing.is_empty() {
+        checks.push(Check::ok(
+            "session directories",
+            format!("all {} directories of the store's sessions are here", dirs.len()),
+        ));
+        return;
+    }
+    let mut shown = missing.iter().take(MISSING_SHOWN).copied().collect::<Vec<_>>().join(", ");
+    if missing.len() > MISSING_SHOWN {
+        shown.push_str(&format!(" and {} more", missing.len() - MISSING_SHOWN));
+    }
+    checks.push(Check::bad(
+        "session directories",
+        format!("{} of {} directories of the store's sessions are not here: {shown}", missing.len(), dirs.len()),
+        "this worker leaves their runs to a worker that sees them; mount them at the same paths to run them here",
+    ));
 }
 
 fn dir_size(dir: &Path) -> u64 {

@@ -101,15 +101,23 @@ pub fn telemetry_settings(
     if var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
         return None;
     }
-    let endpoint = config.otlp_endpoint.clone().filter(|e| !e.trim().is_empty());
-    let from_env = ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"]
-        .into_iter()
-        .any(|v| var(v).is_some());
-    if endpoint.is_none() && !from_env {
-        return None;
-    }
+    // The config's base URL, else the standard variables (a signal's own URL as given, the base one with
+    // `/v1/<signal>` appended).
+    let configured = config.otlp_endpoint.clone().filter(|e| !e.trim().is_empty());
+    let base = configured.clone().or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"));
+    let signal = |own: &str, signal: &str| match (&configured, var(own)) {
+        (None, Some(url)) => Some(url),
+        _ => base.as_deref().map(|b| codeloop_telemetry::signal_url(b, signal)),
+    };
+    let traces_url = signal("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "traces")?;
+    let metrics_url = signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "metrics")
+        .unwrap_or_else(|| traces_url.replace("/v1/traces", "/v1/metrics"));
+    let timeout_ms =
+        var("OTEL_EXPORTER_OTLP_TIMEOUT").and_then(|t| t.trim().parse::<u64>().ok()).unwrap_or(10_000);
     Some(codeloop_telemetry::Settings {
-        endpoint,
+        traces_url,
+        metrics_url,
+        export_timeout: std::time::Duration::from_millis(timeout_ms),
         service_name: config
             .service_name
             .clone()
@@ -130,13 +138,7 @@ pub fn telemetry_settings(
 /// that cannot be set up is a warning: the run goes on without telemetry.
 pub fn start_telemetry(engine: &Engine) -> Option<codeloop_telemetry::Telemetry> {
     let settings = telemetry_settings(&engine.config().telemetry)?;
-    match codeloop_telemetry::Telemetry::start(engine.bus(), &settings) {
-        Ok(telemetry) => Some(telemetry),
-        Err(error) => {
-            eprintln!("warning: {error}");
-            None
-        }
-    }
+    Some(codeloop_telemetry::Telemetry::start(engine.bus(), &settings))
 }
 
 /// Sends what telemetry has left (bounded: a dead collector holds nothing up).

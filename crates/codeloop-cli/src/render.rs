@@ -99,7 +99,7 @@ impl Renderer {
             }
             EventPayload::PartUpdated { part, .. } => self.part(part),
             EventPayload::SessionStatus {
-                status: SessionStatus::Retry { attempt, max_attempts, message, next },
+                status: SessionStatus::Retry { attempt, max_attempts, message, next, .. },
                 ..
             } => {
                 let wait = (*next - codeloop_types::now_ms()).max(0) as f64 / 1000.0;

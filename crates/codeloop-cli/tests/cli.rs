@@ -20,6 +20,8 @@ mod hooks;
 mod jobs;
 #[path = "cli/mcp.rs"]
 mod mcp;
+#[path = "cli/queue_kills.rs"]
+mod queue_kills;
 #[path = "cli/telemetry.rs"]
 mod telemetry;
 #[path = "cli/tui.rs"]

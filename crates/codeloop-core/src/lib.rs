@@ -46,7 +46,7 @@ pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use command::{CommandOutcome, PermissionAnswer, SessionCommand};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
 pub use engine::{AgentChoice, GC_MIN_AGE, GcPolicy, GcReport, StorageUsage};
-pub use engine::{Engine, EngineOptions, ProjectConfigLoader, TOOL_OUTPUT_RETENTION};
+pub use engine::{Engine, EngineOptions, ProjectConfigLoader, ScaleFigures, TOOL_OUTPUT_RETENTION};
 pub use error::{EngineError, RunError, SharedStoreError};
 pub use file_commands::{CommandInfo, CommandSource};
 pub use hooks::TurnHooks;

@@ -7,7 +7,6 @@ use codeloop_provider::ProviderError;
 
 use crate::config::RetryConfig;
 
-const INITIAL_DELAY: Duration = Duration::from_secs(2);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// What to do after a failed attempt.
@@ -46,7 +45,7 @@ impl RetryPolicy {
             };
         }
         let budget = Duration::from_secs(self.config.max_wait_secs);
-        let delay = delay_for(self.attempts, error);
+        let delay = delay_for(self.attempts, error, Duration::from_millis(self.config.base_delay_ms));
         if self.waited + delay > budget {
             let reason = match error.retry_after() {
                 Some(asked) if asked > budget => format!(
@@ -76,14 +75,14 @@ fn seconds(duration: Duration) -> String {
     }
 }
 
-/// `retry-after-ms` / `retry-after` when the server sent them, else 2 s × 2^(n−1) capped at 30 s, plus up
-/// to 10 % jitter so many clients do not retry in lockstep.
-pub fn delay_for(failed_attempt: u32, error: &ProviderError) -> Duration {
+/// `retry-after-ms` / `retry-after` when the server sent them, else `initial` (2 s by default) × 2^(n−1)
+/// capped at 30 s, plus up to 10 % jitter so many clients do not retry in lockstep.
+pub fn delay_for(failed_attempt: u32, error: &ProviderError, initial: Duration) -> Duration {
     if let Some(asked) = error.retry_after() {
         return asked;
     }
     let exponent = failed_attempt.saturating_sub(1).min(16);
-    let base = INITIAL_DELAY.saturating_mul(1 << exponent).min(MAX_BACKOFF);
+    let base = initial.saturating_mul(1 << exponent).min(MAX_BACKOFF);
     let jitter = base.mul_f64(fastrand::f64() * 0.1);
     base + jitter
 }
@@ -104,7 +103,7 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_caps() {
-        let d = |n| delay_for(n, &server_error());
+        let d = |n| delay_for(n, &server_error(), Duration::from_secs(2));
         assert!(d(1) >= Duration::from_secs(2) && d(1) < Duration::from_millis(2201));
         assert!(d(2) >= Duration::from_secs(4) && d(2) < Duration::from_millis(4401));
         assert!(d(10) >= Duration::from_secs(30) && d(10) <= Duration::from_secs(33));
@@ -119,12 +118,13 @@ mod tests {
             retryable: true,
             retry_after: Some(Duration::from_millis(1500)),
         };
-        assert_eq!(delay_for(3, &e), Duration::from_millis(1500));
+        assert_eq!(delay_for(3, &e, Duration::from_secs(2)), Duration::from_millis(1500));
     }
 
     #[test]
     fn attempts_are_bounded() {
-        let mut policy = RetryPolicy::new(RetryConfig { max_attempts: 3, max_wait_secs: 600 });
+        let mut policy =
+            RetryPolicy::new(RetryConfig { max_attempts: 3, max_wait_secs: 600, ..RetryConfig::default() });
         assert!(matches!(policy.next(&server_error()), RetryDecision::Wait { attempt: 2, .. }));
         assert!(matches!(policy.next(&server_error()), RetryDecision::Wait { attempt: 3, .. }));
         assert!(matches!(policy.next(&server_error()), RetryDecision::GiveUp { reason: Some(_) }));
@@ -132,7 +132,8 @@ mod tests {
 
     #[test]
     fn a_wait_beyond_the_budget_gives_up_with_a_reason() {
-        let mut policy = RetryPolicy::new(RetryConfig { max_attempts: 8, max_wait_secs: 60 });
+        let mut policy =
+            RetryPolicy::new(RetryConfig { max_attempts: 8, max_wait_secs: 60, ..RetryConfig::default() });
         let e = ProviderError::Api {
             status: Some(429),
             message: "slow down".into(),

@@ -77,6 +77,12 @@ pub struct Services {
     pub(crate) started_sessions: Mutex<std::collections::HashSet<SessionId>>,
     /// Sessions prompted in this process while SessionEnd hooks exist: they run when it is done.
     pub(crate) open_sessions: Mutex<std::collections::HashSet<SessionId>>,
+    /// Unanswered prompts failover already started a run for (each once per process).
+    pub(crate) resumed_prompts: Mutex<std::collections::HashSet<codeloop_types::MessageId>>,
+    /// Sessions the store settled when it opened (runs a dead process left): failover runs them again.
+    pub(crate) settled_at_open: Mutex<Vec<SessionId>>,
+    /// Sessions this process took over from a dead process or worker (`GET /metrics`).
+    pub(crate) failovers: std::sync::atomic::AtomicU64,
 }
 
 /// The tools a run offers and can execute.

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use codeloop_store::{Store, StoreError, StoreUrl};
 use codeloop_types::EventPayload;
@@ -58,6 +59,9 @@ pub enum EventIds {
     Store,
 }
 
+/// Events that may wait for the shared log before streamed deltas are dropped.
+pub(crate) const MAX_WAITING_EVENTS: usize = 4_096;
+
 /// A bus whose events go through the store's event log: published payloads are appended there, and
 /// every worker's events come back with their store ids.
 pub(crate) fn relayed_bus(
@@ -65,17 +69,39 @@ pub(crate) fn relayed_bus(
     channel_capacity: usize,
     replay_capacity: usize,
 ) -> Result<Bus, StoreError> {
-    let (outbox, pending) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let relay: crate::bus::Relay = Box::new(move |payload| match serde_json::to_string(&payload) {
-        Ok(json) => {
-            let _ = outbox.send(json);
+    let (outbox, events) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let waiting = pending.clone();
+    let dropping = AtomicBool::new(false);
+    let relay: crate::bus::Relay = Box::new(move |payload| {
+        // While the database is away, events wait in memory. Streamed deltas are only a live view (the
+        // parts they build are stored whole), so past the bound they are dropped; nothing else is.
+        let backlog = waiting.load(Ordering::Relaxed);
+        if matches!(payload, EventPayload::PartDelta { .. }) && backlog >= MAX_WAITING_EVENTS {
+            if !dropping.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    backlog,
+                    "the store's event log is behind: live text deltas are dropped until it catches up"
+                );
+            }
+            return;
         }
-        Err(error) => tracing::warn!(%error, "an event could not be encoded; it is not published"),
+        if backlog < MAX_WAITING_EVENTS / 2 {
+            dropping.store(false, Ordering::Relaxed);
+        }
+        match serde_json::to_string(&payload) {
+            Ok(json) => {
+                if outbox.send(json).is_ok() {
+                    waiting.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "an event could not be encoded; it is not published"),
+        }
     });
     let bus = Bus::relayed(channel_capacity, replay_capacity, relay);
     let target = bus.clone();
     let newest = log.relay(
-        pending,
+        codeloop_store::Outbox { events, pending },
         Box::new(move |id, json| match serde_json::from_str::<EventPayload>(&json) {
             Ok(payload) => target.deliver(id, payload),
             Err(error) => tracing::warn!(id, %error, "an event from the store could not be read; skipped"),
@@ -83,4 +109,66 @@ pub(crate) fn relayed_bus(
     )?;
     bus.start_after(newest);
     Ok(bus)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use codeloop_types::PartId;
+
+    use super::*;
+
+    /// A shared log whose database is away: nothing it is handed is ever written.
+    #[derive(Default)]
+    struct Away(Mutex<Option<codeloop_store::Outbox>>);
+
+    impl codeloop_store::EventLog for Away {
+        fn relay(
+            &self,
+            outbox: codeloop_store::Outbox,
+            _: codeloop_store::EventSink,
+        ) -> codeloop_store::Result<u64> {
+            *self.0.lock().unwrap() = Some(outbox);
+            Ok(0)
+        }
+        fn events_between(&self, _: u64, _: u64) -> codeloop_store::Result<Option<Vec<(u64, String)>>> {
+            Ok(Some(Vec::new()))
+        }
+        fn recent_events(&self, _: u64, _: usize) -> codeloop_store::Result<Vec<(u64, String)>> {
+            Ok(Vec::new())
+        }
+    }
+
+    fn delta(n: usize) -> EventPayload {
+        EventPayload::PartDelta {
+            session_id: "ses_a".into(),
+            message_id: "msg_a".into(),
+            part_id: PartId::from(format!("prt_{n}")),
+            field: "text".into(),
+            delta: "word ".into(),
+        }
+    }
+
+    #[test]
+    fn while_the_log_is_away_deltas_past_the_bound_are_dropped_and_nothing_else() {
+        let log = Away::default();
+        let bus = relayed_bus(&log, 16, 0).unwrap();
+        for n in 0..3 * MAX_WAITING_EVENTS {
+            bus.publish(delta(n));
+            if n % 100 == 0 {
+                bus.publish(EventPayload::SessionCompacted { session_id: format!("ses_{n}").into() });
+            }
+        }
+        let mut outbox = log.0.lock().unwrap().take().unwrap();
+        let mut waiting = Vec::new();
+        while let Ok(json) = outbox.events.try_recv() {
+            waiting.push(json);
+        }
+        let kept_deltas = waiting.iter().filter(|j| j.contains("message.part.delta")).count();
+        let others = waiting.len() - kept_deltas;
+        assert_eq!(others, 3 * MAX_WAITING_EVENTS / 100 + 1, "every other event waits for the log");
+        assert!(kept_deltas <= MAX_WAITING_EVENTS, "{kept_deltas} deltas held in memory");
+        assert_eq!(outbox.pending.load(Ordering::Relaxed), waiting.len());
+    }
 }

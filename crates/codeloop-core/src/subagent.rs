@@ -193,7 +193,9 @@ fn child_session(
     task: &Subtask,
 ) -> Result<Session, ToolFailure> {
     if let Some(id) = &task.task_id {
-        let existing = services.store.get_session(&SessionId::from(id.as_str())).ok().flatten();
+        let existing = services.store.get_session(&SessionId::from(id.as_str())).map_err(|e| {
+            failed(format!("cannot read task {id}'s session: {e}; try again, or leave task_id out"))
+        })?;
         return match existing {
             Some(session) if session.parent_id.as_ref() == Some(&parent.id) => Ok(session),
             _ => Err(failed(format!(

@@ -155,6 +155,21 @@ pub trait Store: Send + Sync {
     /// Sessions that need a run and that no live process or worker owns: queued input waiting, or a run
     /// left open by a dead one. What a worker picks up to take over (failover).
     fn orphaned_sessions(&self) -> Result<Vec<SessionId>>;
+    /// Sessions whose runs were left open by a dead process and settled when this store opened (SQLite:
+    /// a serving process takes them up again). Empty where runs are settled when taken over instead.
+    fn settled_at_open(&self) -> Vec<SessionId> {
+        Vec::new()
+    }
+    /// Root sessions updated since `since` (epoch ms) whose newest message is a person's prompt with no
+    /// answer, not reverted, and that no live process or worker runs: a process died between recording
+    /// the prompt and starting its answer. With the prompt's id, so a taker runs each one once.
+    fn unanswered(&self, since: codeloop_types::Millis) -> Result<Vec<(SessionId, MessageId)>>;
+    /// Queued inputs waiting, over every session (`GET /metrics`).
+    fn queue_depth(&self) -> Result<u64>;
+    /// Run-lease figures of this process since it opened the store (PostgreSQL; zero elsewhere).
+    fn lease_figures(&self) -> LeaseFigures {
+        LeaseFigures::default()
+    }
     /// Every provider step (step-finish part) of an assistant message created at or after `since`
     /// (epoch ms), oldest first: what `codeloop stats` adds up.
     fn step_usage(&self, since: codeloop_types::Millis) -> Result<Vec<StepUsage>>;
@@ -175,6 +190,13 @@ pub trait Store: Send + Sync {
     }
 }
 
+/// A worker's events on their way to the shared log, and how many of them are not written yet (the
+/// appender takes written ones off), so the sender can bound what waits while the database is away.
+pub struct Outbox {
+    pub events: tokio::sync::mpsc::UnboundedReceiver<String>,
+    pub pending: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
 /// Events shared by every worker on one store (DESIGN.md §5b): each worker appends its bus events and
 /// receives everyone's, with store-wide ids that increase in commit order.
 pub trait EventLog: Send + Sync {
@@ -182,7 +204,7 @@ pub trait EventLog: Send + Sync {
     /// every event appended from now on, by any worker, is handed to `deliver` (id, JSON) in id order.
     /// Returns the newest id already in the log: events up to it are only read back through
     /// [`EventLog::events_between`].
-    fn relay(&self, outbox: tokio::sync::mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<u64>;
+    fn relay(&self, outbox: Outbox, deliver: EventSink) -> Result<u64>;
     /// The logged events with `after < id < before`, oldest first (JSON). `None` when the log no longer
     /// holds the events right after `after` (pruned by age) or there are more than a replay may carry:
     /// the reader must refetch state instead.
@@ -194,6 +216,14 @@ pub trait EventLog: Send + Sync {
 
 /// Where [`EventLog::relay`] hands the events it reads.
 pub type EventSink = Box<dyn Fn(u64, String) + Send + Sync>;
+
+/// What a process's run leases did (PostgreSQL workers): renewals that succeeded, and leases lost
+/// (taken over by another worker, or expired before a renewal got through).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseFigures {
+    pub renewals: u64,
+    pub lost: u64,
+}
 
 /// Proof that this process owns the run of one session: an OS file lock (SQLite) or a lease row that a
 /// background task renews (PostgreSQL). Dropping it gives the run up.

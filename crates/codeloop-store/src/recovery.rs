@@ -39,8 +39,10 @@ pub(crate) fn open_sessions(conn: &Connection) -> Result<Vec<SessionId>> {
 }
 
 /// Recovers every session no live run holds.
-pub(crate) fn recover_unlocked(store: &SqliteStore, now: Millis) -> Result<RecoveryReport> {
+/// Also returns the sessions whose runs it settled: the ones a dead process was running.
+pub(crate) fn recover_unlocked(store: &SqliteStore, now: Millis) -> Result<(RecoveryReport, Vec<SessionId>)> {
     let mut report = RecoveryReport::default();
+    let mut settled = Vec::new();
     for session in store.read(open_sessions)? {
         let _lock = match store.lock_session(&session) {
             Ok(lock) => lock,
@@ -53,6 +55,9 @@ pub(crate) fn recover_unlocked(store: &SqliteStore, now: Millis) -> Result<Recov
         let one = store.write(|conn| recover_session(conn, &session, now))?;
         report.interrupted_parts += one.interrupted_parts;
         report.aborted_messages += one.aborted_messages;
+        if one != RecoveryReport::default() {
+            settled.push(session);
+        }
     }
     if report != RecoveryReport::default() {
         tracing::info!(
@@ -61,7 +66,7 @@ pub(crate) fn recover_unlocked(store: &SqliteStore, now: Millis) -> Result<Recov
             "recovered runs left open by a crash"
         );
     }
-    Ok(report)
+    Ok((report, settled))
 }
 
 /// Settles one session's open parts and messages. The caller holds its lock and the write transaction.

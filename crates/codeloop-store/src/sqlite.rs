@@ -53,6 +53,8 @@ pub struct SqliteStore {
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     last_recovery: RecoveryReport,
+    /// The sessions that recovery settled (their runs died with a process).
+    settled: Vec<SessionId>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -90,8 +92,9 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             last_recovery: RecoveryReport::default(),
+            settled: Vec::new(),
         };
-        store.last_recovery = recovery::recover_unlocked(&store, now_ms())?;
+        (store.last_recovery, store.settled) = recovery::recover_unlocked(&store, now_ms())?;
         Ok(store)
     }
 
@@ -405,7 +408,7 @@ impl Store for SqliteStore {
 
     fn recover(&self, session: Option<&SessionId>) -> Result<RecoveryReport> {
         match session {
-            None => recovery::recover_unlocked(self, now_ms()),
+            None => recovery::recover_unlocked(self, now_ms()).map(|(report, _)| report),
             Some(id) => self.write(|conn| recovery::recover_session(conn, id, now_ms())),
         }
     }
@@ -415,6 +418,33 @@ impl Store for SqliteStore {
             conn.prepare_cached("INSERT INTO queued_input (session_id, input, created) VALUES (?1, ?2, ?3)")?
                 .execute(params![session.as_str(), input, now_ms()])?;
             Ok(conn.last_insert_rowid())
+        })
+    }
+
+    fn settled_at_open(&self) -> Vec<SessionId> {
+        self.settled.clone()
+    }
+
+    fn unanswered(&self, since: codeloop_types::Millis) -> Result<Vec<(SessionId, MessageId)>> {
+        let found = self.read(|conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT s.id, m.id FROM session s
+                 JOIN message m ON m.id = (SELECT max(id) FROM message WHERE session_id = s.id)
+                 WHERE s.time_updated >= ?1 AND s.parent_id IS NULL
+                   AND json_extract(m.data, '$.role') = 'user' AND json_extract(s.data, '$.revert') IS NULL",
+            )?;
+            let rows = stmt.query_map([since], |row| {
+                Ok((SessionId::from(row.get::<_, String>(0)?), MessageId::from(row.get::<_, String>(1)?)))
+            })?;
+            Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+        })?;
+        Ok(found.into_iter().filter(|(session, _)| lock::acquire(&self.lock_dir, session).is_ok()).collect())
+    }
+
+    fn queue_depth(&self) -> Result<u64> {
+        self.read(|conn| {
+            let count: i64 = conn.query_row("SELECT count(*) FROM queued_input", [], |row| row.get(0))?;
+            Ok(u64::try_from(count).unwrap_or(0))
         })
     }
 

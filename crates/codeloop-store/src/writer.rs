@@ -432,6 +432,15 @@ mod tests {
         fn orphaned_sessions(&self) -> Result<Vec<codeloop_types::SessionId>> {
             unimplemented!()
         }
+        fn queue_depth(&self) -> Result<u64> {
+            unimplemented!()
+        }
+        fn unanswered(
+            &self,
+            _: codeloop_types::Millis,
+        ) -> Result<Vec<(codeloop_types::SessionId, codeloop_types::MessageId)>> {
+            unimplemented!()
+        }
         fn save_job(&self, _: &codeloop_types::Job, _: &str) -> Result<()> {
             unimplemented!()
         }

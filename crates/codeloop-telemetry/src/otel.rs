@@ -14,7 +14,7 @@ use codeloop_types::{MessageId, ModelRef, PartId, SessionId};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::{WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider};
@@ -25,8 +25,10 @@ use crate::prometheus::token_counts;
 /// What to export, and where: decided at the program's edge (config, then the `OTEL_*` variables).
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The collector's base URL; `None`: the SDK's own `OTEL_EXPORTER_OTLP_*ENDPOINT` variables say.
-    pub endpoint: Option<String>,
+    /// Where spans go (`…/v1/traces`).
+    pub traces_url: String,
+    /// Where metrics go (`…/v1/metrics`).
+    pub metrics_url: String,
     pub service_name: String,
     /// `service.instance.id`: one per process, so workers of one deployment are told apart.
     pub instance_id: String,
@@ -35,6 +37,14 @@ pub struct Settings {
     pub batch_delay: Option<Duration>,
     /// How often metrics are sent (`None`: `OTEL_METRIC_EXPORT_INTERVAL` or the SDK's).
     pub metric_interval: Option<Duration>,
+    /// `OTEL_EXPORTER_OTLP_HEADERS`-style extra headers are read by the SDK itself; this is the time one
+    /// export may take.
+    pub export_timeout: Duration,
+}
+
+/// `base` with `/v1/{signal}` appended, as `OTEL_EXPORTER_OTLP_ENDPOINT` is read.
+pub fn signal_url(base: &str, signal: &str) -> String {
+    format!("{}/v1/{signal}", base.trim_end_matches('/'))
 }
 
 /// A fresh `service.instance.id`: 32 random hex digits.
@@ -49,18 +59,24 @@ pub fn new_instance_id() -> String {
 )]
 pub struct ExportError(String);
 
-/// The running exporters.
+/// The running exporters, and the one HTTP client both use.
+#[derive(Clone)]
 pub(crate) struct Exporters {
     pub tracer_provider: SdkTracerProvider,
     pub meter_provider: SdkMeterProvider,
-}
-
-fn signal_url(base: &str, signal: &str) -> String {
-    format!("{}/v1/{signal}", base.trim_end_matches('/'))
+    pub client: reqwest::blocking::Client,
 }
 
 impl Exporters {
-    pub fn start(settings: &Settings) -> Result<Exporters, ExportError> {
+    /// Builds the exporters. Blocks (the HTTP client is a blocking one): call it off the async runtime.
+    pub fn build(settings: &Settings) -> Result<Exporters, ExportError> {
+        let mut client = reqwest::blocking::Client::builder().timeout(settings.export_timeout).no_proxy();
+        let plain = [&settings.traces_url, &settings.metrics_url].iter().all(|u| u.starts_with("http://"));
+        if plain {
+            // Loading the system's root certificates costs more than a whole run; plain HTTP needs none.
+            client = client.tls_certs_only([]);
+        }
+        let client = client.build().map_err(|e| ExportError(e.to_string()))?;
         let resource = Resource::builder()
             .with_service_name(settings.service_name.clone())
             .with_attributes([
@@ -68,13 +84,15 @@ impl Exporters {
                 KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
             ])
             .build();
-        let mut spans = opentelemetry_otlp::SpanExporter::builder()
+        // One attempt per batch: a collector that is away loses that batch, and the next goes out on time.
+        let spans = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-        if let Some(base) = &settings.endpoint {
-            spans = spans.with_endpoint(signal_url(base, "traces"));
-        }
-        let spans = spans.build().map_err(|e| ExportError(e.to_string()))?;
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_http_client(client.clone())
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+            .with_endpoint(settings.traces_url.clone())
+            .build()
+            .map_err(|e| ExportError(e.to_string()))?;
         let mut batch = BatchConfigBuilder::default();
         if let Some(delay) = settings.batch_delay {
             batch = batch.with_scheduled_delay(delay);
@@ -85,20 +103,32 @@ impl Exporters {
             .with_resource(resource.clone())
             .build();
 
-        let mut metrics = opentelemetry_otlp::MetricExporter::builder()
+        let metrics = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
-            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary);
-        if let Some(base) = &settings.endpoint {
-            metrics = metrics.with_endpoint(signal_url(base, "metrics"));
-        }
-        let metrics = metrics.build().map_err(|e| ExportError(e.to_string()))?;
+            .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+            .with_http_client(client.clone())
+            .with_retry_policy(opentelemetry_otlp::RetryPolicy::disabled())
+            .with_endpoint(settings.metrics_url.clone())
+            .build()
+            .map_err(|e| ExportError(e.to_string()))?;
         let mut reader = PeriodicReader::builder(metrics);
         if let Some(interval) = settings.metric_interval {
             reader = reader.with_interval(interval);
         }
         let meter_provider =
             SdkMeterProvider::builder().with_reader(reader.build()).with_resource(resource).build();
-        Ok(Exporters { tracer_provider, meter_provider })
+        Ok(Exporters { tracer_provider, meter_provider, client })
+    }
+
+    /// Whether the collector answers at all: an empty trace export (valid OTLP), any HTTP status.
+    pub fn probe(&self, traces_url: &str, within: Duration) -> bool {
+        self.client
+            .post(traces_url)
+            .header("content-type", "application/x-protobuf")
+            .timeout(within)
+            .body(Vec::new())
+            .send()
+            .is_ok()
     }
 }
 
@@ -204,9 +234,13 @@ fn session_attribute(session: &SessionId) -> KeyValue {
 }
 
 impl SpanRecorder {
-    pub fn new(exporters: &Exporters, log_content: bool) -> Self {
-        let tracer = exporters.tracer_provider.tracer("codeloop");
-        let meter = exporters.meter_provider.meter("codeloop");
+    pub fn new(
+        tracer_provider: &SdkTracerProvider,
+        meter_provider: &SdkMeterProvider,
+        log_content: bool,
+    ) -> Self {
+        let tracer = tracer_provider.tracer("codeloop");
+        let meter = meter_provider.meter("codeloop");
         Self {
             tracer,
             instruments: Instruments::new(&meter),

@@ -143,6 +143,24 @@ impl Metrics {
     }
 }
 
+/// Appends the figures of many workers on one store: queued input over every session, and this
+/// process's lease renewals, lost leases and take-overs.
+pub fn render_scale(out: &mut String, figures: &codeloop_core::ScaleFigures) {
+    header(out, "codeloop_queue_depth", "gauge", "Queued inputs waiting, over every session of the store.");
+    let _ = writeln!(out, "codeloop_queue_depth {}", figures.queue_depth);
+    header(
+        out,
+        "codeloop_lease_renewals_total",
+        "counter",
+        "Run-lease renewals this process made (PostgreSQL).",
+    );
+    let _ = writeln!(out, "codeloop_lease_renewals_total {}", figures.lease_renewals);
+    header(out, "codeloop_leases_lost_total", "counter", "Run leases this process lost (PostgreSQL).");
+    let _ = writeln!(out, "codeloop_leases_lost_total {}", figures.leases_lost);
+    header(out, "codeloop_failovers_total", "counter", "Sessions this process took over from a dead one.");
+    let _ = writeln!(out, "codeloop_failovers_total {}", figures.failovers);
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }

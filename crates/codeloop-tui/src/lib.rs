@@ -276,10 +276,17 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
             }
             Err(e) => error(e),
         },
+        // The view fell behind the event stream: what it shows may be stale, so a failed reload says so.
         Action::Reload(id) => {
-            let session = client.session(&id).await.ok()?;
-            let history = client.history(&id).await.ok()?;
-            Some(Outcome::Reloaded(session, history, None))
+            let loaded =
+                async { Ok::<_, anyhow::Error>((client.session(&id).await?, client.history(&id).await?)) };
+            match loaded.await {
+                Ok((session, history)) => Some(Outcome::Reloaded(session, history, None)),
+                Err(e) => Some(Outcome::Notice(Notice::error(format!(
+                    "the view fell behind and could not reload ({e:#}): what it shows may be out of date; \
+                     /sessions reopens this one"
+                )))),
+            }
         }
         Action::Window(model) => {
             let window = client.context_window(&model).await;

@@ -221,6 +221,7 @@ fn the_status_line_shows_model_agent_context_cost_session_and_state() {
             max_attempts: 8,
             message: "overloaded".into(),
             next: codeloop_types::now_ms() + 60_400,
+            delay_ms: 60_400,
         },
     });
     let retry = screen(&mut app, 100, 6);

@@ -186,12 +186,15 @@ impl EventPayload {
 pub enum SessionStatus {
     Idle,
     Busy,
-    /// Waiting before the next attempt; `next` is when it starts (epoch ms).
+    /// Waiting before the next attempt; `next` is when it starts (epoch ms), `delay_ms` how long the
+    /// wait is (the backoff chosen, or what the provider asked for).
     Retry {
         attempt: u32,
         max_attempts: u32,
         message: String,
         next: Millis,
+        #[serde(default)]
+        delay_ms: u64,
     },
 }
 
@@ -263,10 +266,16 @@ mod tests {
 
     #[test]
     fn retry_status_carries_attempt_and_next() {
-        let s = SessionStatus::Retry { attempt: 2, max_attempts: 8, message: "rate limited".into(), next: 5 };
+        let s = SessionStatus::Retry {
+            attempt: 2,
+            max_attempts: 8,
+            message: "rate limited".into(),
+            next: 5,
+            delay_ms: 2_000,
+        };
         assert_eq!(
             serde_json::to_value(&s).unwrap(),
-            json!({"type": "retry", "attempt": 2, "max_attempts": 8, "message": "rate limited", "next": 5})
+            json!({"type": "retry", "attempt": 2, "max_attempts": 8, "message": "rate limited", "next": 5, "delay_ms": 2000})
         );
     }
 }

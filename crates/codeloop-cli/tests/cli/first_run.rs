@@ -132,3 +132,39 @@ async fn completions_cover_every_subcommand() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_says_which_session_directories_this_machine_cannot_see() {
+    let env = Env::new();
+    let fake =
+        FakeProvider::start(Script::new([Turn::from(Reply::text("one")), Turn::from(Reply::text("two"))]))
+            .await
+            .unwrap();
+    let base_url = fake.base_url();
+    let vars = [("OPENAI_API_KEY", "sk-test"), ("OPENAI_BASE_URL", base_url.as_str())];
+    let gone = tempfile::tempdir().unwrap();
+    let gone_dir = gone.path().to_str().unwrap().to_owned();
+    assert!(fresh(&env, &["run", "hi"], &vars).await.status.success());
+    assert!(fresh(&env, &["run", "--dir", &gone_dir, "hi"], &vars).await.status.success());
+    let doctor = |env| async move {
+        let output = fresh(env, &["doctor", "--json"], &vars).await;
+        let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "session directories")
+            .cloned()
+            .unwrap()
+    };
+    let check = doctor(&env).await;
+    assert_eq!(check["ok"], true, "{check}");
+    assert!(check["detail"].as_str().unwrap().contains("all 2 directories"), "{check}");
+
+    drop(gone); // another machine's mount, say
+    let check = doctor(&env).await;
+    assert_eq!(check["ok"], false, "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(detail.contains("1 of 2") && detail.contains(&gone_dir), "{detail}");
+    assert!(check["fix"].as_str().unwrap().contains("leaves their runs"), "{check}");
+}

@@ -26,7 +26,7 @@ fn serve(env: &Env, config: &std::path::Path, store: Option<&str>) -> (Killed, S
 }
 
 /// `codeloop serve` with `data` as its data dir.
-fn serve_in(
+pub(super) fn serve_in(
     env: &Env,
     config: &std::path::Path,
     store: Option<&str>,
@@ -63,7 +63,7 @@ fn serve_in(
 
 /// Polls `check` (what other processes did, seen over HTTP) until it gives a value; fails with `what`
 /// after 20 s.
-async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
+pub(super) async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     what: &str,
     mut check: impl FnMut() -> F,
 ) -> T {
@@ -77,13 +77,13 @@ async fn eventually<T, F: std::future::Future<Output = Option<T>>>(
     }
 }
 
-async fn messages(http: &reqwest::Client, base: &str, session: &str) -> Vec<Value> {
+pub(super) async fn messages(http: &reqwest::Client, base: &str, session: &str) -> Vec<Value> {
     let page: Vec<Value> =
         http.get(format!("{base}/session/{session}/message")).send().await.unwrap().json().await.unwrap();
     page.into_iter().rev().collect()
 }
 
-fn text_of(message: &Value) -> String {
+pub(super) fn text_of(message: &Value) -> String {
     message["parts"]
         .as_array()
         .unwrap()
@@ -240,6 +240,11 @@ async fn a_steered_prompt_accepted_by_a_worker_killed_at_once_is_answered_by_ano
         statuses.get(&id).is_none_or(|s| s["type"] == "idle").then_some(())
     })
     .await;
+    // The survivor's metrics count the take-over and the queue it emptied; its own run only.
+    let metrics = http.get(format!("{b_url}/metrics")).send().await.unwrap().text().await.unwrap();
+    for line in ["codeloop_failovers_total 1", "codeloop_queue_depth 0", "codeloop_leases_lost_total 0"] {
+        assert!(metrics.lines().any(|l| l == line), "{line} missing from:\n{metrics}");
+    }
 }
 
 #[tokio::test]

@@ -284,11 +284,14 @@ pub struct RetryConfig {
     pub max_attempts: u32,
     /// Total waiting allowed across retries of one call, in seconds.
     pub max_wait_secs: u64,
+    /// The first backoff, in milliseconds; each retry doubles it, up to 30 s (a provider's
+    /// `retry-after` wins).
+    pub base_delay_ms: u64,
 }
 
 impl Default for RetryConfig {
     fn default() -> Self {
-        Self { max_attempts: 8, max_wait_secs: 600 }
+        Self { max_attempts: 8, max_wait_secs: 600, base_delay_ms: 2_000 }
     }
 }
 

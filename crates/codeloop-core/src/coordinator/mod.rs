@@ -141,9 +141,11 @@ enum Step {
     AwaitEnd(Done),
     /// Join the active run and share its outcome.
     Join(Done),
-    /// Steer the input into the active run (stored first, so it outlives this process).
-    Steer(Arc<Entry>),
-    /// Queue the input as its own turn behind the active run.
+    /// Steer this input into the active run (stored first, so it outlives this process).
+    Steer(Arc<Entry>, PromptInput),
+    /// Queue this input as its own turn behind the active run.
+    EnqueueInput(Arc<Entry>, PromptInput),
+    /// Wait on the active run for a turn already queued.
     Enqueue(Arc<Entry>),
     /// This caller claims the session (its slot is now `Claiming`; dropping the sender settles it).
     Claim(watch::Sender<()>),
@@ -221,8 +223,8 @@ impl Coordinator {
         loop {
             let step = self.inner.next_step(session, |entry| match (&input, delivery) {
                 (None, _) => Step::Join(entry.done.subscribe()),
-                (Some(_), Delivery::Steer) => Step::Steer(entry.clone()),
-                (Some(_), Delivery::Queue) => Step::Enqueue(entry.clone()),
+                (Some(input), Delivery::Steer) => Step::Steer(entry.clone(), input.clone()),
+                (Some(input), Delivery::Queue) => Step::EnqueueInput(entry.clone(), input.clone()),
             });
             match step {
                 Step::AwaitClaim(mut settled) => {
@@ -232,8 +234,7 @@ impl Coordinator {
                     let _ = wait(rx).await;
                 }
                 Step::Join(rx) => return wait(rx).await,
-                Step::Steer(entry) => {
-                    let input = input.clone().unwrap_or_default();
+                Step::Steer(entry, input) => {
                     let done = entry.done.subscribe();
                     if self.inner.steer_into(&entry, session, input).await? {
                         accepted.fire();
@@ -242,8 +243,12 @@ impl Coordinator {
                     // The run stopped taking input meanwhile: look again once it is gone.
                     let _ = wait(done).await;
                 }
+                // Not chosen here (only `attach_queued` waits on a turn already queued): look again once
+                // the run is gone.
                 Step::Enqueue(entry) => {
-                    let input = input.clone().unwrap_or_default();
+                    let _ = wait(entry.done.subscribe()).await;
+                }
+                Step::EnqueueInput(entry, input) => {
                     match self.inner.enqueue_behind(&entry, session, input).await? {
                         Some(own) => {
                             accepted.fire();
@@ -272,11 +277,12 @@ impl Coordinator {
                         Ok(_) => own.await.unwrap_or(Err(RunError::Lost)),
                         // Another worker runs it: queue behind that run through the shared store. (Steering
                         // joins a run of this process only: here the input becomes its own turn after it.)
-                        Err(RunError::Busy(_))
-                            if input.is_some() && self.inner.services.store.event_log().is_some() =>
-                        {
-                            self.queue_remote(session, input.unwrap_or_default(), accepted).await
-                        }
+                        Err(RunError::Busy(busy)) => match input {
+                            Some(input) if self.inner.services.store.event_log().is_some() => {
+                                self.queue_remote(session, input, accepted).await
+                            }
+                            _ => Err(RunError::Busy(busy)),
+                        },
                         Err(e) => Err(e),
                     };
                 }
@@ -353,7 +359,7 @@ impl Coordinator {
                 Step::AwaitEnd(rx) | Step::Join(rx) => {
                     let _ = wait(rx).await;
                 }
-                Step::Enqueue(entry) | Step::Steer(entry) => {
+                Step::Enqueue(entry) | Step::EnqueueInput(entry, _) | Step::Steer(entry, _) => {
                     let mut queue = entry.queue.clone().lock_owned().await;
                     if !queue.closed {
                         let (reply, own) = oneshot::channel();
@@ -443,7 +449,10 @@ impl Coordinator {
         tokio::spawn(async move {
             let first = FirstTurn { always: true, ..FirstTurn::default() };
             match inner.claim(&session, first, settled).await {
-                Ok(_) if !wake => tracing::info!(%session, "resuming a session no one runs"),
+                Ok(_) if !wake => {
+                    inner.services.failovers.fetch_add(1, Ordering::Relaxed);
+                    tracing::info!(%session, "resuming a session no one runs");
+                }
                 Ok(_) => {}
                 Err(RunError::Busy(_)) if !wake => {
                     tracing::debug!(%session, "another worker took the session first")

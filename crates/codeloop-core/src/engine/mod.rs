@@ -86,6 +86,18 @@ fn settle_lost_jobs(store: &dyn codeloop_store::Store) {
     }
 }
 
+/// How far back failover looks for prompts a dead process recorded but never began to answer.
+const UNANSWERED_WINDOW_MS: i64 = 24 * 3600 * 1000;
+
+/// See [`Engine::scale_figures`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScaleFigures {
+    pub queue_depth: u64,
+    pub lease_renewals: u64,
+    pub leases_lost: u64,
+    pub failovers: u64,
+}
+
 impl EngineOptions {
     pub fn new(data_dir: impl Into<PathBuf>, config: Config) -> Self {
         Self {
@@ -168,6 +180,7 @@ impl Engine {
         });
         let owner = crate::jobs::Owner::this_process();
         settle_lost_jobs(store.as_ref());
+        let settled_at_open = store.settled_at_open();
         let recorder = crate::jobs::JobRecorder::new(store.clone(), bus.clone(), owner);
         let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
         let mcp = crate::mcp::McpServers::new(
@@ -217,6 +230,9 @@ impl Engine {
             hooks_cache: Default::default(),
             started_sessions: Default::default(),
             open_sessions: Default::default(),
+            failovers: Default::default(),
+            resumed_prompts: Default::default(),
+            settled_at_open: std::sync::Mutex::new(settled_at_open),
         });
         let coordinator = Coordinator::new(services.clone());
         if let Some(peers) = &peers {
@@ -328,7 +344,23 @@ impl Engine {
     /// settled like crash recovery when its run starts, then its queue runs in order. Returns how many
     /// sessions were picked up (some may go to another worker that asked first).
     pub async fn resume_orphans(&self) -> Result<usize, EngineError> {
-        let sessions = self.services.blocking(|store| store.orphaned_sessions()).await?;
+        let mut sessions = self.services.blocking(|store| store.orphaned_sessions()).await?;
+        // Runs a dead process left that the store settled as it opened: their last prompt is unanswered.
+        sessions.extend(std::mem::take(&mut *self.services.settled_at_open.locked()));
+        // Prompts recorded by a process that died before it began their answer.
+        let since = codeloop_types::now_ms() - UNANSWERED_WINDOW_MS;
+        let unanswered = self.services.blocking(move |store| store.unanswered(since)).await?;
+        {
+            let mut resumed = self.services.resumed_prompts.locked();
+            if resumed.len() > 10_000 {
+                resumed.clear();
+            }
+            sessions.extend(
+                unanswered.into_iter().filter(|(_, prompt)| resumed.insert(prompt.clone())).map(|(s, _)| s),
+            );
+        }
+        sessions.sort();
+        sessions.dedup();
         for session in &sessions {
             self.forget_dead_run(session);
             // Only where its directory is: another worker that sees it takes it over instead.
@@ -380,6 +412,19 @@ impl Engine {
                 drop(engine);
                 tokio::time::sleep(period).await;
             }
+        })
+    }
+
+    /// The figures of many workers on one store (`GET /metrics`): input queued over every session, this
+    /// process's lease renewals and lost leases, and the sessions it took over.
+    pub async fn scale_figures(&self) -> Result<ScaleFigures, EngineError> {
+        let (queue_depth, leases) =
+            self.services.blocking(|store| Ok((store.queue_depth()?, store.lease_figures()))).await?;
+        Ok(ScaleFigures {
+            queue_depth,
+            lease_renewals: leases.renewals,
+            leases_lost: leases.lost,
+            failovers: self.services.failovers.load(std::sync::atomic::Ordering::Relaxed),
         })
     }
 

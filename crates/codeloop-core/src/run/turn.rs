@@ -344,9 +344,10 @@ impl Run<'_> {
                 RetryDecision::Wait { delay, attempt } => {
                     processor.discard_attempt(first_part);
                     let message = error.short_reason();
-                    let next = now_ms() + delay.as_millis() as i64;
-                    let status =
-                        SessionStatus::Retry { attempt, max_attempts: policy.max_attempts(), message, next };
+                    let delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+                    let next = now_ms().saturating_add(i64::try_from(delay_ms).unwrap_or(i64::MAX));
+                    let max_attempts = policy.max_attempts();
+                    let status = SessionStatus::Retry { attempt, max_attempts, message, next, delay_ms };
                     self.services.set_status(&self.session.id, status);
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}

@@ -51,6 +51,8 @@ impl Harness {
         let project = tempfile::tempdir().unwrap();
         let fake = FakeProvider::start(script).await.unwrap();
         let mut config = config_for(&fake.base_url());
+        // Retries wait what their events announce (asserted there), not the 2 s default: the suite stays fast.
+        config.retry.base_delay_ms = 40;
         tweak(&mut config);
         let engine = open_engine(data.path(), config, AskPolicy::Deny);
         let session = engine.create_session(project.path(), None, None, None).await.unwrap();
@@ -121,6 +123,8 @@ pub struct RetryStatus {
     pub message: String,
     /// When the next attempt starts (epoch ms).
     pub next: i64,
+    /// How long the run said it waits.
+    pub delay_ms: u64,
 }
 
 impl Observed {
@@ -129,17 +133,25 @@ impl Observed {
             .iter()
             .filter_map(|event| match &event.payload {
                 EventPayload::SessionStatus {
-                    status: SessionStatus::Retry { attempt, max_attempts, message, next },
+                    status: SessionStatus::Retry { attempt, max_attempts, message, next, delay_ms },
                     ..
                 } => Some(RetryStatus {
                     attempt: *attempt,
                     max_attempts: *max_attempts,
                     message: message.clone(),
                     next: *next,
+                    delay_ms: *delay_ms,
                 }),
                 _ => None,
             })
             .collect()
+    }
+
+    /// The wait announced by the only retry.
+    pub fn only_delay_ms(&self) -> u64 {
+        let retries = self.retries();
+        assert_eq!(retries.len(), 1, "{retries:?}");
+        retries[0].delay_ms
     }
 
     /// `(attempt, message)` of every retry event, in order.

@@ -20,9 +20,15 @@ use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
 const REDACTED: &str = "[redacted]";
 
-/// `GET /metrics`: what the engine's events added up to since the server started.
+/// `GET /metrics`: what this server's runs added up to since it started, and the store's queue and
+/// leases. A store that cannot be read leaves those out (the scrape still answers).
 pub async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
-    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], state.metrics.render())
+    let mut text = state.metrics.render();
+    match state.engine.scale_figures().await {
+        Ok(figures) => codeloop_telemetry::render_scale(&mut text, &figures),
+        Err(error) => tracing::warn!(%error, "metrics: cannot read the queue and lease figures"),
+    }
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 pub async fn health() -> Json<Health> {

@@ -95,6 +95,9 @@ async fn metrics_count_tokens_cost_tool_calls_steps_and_latency_behind_the_token
         "codeloop_provider_duration_seconds_count{model=\"fake/test\"} 2",
         "codeloop_provider_ttft_seconds_count{model=\"fake/test\"} 2",
         "# TYPE codeloop_cost_usd_total counter",
+        "codeloop_queue_depth 0",
+        "codeloop_lease_renewals_total 0",
+        "codeloop_failovers_total 0",
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
     }

@@ -10,12 +10,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio_postgres::AsyncMessage;
 
 use super::tls::Connector;
 use super::{Db, PgStore};
-use crate::{EventLog, EventSink, Result};
+use crate::{EventLog, EventSink, Outbox, Result};
 
 /// How long events stay in the table.
 pub(crate) const RETENTION: Duration = Duration::from_secs(3600);
@@ -32,7 +32,7 @@ const APPEND_LOCK: i64 = 0x636c_6576;
 const CHANNEL: &str = "codeloop_events";
 
 impl EventLog for PgStore {
-    fn relay(&self, outbox: mpsc::UnboundedReceiver<String>, deliver: EventSink) -> Result<u64> {
+    fn relay(&self, outbox: Outbox, deliver: EventSink) -> Result<u64> {
         let newest = self.run(|db| async move {
             let client = db.client().await?;
             Ok(client.query_one("SELECT coalesce(max(id), 0) FROM event", &[]).await?.try_get::<_, i64>(0)?)
@@ -95,7 +95,8 @@ fn clamp(id: u64) -> i64 {
     i64::try_from(id).unwrap_or(i64::MAX)
 }
 
-async fn append(db: Db, mut outbox: mpsc::UnboundedReceiver<String>) {
+async fn append(db: Db, outbox: Outbox) {
+    let Outbox { events: mut outbox, pending } = outbox;
     let mut batch = Vec::new();
     loop {
         if batch.is_empty() {
@@ -111,7 +112,10 @@ async fn append(db: Db, mut outbox: mpsc::UnboundedReceiver<String>) {
             }
         }
         match append_batch(&db, &batch).await {
-            Ok(()) => batch.clear(),
+            Ok(()) => {
+                pending.fetch_sub(batch.len(), std::sync::atomic::Ordering::Relaxed);
+                batch.clear();
+            }
             Err(error) => {
                 // Kept and retried: a database that is away for a while delays events, it does not drop them.
                 tracing::warn!(%error, events = batch.len(), "could not append events; retrying");

@@ -180,9 +180,13 @@ async fn renew(
             )
         };
         match tokio::time::timeout(period.max(Duration::from_millis(100)), renewed).await {
-            Ok(Ok(true)) => deadline = started + shared.lease,
+            Ok(Ok(true)) => {
+                deadline = started + shared.lease;
+                shared.lease_renewals.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(Ok(false)) => {
                 tracing::warn!(%session, "the run lease was taken over by another worker");
+                shared.leases_lost.fetch_add(1, Ordering::Relaxed);
                 held.store(false, Ordering::Release);
                 return;
             }
@@ -191,6 +195,7 @@ async fn renew(
         }
         if Instant::now() >= deadline {
             tracing::warn!(%session, "the run lease expired before it could be renewed");
+            shared.leases_lost.fetch_add(1, Ordering::Relaxed);
             held.store(false, Ordering::Release);
             return;
         }

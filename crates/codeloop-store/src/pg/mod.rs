@@ -166,6 +166,8 @@ impl PgStore {
             tls,
             handle: runtime.handle().clone(),
             held: Default::default(),
+            lease_renewals: Default::default(),
+            leases_lost: Default::default(),
             lease,
             runtime: Some(runtime),
         });
@@ -616,6 +618,49 @@ impl Store for PgStore {
                     .collect()
             })
         })
+    }
+
+    fn unanswered(&self, since: codeloop_types::Millis) -> Result<Vec<(SessionId, MessageId)>> {
+        self.read(move |tx| {
+            Box::pin(async move {
+                let rows = tx
+                    .query(
+                        "SELECT s.id, m.id FROM session s
+                         JOIN LATERAL (SELECT id, data FROM message WHERE session_id = s.id
+                                       ORDER BY id DESC LIMIT 1) m ON true
+                         WHERE s.time_updated >= $1 AND s.parent_id IS NULL
+                           AND m.data->>'role' = 'user' AND s.data->>'revert' IS NULL
+                           AND NOT EXISTS (SELECT 1 FROM run_lease l
+                                           WHERE l.session_id = s.id AND l.expires_at >= clock_timestamp())",
+                        &[&since],
+                    )
+                    .await?;
+                rows.iter()
+                    .map(|row| {
+                        Ok((
+                            SessionId::from(row.try_get::<_, &str>(0)?),
+                            MessageId::from(row.try_get::<_, &str>(1)?),
+                        ))
+                    })
+                    .collect()
+            })
+        })
+    }
+
+    fn queue_depth(&self) -> Result<u64> {
+        self.read(move |tx| {
+            Box::pin(async move {
+                let count: i64 = tx.query_one("SELECT count(*) FROM queued_input", &[]).await?.try_get(0)?;
+                Ok(u64::try_from(count).unwrap_or(0))
+            })
+        })
+    }
+
+    fn lease_figures(&self) -> crate::LeaseFigures {
+        crate::LeaseFigures {
+            renewals: self.shared.lease_renewals.load(std::sync::atomic::Ordering::Relaxed),
+            lost: self.shared.leases_lost.load(std::sync::atomic::Ordering::Relaxed),
+        }
     }
 
     fn orphaned_sessions(&self) -> Result<Vec<SessionId>> {

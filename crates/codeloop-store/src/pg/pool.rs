@@ -101,6 +101,9 @@ pub(crate) struct Shared {
     pub(crate) runtime: Option<tokio::runtime::Runtime>,
     /// The leases this store holds: session → owner token. Writes to these sessions are fenced.
     pub(crate) held: std::sync::Mutex<std::collections::HashMap<codeloop_types::SessionId, String>>,
+    /// Lease renewals that succeeded, and leases lost, since the store opened.
+    pub(crate) lease_renewals: std::sync::atomic::AtomicU64,
+    pub(crate) leases_lost: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {

@@ -97,7 +97,8 @@ pub(super) fn postgres_workers_see_every_workers_events_in_one_increasing_id_ord
         let seen = std::sync::Mutex::new(seen);
         let sink: codeloop_store::EventSink =
             Box::new(move |id, json| drop(seen.lock().unwrap().send((id, json))));
-        worker.event_log().unwrap().relay(rx, sink).unwrap();
+        let outbox_of = codeloop_store::Outbox { events: rx, pending: Default::default() };
+        worker.event_log().unwrap().relay(outbox_of, sink).unwrap();
         outboxes.push(outbox);
         inboxes.push(inbox);
     }

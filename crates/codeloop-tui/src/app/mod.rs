@@ -554,7 +554,7 @@ pub(crate) fn run_state(status: SessionStatus) -> RunState {
     match status {
         SessionStatus::Idle => RunState::Idle,
         SessionStatus::Busy => RunState::Busy,
-        SessionStatus::Retry { attempt, max_attempts, message, next } => {
+        SessionStatus::Retry { attempt, max_attempts, message, next, .. } => {
             RunState::Retry { attempt, max_attempts, message, next }
         }
     }
