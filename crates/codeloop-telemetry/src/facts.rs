@@ -415,7 +415,6 @@ impl Observer {
             .and_then(|s| s.as_str())
             .is_some_and(|mode| mode != "off");
         let (started, ended) = (system_time(started), system_time(ended).max(system_time(started)));
-        let _ = at;
         out(&Fact::ToolEnded {
             session,
             message,
