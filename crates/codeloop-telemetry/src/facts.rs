@@ -369,19 +369,12 @@ impl Observer {
                     out(&Fact::RequestFinished { session, message, model: &request.model, step, took, at });
                 }
             }
-            PartKind::Tool(tool) => self.tool(session, part, tool, at, out),
+            PartKind::Tool(tool) => self.tool(session, part, tool, out),
             _ => {}
         }
     }
 
-    fn tool(
-        &mut self,
-        session: &SessionId,
-        part: &Part,
-        tool: &ToolPart,
-        at: SystemTime,
-        out: &mut dyn FnMut(&Fact<'_>),
-    ) {
+    fn tool(&mut self, session: &SessionId, part: &Part, tool: &ToolPart, out: &mut dyn FnMut(&Fact<'_>)) {
         let message = &part.message_id;
         let status = match &tool.state {
             // A call streaming in is the request's first output too.
