@@ -30,10 +30,12 @@ for mod, p in mods.items():
         if base and base[0] == 'crate': base = base[1:]
         else: base = list(mod) + base
         reexp[mod + (m.group(2),)] = tuple(base)
-def resolve(path):
+def resolve(path, depth=0):
     for i in range(len(path), -1, -1):
         key = tuple(path[:i])
-        if key in reexp: return resolve(list(reexp[key]) + list(path[i:]))
+        # a re-export that names itself (`pub use self::x::X` seen from x) ends the chase
+        if key in reexp and depth < 20 and tuple(reexp[key]) != key[:-1]:
+            return resolve(list(reexp[key]) + list(path[i:]), depth + 1)
         if key in mods: return key
     return ()
 edges = {m: set() for m in mods}

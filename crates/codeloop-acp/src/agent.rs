@@ -1,5 +1,5 @@
 //! The ACP agent: one per connection. Answers `initialize`, creates and loads sessions, sets modes and
-//! models, and hands prompt turns to [`crate::turn`].
+//! models ([`crate::side`] maps the protocol's methods onto these; prompt turns are [`crate::turn`]'s).
 //!
 //! Owns: the sessions this connection knows, one engine per (project directory, client MCP servers),
 //! and each request's validation into a JSON-RPC error a client can show.
@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex};
 use codeloop_core::Engine;
 use codeloop_core::mcp::{McpOrigin, McpSettings};
 use codeloop_types::{ModelRef, SessionId};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -59,16 +58,6 @@ pub struct Agent {
     engines: tokio::sync::Mutex<HashMap<String, (Engine, Vec<String>)>>,
 }
 
-/// The session a request opens (`session/new`, `load`, `resume`), from its params or its answer.
-pub(crate) fn opens_session(method: &str, params: &Value) -> Option<String> {
-    let opening = matches!(method, method::SESSION_NEW | method::SESSION_LOAD | method::SESSION_RESUME);
-    opening.then(|| params.get("sessionId")?.as_str().map(str::to_owned)).flatten()
-}
-
-fn params<T: DeserializeOwned>(params: Value) -> Result<T, RpcError> {
-    serde_json::from_value(params).map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))
-}
-
 impl Agent {
     pub fn new(peer: Peer, host: Arc<dyn Host>, options: AcpOptions) -> Self {
         Self {
@@ -82,66 +71,23 @@ impl Agent {
         }
     }
 
-    /// Answers one request.
-    pub async fn request(self: &Arc<Self>, id: &Value, name: &str, value: Value) -> Result<Value, RpcError> {
-        let result = match name {
-            method::INITIALIZE => self.initialize(params(value)?),
-            method::AUTHENTICATE => Ok(json!({})),
-            method::SESSION_NEW => self.new_session(params(value)?).await,
-            method::SESSION_LOAD => self.load_session(params(value)?).await,
-            method::SESSION_LIST => self.list_sessions(params(value)?).await,
-            method::SESSION_RESUME => self.resume_session(params(value)?).await,
-            method::SESSION_CLOSE => self.close_session(params(value)?),
-            method::SESSION_PROMPT => {
-                let request: protocol::PromptRequest = params(value)?;
-                let session = self.session(&request.session_id)?;
-                crate::turn::prompt(self, &session, id, request.prompt).await
-            }
-            method::SESSION_SET_MODE => {
-                let request: protocol::SetModeRequest = params(value)?;
-                let session = self.session(&request.session_id)?;
-                self.set_mode(&session, &request.mode_id).await?;
-                Ok(json!({}))
-            }
-            method::SESSION_SET_CONFIG_OPTION => self.set_config_option(params(value)?).await,
-            other => {
-                Err(RpcError::new(protocol::code::METHOD_NOT_FOUND, format!("Method not found: {other}")))
-            }
-        };
-        if let Err(error) = &result {
-            tracing::debug!("{name} failed: {error}");
-        }
-        result
-    }
-
-    /// Acts on one notification; unknown ones are ignored, as JSON-RPC asks.
-    pub async fn notification(self: &Arc<Self>, name: &str, value: Value) {
-        match name {
-            method::SESSION_CANCEL => match params::<protocol::CancelNotification>(value) {
-                Ok(cancel) => {
-                    let session =
-                        self.sessions.locked().get(&SessionId::from(cancel.session_id.as_str())).cloned();
-                    match session {
-                        Some(session) => session.cancels.locked().iter().for_each(|(_, c)| c.cancel()),
-                        None => tracing::debug!("session/cancel for unknown session {}", cancel.session_id),
-                    }
-                }
-                Err(e) => tracing::warn!("ignoring a malformed session/cancel: {e}"),
-            },
-            method::CANCEL_REQUEST => match params::<protocol::CancelRequestNotification>(value) {
-                // A cancelled `session/prompt` ends like `session/cancel`; other requests finish quickly.
-                Ok(cancel) => {
-                    if let Some(token) = self.prompts.locked().get(&cancel.request_id.to_string()) {
-                        token.cancel();
-                    }
-                }
-                Err(e) => tracing::warn!("ignoring a malformed $/cancel_request: {e}"),
-            },
-            other => tracing::debug!("ignoring notification {other}"),
+    /// `session/cancel`: every turn of the session running or waiting stops.
+    pub(crate) fn cancel_session(&self, session: &str) {
+        match self.sessions.locked().get(&SessionId::from(session)).cloned() {
+            Some(session) => session.cancels.locked().iter().for_each(|(_, c)| c.cancel()),
+            None => tracing::debug!("session/cancel for unknown session {session}"),
         }
     }
 
-    fn initialize(&self, request: InitializeRequest) -> Result<Value, RpcError> {
+    /// `$/cancel_request`: a cancelled `session/prompt` ends like `session/cancel`; other requests finish
+    /// quickly.
+    pub(crate) fn cancel_prompt(&self, request: &Value) {
+        if let Some(token) = self.prompts.locked().get(&request.to_string()) {
+            token.cancel();
+        }
+    }
+
+    pub(crate) fn initialize(&self, request: InitializeRequest) -> InitializeResponse {
         let notices = request.client_capabilities.session.and_then(|s| s.notices).is_some();
         *self.notices.locked() = notices;
         if request.protocol_version != protocol::PROTOCOL_VERSION {
@@ -151,7 +97,7 @@ impl Agent {
                 protocol::PROTOCOL_VERSION
             );
         }
-        let response = InitializeResponse {
+        InitializeResponse {
             protocol_version: protocol::PROTOCOL_VERSION,
             agent_capabilities: AgentCapabilities {
                 load_session: true,
@@ -170,11 +116,13 @@ impl Agent {
                 title: "codeloop".into(),
                 version: env!("CARGO_PKG_VERSION").into(),
             },
-        };
-        to_value(&response)
+        }
     }
 
-    async fn new_session(&self, request: NewSessionRequest) -> Result<Value, RpcError> {
+    pub(crate) async fn new_session(
+        &self,
+        request: NewSessionRequest,
+    ) -> Result<NewSessionResponse, RpcError> {
         let cwd = directory(&request.cwd)?;
         let (engine, warnings) = self.engine(&cwd, &request.mcp_servers).await?;
         engine.check_model(None).map_err(|e| RpcError::internal(e.to_string()))?;
@@ -188,17 +136,19 @@ impl Agent {
             modes: modes(&acp),
             config_options: config_options(&acp),
         };
-        to_value(&response)
+        Ok(response)
     }
 
-    async fn load_session(&self, request: LoadSessionRequest) -> Result<Value, RpcError> {
+    pub(crate) async fn load_session(
+        &self,
+        request: LoadSessionRequest,
+    ) -> Result<LoadSessionResponse, RpcError> {
         let acp = self.open_session(&request).await?;
         let history = acp.engine.history(&acp.id).await.map_err(|e| RpcError::internal(e.to_string()))?;
         for update in stream::replay(&history, acp.cwd.clone()) {
             self.send_update(&acp.id, update).await;
         }
-        let response = LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
-        to_value(&response)
+        Ok(LoadSessionResponse { modes: modes(&acp), config_options: config_options(&acp) })
     }
 
     /// A stored session, under the config of its own directory (whatever directory the editor is in).
@@ -249,7 +199,7 @@ impl Agent {
     }
 
     /// The one agent rule (the engine's), then the client hears the new mode.
-    async fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
+    pub(crate) async fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
         session.engine.check_agent(mode).map_err(|e| RpcError::invalid_params(e.to_string()))?;
         session.choice.locked().mode = mode.to_owned();
         let update = SessionUpdate::CurrentModeUpdate { current_mode_id: mode.to_owned() };
@@ -257,7 +207,10 @@ impl Agent {
         Ok(())
     }
 
-    async fn list_sessions(&self, request: protocol::ListSessionsRequest) -> Result<Value, RpcError> {
+    pub(crate) async fn list_sessions(
+        &self,
+        request: protocol::ListSessionsRequest,
+    ) -> Result<protocol::ListSessionsResponse, RpcError> {
         let directory = match &request.cwd {
             Some(cwd) => Some(directory(cwd)?.display().to_string()),
             None => None,
@@ -281,19 +234,23 @@ impl Agent {
             })
             .collect();
         let next_cursor = (skip + page.len() < sessions.len()).then(|| (skip + page.len()).to_string());
-        to_value(&protocol::ListSessionsResponse { sessions: page, next_cursor })
+        Ok(protocol::ListSessionsResponse { sessions: page, next_cursor })
     }
 
     /// Like `session/load`, without replaying the conversation.
-    async fn resume_session(&self, request: protocol::ResumeSessionRequest) -> Result<Value, RpcError> {
+    pub(crate) async fn resume_session(
+        &self,
+        request: protocol::ResumeSessionRequest,
+    ) -> Result<protocol::ResumeSessionResponse, RpcError> {
         let acp = self.open_session(&request).await?;
-        let response =
-            protocol::ResumeSessionResponse { modes: modes(&acp), config_options: config_options(&acp) };
-        to_value(&response)
+        Ok(protocol::ResumeSessionResponse { modes: modes(&acp), config_options: config_options(&acp) })
     }
 
     /// Cancels the session's turns and forgets it here (the stored session stays).
-    fn close_session(&self, request: protocol::CloseSessionRequest) -> Result<Value, RpcError> {
+    pub(crate) fn close_session(
+        &self,
+        request: protocol::CloseSessionRequest,
+    ) -> Result<protocol::EmptyResponse, RpcError> {
         let session = self.sessions.locked().remove(&SessionId::from(request.session_id.as_str()));
         match session {
             Some(session) => {
@@ -302,13 +259,16 @@ impl Agent {
                 // does not wait for them).
                 let (engine, id) = (session.engine.clone(), SessionId::from(request.session_id.as_str()));
                 tokio::spawn(async move { engine.end_session(&id, "other").await });
-                Ok(json!({}))
+                Ok(protocol::EmptyResponse {})
             }
             None => Err(RpcError::not_found(format!("Session not found: {}", request.session_id))),
         }
     }
 
-    async fn set_config_option(&self, request: protocol::SetConfigOptionRequest) -> Result<Value, RpcError> {
+    pub(crate) async fn set_config_option(
+        &self,
+        request: protocol::SetConfigOptionRequest,
+    ) -> Result<protocol::SetConfigOptionResponse, RpcError> {
         let session = self.session(&request.session_id)?;
         let value = request
             .value
@@ -329,7 +289,7 @@ impl Agent {
                 return Err(RpcError::invalid_params(format!("Invalid params: no config option `{other}`")));
             }
         }
-        to_value(&protocol::SetConfigOptionResponse { config_options: config_options(&session) })
+        Ok(protocol::SetConfigOptionResponse { config_options: config_options(&session) })
     }
 
     /// The engine for a directory and a set of client MCP servers, opened on first use.
@@ -410,10 +370,6 @@ impl Agent {
             }
         }
     }
-}
-
-fn to_value(value: &impl serde::Serialize) -> Result<Value, RpcError> {
-    serde_json::to_value(value).map_err(|e| RpcError::internal(e.to_string()))
 }
 
 /// An existing absolute directory, canonical.

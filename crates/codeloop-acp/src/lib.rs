@@ -15,6 +15,7 @@
 pub mod agent;
 pub mod protocol;
 pub mod rpc;
+mod side;
 mod stream;
 mod tools;
 mod turn;
@@ -95,11 +96,11 @@ where
                 let agent = agent.clone();
                 let peer = peer.clone();
                 requests.spawn(async move {
-                    let opens = agent::opens_session(&method, &params);
-                    let result = agent.request(&id, &method, params).await;
+                    let opens = side::opens_session(&method, &params);
+                    let result = side::dispatch(&agent, &id, &method, params).await;
                     let opened = opens.filter(|_| result.is_ok()).or_else(|| {
                         let id = result.as_ref().ok()?.get("sessionId")?.as_str()?;
-                        agent::opens_session(&method, &serde_json::json!({ "sessionId": id }))
+                        side::opens_session(&method, &serde_json::json!({ "sessionId": id }))
                     });
                     peer.respond(id, result).await;
                     // After the answer, so the client knows the session the update is for.
@@ -108,7 +109,7 @@ where
                     }
                 });
             }
-            rpc::Incoming::Notification { method, params } => agent.notification(&method, params).await,
+            rpc::Incoming::Notification { method, params } => side::notify(&agent, &method, params).await,
             rpc::Incoming::Response { id, result } => peer.resolve(&id, result),
             rpc::Incoming::Invalid { id, error } => {
                 tracing::debug!("invalid message: {error}");

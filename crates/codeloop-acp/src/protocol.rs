@@ -284,6 +284,18 @@ pub struct SetConfigOptionRequest {
     pub value: Value,
 }
 
+/// `session/set_mode`, `session/close` and `authenticate` answer an empty object.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EmptyResponse {}
+
+/// `authenticate`: codeloop advertises no auth methods, so whatever is asked succeeds.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthenticateRequest {
+    #[serde(default)]
+    pub method_id: Option<String>,
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SetConfigOptionResponse {

@@ -42,7 +42,7 @@ pub async fn prompt(
     session: &Arc<AcpSession>,
     request_id: &Value,
     blocks: Vec<ContentBlock>,
-) -> Result<Value, RpcError> {
+) -> Result<PromptResponse, RpcError> {
     let input = match command_of(session, &blocks).await {
         Some((name, arguments)) => Send::Command { name, arguments },
         None => Send::Prompt(input(blocks)?),
@@ -64,8 +64,7 @@ pub async fn prompt(
     };
     session.cancels.locked().retain(|(t, _)| *t != ticket);
     agent.prompts.locked().remove(&request_id.to_string());
-    let stop = stop?;
-    serde_json::to_value(PromptResponse { stop_reason: stop }).map_err(|e| RpcError::internal(e.to_string()))
+    Ok(PromptResponse { stop_reason: stop? })
 }
 
 /// What a turn sends: the person's content, or a command typed as `/NAME args` (DESIGN.md §5g).

@@ -118,7 +118,28 @@ impl Progress {
     }
 }
 
-pub async fn attach(url: &str, args: &RunArgs, message: String) -> anyhow::Result<ExitCode> {
+/// `codeloop run --attach URL`: the run happens on that server; flags that only mean something in this
+/// process are refused with what to do instead.
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let Some(url) = args.target.attach.clone() else {
+        anyhow::bail!("no server to attach to: pass --attach URL");
+    };
+    if args.max_cost.is_some() {
+        anyhow::bail!(
+            "--max-cost limits a run in this process; with --attach, set [limits] run_max_cost_usd in the \
+             server's config"
+        );
+    }
+    if args.command.is_some() {
+        anyhow::bail!(
+            "--command does not work with --attach yet: run it on this machine, or POST /session/ID/command"
+        );
+    }
+    let message = crate::run::message_text(&args.message)?;
+    attach(&url, &args, message).await
+}
+
+async fn attach(url: &str, args: &RunArgs, message: String) -> anyhow::Result<ExitCode> {
     let remote = Remote::new(url)?;
     let dir = project_dir(args.target.dir.clone())?;
     let session = pick_session(&remote, args, &dir).await?;

@@ -179,6 +179,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match command {
             Command::Tui(args) => tui::tui(args).await,
+            Command::Run(args) if args.target.attach.is_some() => attach::run(args).await,
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
             Command::Web(args) => web::web(args).await,

@@ -44,25 +44,12 @@ pub struct RunArgs {
     pub message: Vec<String>,
 }
 
+/// `codeloop run` in this process (`--attach` runs go to [`crate::attach::run`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let message = match &args.command {
         Some(_) => args.message.join(" "),
         None => message_text(&args.message)?,
     };
-    if let Some(url) = &args.target.attach {
-        if args.max_cost.is_some() {
-            anyhow::bail!(
-                "--max-cost limits a run in this process; with --attach, set [limits] run_max_cost_usd in the \
-                 server's config"
-            );
-        }
-        if args.command.is_some() {
-            anyhow::bail!(
-                "--command does not work with --attach yet: run it on this machine, or POST /session/ID/command"
-            );
-        }
-        return crate::attach::attach(url, &args, message).await;
-    }
     let dir = project_dir(args.target.dir.clone())?;
     let model: Option<ModelRef> = args.target.model()?;
     let interactive =
@@ -121,7 +108,7 @@ fn parse_max_cost(text: &str) -> Result<f64, String> {
     }
 }
 
-fn message_text(words: &[String]) -> anyhow::Result<String> {
+pub(crate) fn message_text(words: &[String]) -> anyhow::Result<String> {
     let mut text = words.join(" ");
     if text.trim().is_empty() && !std::io::stdin().is_terminal() {
         std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)

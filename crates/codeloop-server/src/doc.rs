@@ -1,12 +1,94 @@
 //! The OpenAPI 3.1 document served at `/doc`, built from the route table (schemas from `schemars`).
 //!
-//! Owns: turning [`Op`]s into `paths` and `components`.
+//! Owns: what a route documents about itself ([`Op`]) and turning [`Op`]s into `paths` and `components`.
 //! Must not: list routes of its own; a route exists in the document because it is registered.
 
+use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{Map, Value, json};
 
 use crate::api::ErrorBody;
-use crate::routes::{Op, Returns};
+
+pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    Post,
+    Patch,
+    Delete,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::Post => "post",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// What a successful response carries.
+#[derive(Clone, Copy)]
+pub enum Returns {
+    /// A schema the server defines.
+    Json(SchemaFn),
+    /// A `codeloop-types` value (named component with a pointer to the data model).
+    Model(&'static str),
+    /// A list of `codeloop-types` values.
+    List(&'static str),
+    /// `text/event-stream`.
+    EventStream,
+    /// Any JSON (e.g. the OpenAPI document itself).
+    AnyJson,
+    /// No body (202).
+    Accepted,
+    /// Prometheus text (`GET /metrics`).
+    PrometheusText,
+}
+
+/// One documented route.
+#[derive(Clone, Copy)]
+pub struct Op {
+    pub verb: Verb,
+    pub path: &'static str,
+    pub id: &'static str,
+    pub summary: &'static str,
+    pub query: Option<SchemaFn>,
+    pub body: Option<SchemaFn>,
+    pub returns: Returns,
+}
+
+impl Op {
+    pub(crate) const fn new(verb: Verb, path: &'static str, id: &'static str, summary: &'static str) -> Op {
+        Op { verb, path, id, summary, query: None, body: None, returns: Returns::AnyJson }
+    }
+
+    pub(crate) fn query<T: JsonSchema>(mut self) -> Op {
+        self.query = Some(schema::<T>);
+        self
+    }
+
+    pub(crate) fn body<T: JsonSchema>(mut self) -> Op {
+        self.body = Some(schema::<T>);
+        self
+    }
+
+    pub(crate) fn json<T: JsonSchema>(mut self) -> Op {
+        self.returns = Returns::Json(schema::<T>);
+        self
+    }
+
+    pub(crate) fn returns(mut self, returns: Returns) -> Op {
+        self.returns = returns;
+        self
+    }
+}
 
 /// Where `codeloop-types` values are described (they have no JSON schema of their own).
 const DATA_MODEL: &str = "a codeloop-types value serialised as JSON; see DESIGN.md §3 (data model)";

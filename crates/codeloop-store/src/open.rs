@@ -1,7 +1,7 @@
 //! Choosing and opening a store from a URL (DESIGN.md §5, §5b): SQLite in the data dir by default,
 //! PostgreSQL for `postgres://…` / `postgresql://…`.
 //!
-//! Owns: parsing the store URL, hiding its password in every message, and opening the right store.
+//! Owns: parsing the store URL and opening the right store (its password hidden in every message).
 //! Must not: decide which URL wins (`--store` > `CODELOOP_DATABASE_URL` > `[store] url` is the caller's
 //! rule), or read the environment.
 
@@ -10,10 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::pg::PgStore;
+use crate::redact::redact;
 use crate::{Result, SqliteStore, Store, StoreError};
-
-/// How long a run lease lasts without renewal (`[store] lease_secs`); the holder renews it every third.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
 /// Where the durable state lives.
 #[derive(Clone, PartialEq, Eq)]
@@ -71,37 +69,6 @@ pub fn open(url: &StoreUrl, data_dir: &Path, lease: Duration) -> Result<Arc<dyn 
     }
 }
 
-/// The URL with its password replaced by `***` (the `password=` option too), for messages and logs.
-pub fn redact(url: &str) -> String {
-    let mut out = url.to_owned();
-    if let Some((scheme, rest)) = url.split_once("://") {
-        let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        if let Some(at) = authority.rfind('@') {
-            let userinfo = &authority[..at];
-            if let Some(colon) = userinfo.find(':') {
-                out = format!("{scheme}://{}:***{}", &userinfo[..colon], &rest[at..]);
-            }
-        }
-    }
-    // `?password=…` or `&password=…` in the query string.
-    let lower = out.to_ascii_lowercase();
-    if let Some(start) = lower.find("password=") {
-        let value_start = start + "password=".len();
-        let value_end = out[value_start..].find('&').map_or(out.len(), |end| value_start + end);
-        out.replace_range(value_start..value_end, "***");
-    }
-    out
-}
-
-/// The password written in `url`, if any, so error texts from the driver can be scrubbed of it.
-pub(crate) fn password(url: &str) -> Option<String> {
-    let config: tokio_postgres::Config = crate::pg::without_tls_options(url).parse().ok()?;
-    let password = config.get_password()?;
-    let password = String::from_utf8_lossy(password).into_owned();
-    (!password.is_empty()).then_some(password)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,10 +91,6 @@ mod tests {
         assert_eq!(redact("postgres://u:hunter2@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact("postgres://u@h/db?password=hunter2&x=1"), "postgres://u@h/db?password=***&x=1");
         assert_eq!(redact("postgres://h/db"), "postgres://h/db");
-        assert_eq!(password("postgres://u:hunter2@h/db").as_deref(), Some("hunter2"));
-        // Options only codeloop understands do not hide the password from the scrubber.
-        let verified = "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/ca.pem";
-        assert_eq!(password(verified).as_deref(), Some("hunter2"));
         assert!(!format!("{:?}", StoreUrl::Postgres("postgres://u:pw@h/d".into())).contains("pw@"));
     }
 }

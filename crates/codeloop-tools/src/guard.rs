@@ -10,10 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use crate::ProjectPaths;
-use crate::paths::{is_secret, real_path};
-
-/// Files in `.claude/` that carry hooks, which run unwalled (DESIGN.md §5d).
-pub const CLAUDE_SETTINGS: [&str; 2] = ["settings.json", "settings.local.json"];
+use crate::paths::{CLAUDE_SETTINGS, is_secret, real_path};
 
 /// A walk stops after this many entries, so a huge tree cannot stall a call; what it did not see is
 /// reported as incomplete.

@@ -99,6 +99,9 @@ pub(crate) fn is_inside_project(ctx: &ToolContext, path: &Path) -> bool {
         .any(|dir| path.starts_with(normalize(dir)) || path.starts_with(real_path(dir)))
 }
 
+/// Files in `.claude/` that carry hooks, which run unwalled (DESIGN.md §5d).
+pub const CLAUDE_SETTINGS: [&str; 2] = ["settings.json", "settings.local.json"];
+
 /// Whether a tool may write `path` only with an explicit grant (DESIGN.md §5a): codeloop's and git's
 /// config inside the project (`codeloop.toml`, `.codeloop/`, `.git/` at any depth, and
 /// `.claude/settings*.json`, which can carry hooks), and the user's config and data dirs wherever they are.
@@ -114,7 +117,7 @@ pub fn is_protected(project: &crate::ProjectPaths, path: &Path) -> bool {
     let names: Vec<&std::ffi::OsStr> = rel.iter().collect();
     let claude_settings = names.len() >= 2
         && names[names.len() - 2] == ".claude"
-        && crate::guard::CLAUDE_SETTINGS.iter().any(|s| names[names.len() - 1] == *s);
+        && CLAUDE_SETTINGS.iter().any(|s| names[names.len() - 1] == *s);
     names.iter().any(|n| *n == ".git" || *n == ".codeloop")
         || names.last().is_some_and(|n| *n == "codeloop.toml")
         || claude_settings

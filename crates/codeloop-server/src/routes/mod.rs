@@ -13,100 +13,19 @@ use std::sync::Arc;
 use axum::Router;
 use axum::handler::Handler;
 use axum::routing::{MethodFilter, on};
-use schemars::{JsonSchema, Schema, SchemaGenerator};
 
 use crate::AppState;
 use crate::api::*;
+use crate::doc::{Op, Returns, Verb};
 use crate::events;
 
-pub type SchemaFn = fn(&mut SchemaGenerator) -> Schema;
-
-fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
-    generator.subschema_for::<T>()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verb {
-    Get,
-    Post,
-    Patch,
-    Delete,
-}
-
-impl Verb {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verb::Get => "get",
-            Verb::Post => "post",
-            Verb::Patch => "patch",
-            Verb::Delete => "delete",
-        }
-    }
-
-    fn filter(self) -> MethodFilter {
-        match self {
-            Verb::Get => MethodFilter::GET,
-            Verb::Post => MethodFilter::POST,
-            Verb::Patch => MethodFilter::PATCH,
-            Verb::Delete => MethodFilter::DELETE,
-        }
-    }
-}
-
-/// What a successful response carries.
-#[derive(Clone, Copy)]
-pub enum Returns {
-    /// A schema the server defines.
-    Json(SchemaFn),
-    /// A `codeloop-types` value (named component with a pointer to the data model).
-    Model(&'static str),
-    /// A list of `codeloop-types` values.
-    List(&'static str),
-    /// `text/event-stream`.
-    EventStream,
-    /// Any JSON (e.g. the OpenAPI document itself).
-    AnyJson,
-    /// No body (202).
-    Accepted,
-    /// Prometheus text (`GET /metrics`).
-    PrometheusText,
-}
-
-/// One documented route.
-#[derive(Clone, Copy)]
-pub struct Op {
-    pub verb: Verb,
-    pub path: &'static str,
-    pub id: &'static str,
-    pub summary: &'static str,
-    pub query: Option<SchemaFn>,
-    pub body: Option<SchemaFn>,
-    pub returns: Returns,
-}
-
-impl Op {
-    const fn new(verb: Verb, path: &'static str, id: &'static str, summary: &'static str) -> Op {
-        Op { verb, path, id, summary, query: None, body: None, returns: Returns::AnyJson }
-    }
-
-    fn query<T: JsonSchema>(mut self) -> Op {
-        self.query = Some(schema::<T>);
-        self
-    }
-
-    fn body<T: JsonSchema>(mut self) -> Op {
-        self.body = Some(schema::<T>);
-        self
-    }
-
-    fn json<T: JsonSchema>(mut self) -> Op {
-        self.returns = Returns::Json(schema::<T>);
-        self
-    }
-
-    fn returns(mut self, returns: Returns) -> Op {
-        self.returns = returns;
-        self
+/// The router's method filter for a documented verb.
+fn method(verb: Verb) -> MethodFilter {
+    match verb {
+        Verb::Get => MethodFilter::GET,
+        Verb::Post => MethodFilter::POST,
+        Verb::Patch => MethodFilter::PATCH,
+        Verb::Delete => MethodFilter::DELETE,
     }
 }
 
@@ -130,7 +49,7 @@ impl Api {
         H: Handler<T, AppState>,
         T: 'static,
     {
-        self.router = self.router.route(op.path, on(op.verb.filter(), handler));
+        self.router = self.router.route(op.path, on(method(op.verb), handler));
         self.ops.push(op);
         self
     }
@@ -142,7 +61,7 @@ impl Api {
         let document = Arc::new(crate::doc::openapi(&self.ops));
         let router = self.router.route(
             op.path,
-            on(op.verb.filter(), move || {
+            on(method(op.verb), move || {
                 let document = document.clone();
                 async move { axum::Json((*document).clone()) }
             }),

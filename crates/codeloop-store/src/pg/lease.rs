@@ -10,6 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// How long a run lease lasts without renewal (`[store] lease_secs`); the holder renews it every third.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
+
 use codeloop_types::SessionId;
 use tokio::sync::oneshot;
 

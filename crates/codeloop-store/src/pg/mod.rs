@@ -20,23 +20,26 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use codeloop_types::{MessageId, Millis, PermissionAction, PermissionRule, Session, SessionId, Todo, now_ms};
+use codeloop_types::{MessageId, Millis, PermissionRule, Session, SessionId, Todo, now_ms};
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
 use tokio_postgres::IsolationLevel;
 
-use crate::open::{password, redact};
 use crate::recovery::{settle_message, settle_part};
+use crate::redact::redact;
 use crate::rows::{decode_json, encode_json};
 use crate::{
     Approval, MessageWithParts, Page, QueuedInput, RecoveryReport, Result, RunGuard, SessionFilter, Store,
     StoreError, Write,
 };
+pub use lease::DEFAULT_LEASE;
 use lease::Lease;
 use pool::scrub;
 pub(crate) use pool::{Db, Shared, block_on, connection_lost, describe};
-use rows::{apply_write, message_from_row, part_from_row, session_from_row, upsert_message, upsert_part};
-pub(crate) use tls::without_tls_options;
-use tls::{Connector, TlsOptions};
+use rows::{
+    action_name, apply_write, approval_from_row, message_from_row, part_from_row, session_from_row,
+    upsert_message, upsert_part,
+};
+use tls::{Connector, TlsOptions, password};
 
 /// Connections kept by one worker. Runs write through one writer thread; reads come from request handlers.
 const POOL_SIZE: usize = 16;
@@ -158,7 +161,7 @@ impl PgStore {
             .create_timeout(Some(CONNECT_TIMEOUT))
             .build()
             .map_err(|e| invalid(e.to_string()))?;
-        let lease = if lease.is_zero() { crate::DEFAULT_LEASE } else { lease };
+        let lease = if lease.is_zero() { DEFAULT_LEASE } else { lease };
         let db = Db { pool, url: shown.as_str().into(), password: password.as_deref().map(Arc::from) };
         let shared = Arc::new(Shared {
             db,
@@ -324,30 +327,6 @@ async fn settle_session(tx: &Transaction<'_>, session: &SessionId, now: Millis) 
         upsert_message(tx, &message).await?;
     }
     Ok(report)
-}
-
-fn action_name(action: PermissionAction) -> &'static str {
-    match action {
-        PermissionAction::Allow => "allow",
-        PermissionAction::Ask => "ask",
-        PermissionAction::Deny => "deny",
-    }
-}
-
-fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
-    let id: i64 = row.try_get(0)?;
-    let action = match row.try_get::<_, &str>(4)? {
-        "allow" => PermissionAction::Allow,
-        "ask" => PermissionAction::Ask,
-        "deny" => PermissionAction::Deny,
-        other => decode_json("approval", &id.to_string(), other)?,
-    };
-    Ok(Approval {
-        id,
-        project: row.try_get(1)?,
-        rule: PermissionRule { permission: row.try_get(2)?, pattern: row.try_get(3)?, action },
-        created: row.try_get(5)?,
-    })
 }
 
 impl Store for PgStore {

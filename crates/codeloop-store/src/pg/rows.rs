@@ -4,12 +4,14 @@
 //! Owns: single-row upserts, deletes and the history queries, each inside the caller's transaction.
 //! Must not: open or commit transactions; `pg/mod.rs` does.
 
-use codeloop_types::{Message, MessageId, Part, PartId, Session, SessionId};
+use codeloop_types::{
+    Message, MessageId, Part, PartId, PermissionAction, PermissionRule, Session, SessionId,
+};
 use deadpool_postgres::Transaction;
 use tokio_postgres::Row;
 
 use crate::rows::{decode_json, decode_kind, encode_json, encode_kind, is_unfinished};
-use crate::{MessageWithParts, Page, Result, Write};
+use crate::{Approval, MessageWithParts, Page, Result, Write};
 
 const UPSERT_SESSION: &str = "INSERT INTO session (id, parent_id, directory, time_updated, data)
      VALUES ($1, $2, $3, $4, $5::text::json)
@@ -195,4 +197,28 @@ fn attach_parts(messages: &mut [MessageWithParts], rows: &[Row]) -> Result<()> {
         stitch.push(messages, part_from_row(row)?);
     }
     Ok(())
+}
+
+pub(super) fn action_name(action: PermissionAction) -> &'static str {
+    match action {
+        PermissionAction::Allow => "allow",
+        PermissionAction::Ask => "ask",
+        PermissionAction::Deny => "deny",
+    }
+}
+
+pub(super) fn approval_from_row(row: &tokio_postgres::Row) -> Result<Approval> {
+    let id: i64 = row.try_get(0)?;
+    let action = match row.try_get::<_, &str>(4)? {
+        "allow" => PermissionAction::Allow,
+        "ask" => PermissionAction::Ask,
+        "deny" => PermissionAction::Deny,
+        other => decode_json("approval", &id.to_string(), other)?,
+    };
+    Ok(Approval {
+        id,
+        project: row.try_get(1)?,
+        rule: PermissionRule { permission: row.try_get(2)?, pattern: row.try_get(3)?, action },
+        created: row.try_get(5)?,
+    })
 }

@@ -145,6 +145,14 @@ impl TlsOptions {
 }
 
 /// The URL without its TLS options, for parsing by the driver (which refuses `sslrootcert` and `verify-*`).
+/// The password written in `url`, if any, so error texts from the driver can be scrubbed of it.
+pub(crate) fn password(url: &str) -> Option<String> {
+    let config: tokio_postgres::Config = without_tls_options(url).parse().ok()?;
+    let password = config.get_password()?;
+    let password = String::from_utf8_lossy(password).into_owned();
+    (!password.is_empty()).then_some(password)
+}
+
 pub(crate) fn without_tls_options(url: &str) -> String {
     take_tls_options(url).0
 }
@@ -316,6 +324,14 @@ impl ServerCertVerifier for Verifier {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scrubber_finds_the_password_past_options_only_codeloop_knows() {
+        assert_eq!(password("postgres://u:hunter2@h/db").as_deref(), Some("hunter2"));
+        let verified = "postgres://u:hunter2@h/db?sslmode=verify-full&sslrootcert=/ca.pem";
+        assert_eq!(password(verified).as_deref(), Some("hunter2"));
+        assert_eq!(password("postgres://u@h/db"), None);
+    }
 
     fn split(url: &str) -> (String, TlsOptions) {
         TlsOptions::split(url).unwrap()
