@@ -58,6 +58,7 @@ where
         fresh: true,
         rest: Bytes::new(),
         partial: BytesMut::new(),
+        trailing_cr: false,
     };
     Box::pin(Decoding {
         events: Box::pin(body.eventsource()),
@@ -179,6 +180,8 @@ struct Body<S> {
     rest: Bytes,
     /// The start of a line whose end has not arrived yet.
     partial: BytesMut,
+    /// The body so far ends in `\r`, which the parser holds until it knows whether `\n` follows.
+    trailing_cr: bool,
 }
 
 impl<S, E> Body<S>
@@ -276,6 +279,9 @@ where
             match this.inner.as_mut().poll_next(cx) {
                 Poll::Ready(Some(Ok(chunk))) => {
                     this.fresh = true;
+                    if let Some(&last) = chunk.last() {
+                        this.trailing_cr = last == b'\r';
+                    }
                     if let Some(chunk) = this.strip_bom(chunk) {
                         take_lines(&mut this.rest, &mut this.partial, chunk);
                     }
@@ -287,6 +293,11 @@ where
                     // An unfinished last line goes to the parser, which drops it as the spec says.
                     if !this.partial.is_empty() {
                         return Poll::Ready(Some(Ok(this.partial.split().freeze())));
+                    }
+                    // A `\r` at the very end ends its line (`\r\n` is one line end, so a `\n` after it
+                    // changes nothing else): the last event of a CR-only body is dispatched.
+                    if std::mem::take(&mut this.trailing_cr) {
+                        return Poll::Ready(Some(Ok(Bytes::from_static(b"\n"))));
                     }
                     // A body shorter than a BOM: hand over what was held back.
                     if let Bom::Checking(held) = std::mem::replace(&mut this.bom, Bom::Done)
@@ -305,16 +316,42 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::openai_chat::ChatDecoder;
     use futures::StreamExt;
     use std::convert::Infallible;
 
+    /// The framing under test, without any provider's format: each event's data is a text delta,
+    /// `[DONE]` finishes, and a body that ends before it is cut off.
+    #[derive(Default)]
+    struct Echo {
+        done: bool,
+    }
+
+    impl Decoder for Echo {
+        fn event(&mut self, _: &str, data: &str, out: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
+            if data == "[DONE]" {
+                self.done = true;
+                out.push(StreamEvent::Finish);
+            } else {
+                out.push(StreamEvent::TextDelta { id: "t".into(), text: data.to_owned() });
+            }
+            Ok(())
+        }
+
+        fn end(&mut self, _: &mut Vec<StreamEvent>) -> Result<(), ProviderError> {
+            if self.done { Ok(()) } else { Err(ProviderError::Stream { message: "cut off".into() }) }
+        }
+
+        fn finished(&self) -> bool {
+            self.done
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn silence_between_chunks_is_an_idle_timeout() {
-        let first = Bytes::from_static(b"data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n");
+        let first = Bytes::from_static(b"data: Hel\n\n");
         let body = futures::stream::iter([Ok::<_, Infallible>(first)]).chain(futures::stream::pending());
         let items: Vec<_> =
-            decode_sse(body, Box::new(ChatDecoder::new()), Duration::from_secs(120)).collect().await;
+            decode_sse(body, Box::new(Echo::default()), Duration::from_secs(120)).collect().await;
         assert!(items.iter().any(|i| matches!(i, Ok(StreamEvent::TextDelta { text, .. }) if text == "Hel")));
         assert_eq!(items.last(), Some(&Err(ProviderError::IdleTimeout(Duration::from_secs(120)))));
     }
@@ -322,16 +359,13 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn chunks_keep_the_stream_alive() {
         // Two chunks 100 s apart with a 120 s idle timeout: no timeout.
-        let chunks = [
-            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
-            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
-        ];
+        let chunks = ["data: a\n\n", "data: [DONE]\n\n"];
         let body = futures::stream::iter(chunks).then(|chunk| async move {
             tokio::time::advance(Duration::from_secs(100)).await;
             Ok::<_, Infallible>(Bytes::from_static(chunk.as_bytes()))
         });
         let items: Vec<_> =
-            decode_sse(body, Box::new(ChatDecoder::new()), Duration::from_secs(120)).collect().await;
+            decode_sse(body, Box::new(Echo::default()), Duration::from_secs(120)).collect().await;
         assert_eq!(items.last(), Some(&Ok(StreamEvent::Finish)));
     }
 
@@ -339,18 +373,13 @@ mod tests {
         let chunks: Vec<_> =
             body.chunks(chunk).map(|c| Ok::<_, Infallible>(Bytes::copy_from_slice(c))).collect();
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        let decoder = Box::new(ChatDecoder::new());
+        let decoder = Box::new(Echo::default());
         runtime.block_on(decode_sse(futures::stream::iter(chunks), decoder, Duration::from_secs(1)).collect())
     }
 
     #[test]
     fn every_line_ending_and_chunking_gives_the_same_events() {
-        let body = concat!(
-            ": keep-alive comment\n\n",
-            "data: {\"choices\":[{\"delta\":{\"content\":\"Hé\"}}]}\n\n",
-            "data: {\"choices\":[{\"delta\":{\"content\":\"llo\"},\"finish_reason\":\"stop\"}]}\n\n",
-            "data: [DONE]\n\n",
-        );
+        let body = concat!(": keep-alive comment\n\n", "data: Hé\n\n", "data: llo\n\n", "data: [DONE]\n\n",);
         let expected = replay(body.as_bytes(), body.len());
         assert_eq!(expected.last(), Some(&Ok(StreamEvent::Finish)));
         for ending in ["\r\n", "\r"] {
@@ -365,8 +394,8 @@ mod tests {
     fn transport_failure_is_a_connection_error() {
         let body = futures::stream::iter([Err::<Bytes, _>("connection reset by peer")]);
         let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-        let items: Vec<_> = runtime
-            .block_on(decode_sse(body, Box::new(ChatDecoder::new()), Duration::from_secs(1)).collect());
+        let items: Vec<_> =
+            runtime.block_on(decode_sse(body, Box::new(Echo::default()), Duration::from_secs(1)).collect());
         assert_eq!(
             items,
             vec![Err(ProviderError::Connection { message: "connection reset by peer".into() })]
