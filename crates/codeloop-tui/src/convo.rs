@@ -1,12 +1,15 @@
 //! The conversation as the UI holds it: the session, its messages and parts (kept current by bus
 //! events), and notices of the UI's own (errors, command results). Each item carries a version so its
-//! rendered lines are cached until it changes.
+//! rendered lines are cached until it changes. A part is kept only in the form the view draws: a
+//! finished tool call as its card ([`ToolCard`]), parts nothing on screen comes from not at all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use codeloop_types::MessageWithParts;
 use codeloop_types::{Message, MessageId, Part, PartId, PartKind, Session};
+
+use crate::card::ToolCard;
 
 /// How a notice looks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +42,39 @@ impl Notice {
 #[derive(Debug, Clone)]
 pub struct Entry {
     pub info: Option<Message>,
-    pub parts: BTreeMap<PartId, Part>,
+    pub parts: BTreeMap<PartId, Piece>,
     pub version: u64,
+}
+
+/// A part as the UI keeps it.
+#[derive(Debug, Clone)]
+pub enum Piece {
+    /// Boxed: most pieces of a long session are cards, which should not pay for a part's size.
+    Part(Box<Part>),
+    /// A finished tool call: it will not change again, so only its card is kept.
+    Card(ToolCard),
+}
+
+impl Piece {
+    /// `None` for a part nothing on screen comes from (step marks, hidden tool calls).
+    fn new(part: Part) -> Option<Piece> {
+        match &part.kind {
+            PartKind::Tool(tool) if tool.ignored => None,
+            PartKind::Tool(tool) => {
+                let card = ToolCard::new(tool);
+                Some(if card.is_final() { Piece::Card(card) } else { Piece::Part(Box::new(part)) })
+            }
+            PartKind::StepStart(_) | PartKind::StepFinish(_) => None,
+            _ => Some(Piece::Part(Box::new(part))),
+        }
+    }
+
+    pub fn as_part(&self) -> Option<&Part> {
+        match self {
+            Piece::Part(part) => Some(part),
+            Piece::Card(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -70,7 +104,8 @@ impl Conversation {
         for message in history {
             let id = message.info.id().clone();
             let version = convo.bump();
-            let parts = message.parts.into_iter().map(|p| (p.id.clone(), p)).collect();
+            let parts =
+                message.parts.into_iter().filter_map(|p| Some((p.id.clone(), Piece::new(p)?))).collect();
             convo.messages.insert(id.clone(), Entry { info: Some(message.info), parts, version });
             convo.items.push(Item::Message(id));
         }
@@ -104,20 +139,22 @@ impl Conversation {
         self.entry(&id).info = Some(info);
     }
 
-    pub fn part_updated(&mut self, part: Part) {
+    pub fn part_updated(&mut self, mut part: Part) {
         let entry = self.entry(&part.message_id);
         // Deltas can run ahead of a stored snapshot of the same text: never go backwards.
-        if let Some(old) = entry.parts.get(&part.id)
+        if let Some(old) = entry.parts.get(&part.id).and_then(Piece::as_part)
             && let (Some(old_text), Some(new_text)) = (streamed_text(old), streamed_text(&part))
             && old_text.len() > new_text.len()
             && old_text.starts_with(new_text)
         {
-            let mut part = part;
-            set_streamed_text(&mut part, old_text.to_owned());
-            entry.parts.insert(part.id.clone(), part);
-            return;
+            let text = old_text.to_owned();
+            set_streamed_text(&mut part, text);
         }
-        entry.parts.insert(part.id.clone(), part);
+        let id = part.id.clone();
+        match Piece::new(part) {
+            Some(piece) => entry.parts.insert(id, piece),
+            None => entry.parts.remove(&id),
+        };
     }
 
     pub fn part_delta(&mut self, message: &MessageId, part: &PartId, delta: &str) {
@@ -125,7 +162,7 @@ impl Conversation {
             return;
         }
         let entry = self.entry(message);
-        if let Some(part) = entry.parts.get_mut(part) {
+        if let Some(Piece::Part(part)) = entry.parts.get_mut(part) {
             match &mut part.kind {
                 PartKind::Text(t) => t.text.push_str(delta),
                 PartKind::Reasoning(r) => r.text.push_str(delta),

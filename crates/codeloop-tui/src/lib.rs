@@ -7,6 +7,7 @@
 //! Must not: decide anything the engine decides (validation, permissions, runs) or read config.
 
 mod app;
+mod card;
 mod client;
 mod convo;
 mod editor;
@@ -34,7 +35,7 @@ pub use convo::{Conversation, Notice, NoticeKind};
 pub use http::{ServerHttp, SseStream};
 pub use local::LocalClient;
 pub use remote::{RemoteClient, TOKEN_ENV};
-pub use view::{Cache, draw};
+pub use view::{View, draw};
 
 /// The shortest time between two frames (at most 60 per second); events in between are coalesced.
 const FRAME: Duration = Duration::from_millis(16);
@@ -96,13 +97,13 @@ pub async fn run(client: Arc<dyn Client>, options: Options) -> anyhow::Result<()
         ctx.spawn(action);
     }
     let mut input = crossterm::event::EventStream::new();
-    let mut cache = Cache::default();
+    let mut view = View::default();
     let mut signals = Signals::new();
     let mut dirty = true;
     let mut last_draw = Instant::now() - FRAME;
     loop {
         if dirty && last_draw.elapsed() >= FRAME {
-            guard.terminal.draw(|frame| draw(frame, &mut app, &mut cache))?;
+            guard.terminal.draw(|frame| draw(frame, &mut app, &mut view))?;
             last_draw = Instant::now();
             dirty = false;
         }

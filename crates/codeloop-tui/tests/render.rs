@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use codeloop_tui::{App, Cache, Outcome, draw};
+use codeloop_tui::{App, Outcome, View, draw};
 use codeloop_types::MessageWithParts;
 use codeloop_types::{EventPayload, Message, Part, PermissionRequest, Session, SessionStatus};
 use ratatui::Terminal;
@@ -68,9 +68,13 @@ fn app(history: Vec<MessageWithParts>) -> App {
 }
 
 fn screen(app: &mut App, width: u16, height: u16) -> String {
+    screen_in(app, &mut View::default(), width, height)
+}
+
+/// The screen drawn by a view that lives on between draws (as the UI's does: it holds the scrolling).
+fn screen_in(app: &mut App, view: &mut View, width: u16, height: u16) -> String {
     let mut terminal = Terminal::new(TestBackend::new(width, height)).unwrap();
-    let mut cache = Cache::default();
-    terminal.draw(|frame| draw(frame, app, &mut cache)).unwrap();
+    terminal.draw(|frame| draw(frame, app, view)).unwrap();
     let buffer = terminal.backend().buffer();
     let mut out = String::new();
     for y in 0..buffer.area.height {
@@ -233,16 +237,17 @@ fn page_up_scrolls_back_and_page_down_returns_to_the_end() {
     let history: Vec<MessageWithParts> =
         (0..40).map(|n| user(&format!("msg_{n:04}"), &format!("message number {n}"))).collect();
     let mut app = app(history);
-    let bottom = screen(&mut app, 40, 12);
+    let mut view = View::default();
+    let bottom = screen_in(&mut app, &mut view, 40, 12);
     assert!(bottom.contains("message number 39"), "{bottom}");
     app.key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::PageUp));
-    let back = screen(&mut app, 40, 12);
+    let back = screen_in(&mut app, &mut view, 40, 12);
     assert!(!back.contains("message number 39") && back.contains("more rows"), "{back}");
     // New output while scrolled back does not move the view.
     app.event(EventPayload::MessageUpdated { session_id: SESSION.into(), info: assistant("msg_9999", 10) });
-    assert_eq!(screen(&mut app, 40, 12), back);
+    assert_eq!(screen_in(&mut app, &mut view, 40, 12), back);
     app.key(crossterm::event::KeyEvent::from(crossterm::event::KeyCode::PageDown));
-    let again = screen(&mut app, 40, 12);
+    let again = screen_in(&mut app, &mut view, 40, 12);
     assert!(again.contains("message number 39") && !again.contains("more rows"), "{again}");
 }
 
@@ -267,17 +272,17 @@ fn a_ten_thousand_part_session_draws_only_what_is_visible() {
     }
     let mut app = app(history);
     let mut terminal = Terminal::new(TestBackend::new(100, 40)).unwrap();
-    let mut cache = Cache::default();
-    terminal.draw(|frame| draw(frame, &mut app, &mut cache)).unwrap();
-    let first = cache.rendered();
+    let mut view = View::default();
+    terminal.draw(|frame| draw(frame, &mut app, &mut view)).unwrap();
+    let first = view.rendered();
     assert!(first > 0, "the first frame renders the session");
     for _ in 0..10 {
         app.event(EventPayload::SessionStatus { session_id: SESSION.into(), status: SessionStatus::Busy });
-        terminal.draw(|frame| draw(frame, &mut app, &mut cache)).unwrap();
+        terminal.draw(|frame| draw(frame, &mut app, &mut view)).unwrap();
     }
     // Unchanged items come from the cache: later frames render none of them again (what a frame costs
     // is measured in the render bench, not asserted here).
-    assert_eq!(cache.rendered(), first, "items rendered again by frames that changed none");
+    assert_eq!(view.rendered(), first, "items rendered again by frames that changed none");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use codeloop_types::{ModelRef, SessionId};
 
-use super::{Action, App, RunState};
+use super::{Action, App, RunState, Scroll};
 use crate::convo::Notice;
 
 impl App {
@@ -91,7 +91,7 @@ impl App {
                 Vec::new()
             }
             (other, Some(id)) if self.commands.iter().any(|c| c.name == other) => {
-                self.scroll = None;
+                self.scrolls.push(Scroll::End);
                 self.created_empty = false;
                 if self.busy() {
                     self.queued += 1;

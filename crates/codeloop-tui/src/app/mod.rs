@@ -83,6 +83,16 @@ pub enum Outcome {
     Commands(Vec<crate::client::CommandEntry>),
 }
 
+/// Scrolling the conversation, in rows or pages; `End` follows the newest output again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scroll {
+    Up(usize),
+    Down(usize),
+    PageUp,
+    PageDown,
+    End,
+}
+
 /// The run state of the session on screen.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunState {
@@ -120,8 +130,8 @@ pub struct App {
     pub agent: Option<String>,
     pub windows: HashMap<ModelRef, Option<u64>>,
     asked_windows: HashSet<ModelRef>,
-    /// Top row of the conversation when scrolled back; `None` follows the end.
-    pub scroll: Option<usize>,
+    /// Scrolling asked for since the last draw (the view applies it: it knows the page).
+    scrolls: Vec<Scroll>,
     pub sessions: Option<SessionList>,
     pub quit_armed: bool,
     pub show_reasoning: bool,
@@ -129,10 +139,6 @@ pub struct App {
     pub queued: usize,
     /// The current session was created by this UI and nothing was sent to it yet.
     created_empty: bool,
-    /// Rows of the conversation area at the last draw (the page size).
-    pub page: usize,
-    /// Total rows of the conversation at the last draw.
-    pub total_rows: usize,
     pub quit: bool,
     /// The open session's background jobs and their states (from `/jobs` and `job.*` events).
     pub jobs: std::collections::BTreeMap<codeloop_types::JobId, codeloop_types::JobState>,
@@ -155,14 +161,12 @@ impl App {
             agent,
             windows: HashMap::new(),
             asked_windows: HashSet::new(),
-            scroll: None,
+            scrolls: Vec::new(),
             sessions: None,
             quit_armed: false,
             show_reasoning: false,
             queued: 0,
             created_empty: false,
-            page: 20,
-            total_rows: 0,
             quit: false,
             jobs: Default::default(),
             commands: Vec::new(),
@@ -213,8 +217,8 @@ impl App {
             }
             Event::Mouse(mouse) => {
                 match mouse.kind {
-                    MouseEventKind::ScrollUp => self.scroll_up(WHEEL),
-                    MouseEventKind::ScrollDown => self.scroll_down(WHEEL),
+                    MouseEventKind::ScrollUp => self.scrolls.push(Scroll::Up(WHEEL)),
+                    MouseEventKind::ScrollDown => self.scrolls.push(Scroll::Down(WHEEL)),
                     _ => {}
                 }
                 Vec::new()
@@ -231,11 +235,11 @@ impl App {
         self.quit_armed = false;
         match key.code {
             KeyCode::PageUp => {
-                self.scroll_up(self.page.saturating_sub(2).max(1));
+                self.scrolls.push(Scroll::PageUp);
                 return Vec::new();
             }
             KeyCode::PageDown => {
-                self.scroll_down(self.page.saturating_sub(2).max(1));
+                self.scrolls.push(Scroll::PageDown);
                 return Vec::new();
             }
             KeyCode::Char('t') if ctrl => {
@@ -316,17 +320,9 @@ impl App {
         }
     }
 
-    fn scroll_up(&mut self, rows: usize) {
-        let bottom_top = self.total_rows.saturating_sub(self.page);
-        let top = self.scroll.unwrap_or(bottom_top);
-        self.scroll = Some(top.saturating_sub(rows));
-    }
-
-    fn scroll_down(&mut self, rows: usize) {
-        let Some(top) = self.scroll else { return };
-        let bottom_top = self.total_rows.saturating_sub(self.page);
-        let top = top + rows;
-        self.scroll = (top < bottom_top).then_some(top);
+    /// The scrolling asked for since the last call (the view takes it at each draw).
+    pub fn take_scrolls(&mut self) -> Vec<Scroll> {
+        std::mem::take(&mut self.scrolls)
     }
 
     fn session_list_key(&mut self, key: KeyEvent) -> Vec<Action> {
@@ -450,7 +446,7 @@ impl App {
             self.convo.notice(Notice::error("no session is open yet"));
             return Vec::new();
         };
-        self.scroll = None;
+        self.scrolls.push(Scroll::End);
         self.created_empty = false;
         if self.busy() {
             self.queued += 1;
@@ -488,7 +484,7 @@ impl App {
                 self.permission_mode = PermissionMode::Choosing;
                 self.state = run_state(status);
                 self.created_empty = created;
-                self.scroll = None;
+                self.scrolls.push(Scroll::End);
                 self.queued = 0;
                 self.jobs.clear();
                 actions.extend(self.lookups());

@@ -7,7 +7,7 @@ mod status;
 
 use std::collections::HashMap;
 
-use codeloop_types::{Message, PermissionRequest, QuestionRequest};
+use codeloop_types::{Message, MessageId, PermissionRequest, QuestionRequest};
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -18,7 +18,7 @@ use unicode_width::UnicodeWidthStr;
 use cards::message_lines;
 use status::{draw_sessions, status_line};
 
-use crate::app::{App, PermissionMode};
+use crate::app::{App, PermissionMode, Scroll};
 use crate::convo::{Item, NoticeKind};
 use crate::wrap::{truncate, wrap};
 
@@ -31,32 +31,85 @@ const ERROR: Style = Style::new().fg(Color::Red);
 const WARN: Style = Style::new().fg(Color::Yellow);
 const OK: Style = Style::new().fg(Color::Green);
 
-/// Rendered lines of conversation items, reused while an item is unchanged.
+/// What the view keeps between frames: where the conversation is scrolled and what it already
+/// rendered.
 #[derive(Default)]
-pub struct Cache {
-    items: HashMap<CacheKey, Vec<Line<'static>>>,
-    /// Items rendered afresh (cache misses) since the cache was made.
-    rendered: u64,
+pub struct View {
+    viewport: Viewport,
+    rows: RowCache,
 }
 
-impl Cache {
+impl View {
     /// How many items were rendered afresh so far: what a frame costs beyond the visible rows.
     pub fn rendered(&self) -> u64 {
-        self.rendered
+        self.rows.rendered
     }
 }
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// Where the conversation is scrolled. The person's scrolling reaches it as [`Scroll`]s from the app;
+/// the page and the conversation's height are the last draw's.
+#[derive(Debug, Default)]
+struct Viewport {
+    /// Top row when scrolled back; `None` follows the end.
+    top: Option<usize>,
+    page: usize,
+    total: usize,
+}
+
+impl Viewport {
+    fn scroll(&mut self, scroll: Scroll) {
+        let bottom = self.total.saturating_sub(self.page);
+        let page = self.page.saturating_sub(2).max(1);
+        match scroll {
+            Scroll::Up(rows) => self.top = Some(self.top.unwrap_or(bottom).saturating_sub(rows)),
+            Scroll::Down(rows) => {
+                self.top = self.top.map(|top| top + rows).filter(|top| *top < bottom);
+            }
+            Scroll::PageUp => self.scroll(Scroll::Up(page)),
+            Scroll::PageDown => self.scroll(Scroll::Down(page)),
+            Scroll::End => self.top = None,
+        }
+    }
+
+    /// The top row for a conversation of `total` rows in a page of `page`.
+    fn place(&mut self, total: usize, page: usize) -> usize {
+        (self.total, self.page) = (total, page);
+        let bottom = total.saturating_sub(page);
+        match self.top {
+            Some(top) if top < bottom => top,
+            _ => {
+                self.top = None;
+                bottom
+            }
+        }
+    }
+}
+
+/// Each item's height for every item, and rendered lines only for the items on screen: a long
+/// session keeps a number per item, not its rows.
+#[derive(Default)]
+struct RowCache {
+    heights: HashMap<CacheKey, usize>,
+    lines: HashMap<CacheKey, Vec<Line<'static>>>,
+    /// Items rendered afresh (cache misses) since the view was made.
+    rendered: u64,
+}
+
+/// An item's rendering depends on its content (its version is unique across every item and change),
+/// the width, whether a revert hides it, and whether reasoning is shown.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct CacheKey {
-    /// Message id, or the notice's index.
-    item: String,
     version: u64,
     width: u16,
     hidden: bool,
     reasoning: bool,
 }
 
-pub fn draw(frame: &mut Frame, app: &mut App, cache: &mut Cache) {
+/// Draws the UI. The app's pending scrolls are taken here: only the view knows the page they move by.
+pub fn draw(frame: &mut Frame, app: &mut App, view: &mut View) {
+    for scroll in app.take_scrolls() {
+        view.viewport.scroll(scroll);
+    }
     let area = frame.area();
     let width = area.width.max(1);
     let prompt = prompt_lines(app, width);
@@ -70,7 +123,7 @@ pub fn draw(frame: &mut Frame, app: &mut App, cache: &mut Cache) {
         Constraint::Length(1),
     ])
     .areas(area);
-    draw_conversation(frame, app, cache, convo_area);
+    draw_conversation(frame, app, view, convo_area);
     if !prompt.is_empty() {
         let block = Block::default().borders(Borders::TOP).border_style(WARN);
         frame.render_widget(Paragraph::new(prompt).block(block), prompt_area);
@@ -82,57 +135,64 @@ pub fn draw(frame: &mut Frame, app: &mut App, cache: &mut Cache) {
     }
 }
 
-fn draw_conversation(frame: &mut Frame, app: &mut App, cache: &mut Cache, area: Rect) {
-    let mut fresh: HashMap<CacheKey, Vec<Line<'static>>> = HashMap::new();
-    let mut heights = Vec::with_capacity(app.convo.items.len());
+fn draw_conversation(frame: &mut Frame, app: &App, view: &mut View, area: Rect) {
+    let cache = &mut view.rows;
+    let mut heights = HashMap::with_capacity(app.convo.items.len());
+    let mut keys = Vec::with_capacity(app.convo.items.len());
+    let reverted = app.convo.reverted_from();
+    let page = usize::from(area.height);
+    // Items rendered for their height are kept for this frame up to a few pages, so a changed item on
+    // screen (a streaming answer) is rendered once per frame, while a first frame of a long session
+    // does not hold every item's rows at once.
+    let mut spare: HashMap<CacheKey, Vec<Line<'static>>> = HashMap::new();
+    let mut spare_rows = 0;
     for item in &app.convo.items {
-        let key = cache_key(app, item, area.width);
-        let lines = match cache.items.remove(&key) {
-            Some(lines) => lines,
+        let key = cache_key(app, reverted.as_ref(), item, area.width);
+        let height = match cache.heights.get(&key) {
+            Some(height) => *height,
             None => {
                 cache.rendered += 1;
-                item_lines(app, item, area.width)
+                let rendered = item_lines(app, item, area.width);
+                let height = rendered.len();
+                if spare_rows + height <= 4 * page {
+                    spare_rows += height;
+                    spare.insert(key, rendered);
+                }
+                height
             }
         };
-        heights.push(lines.len());
-        fresh.insert(key, lines);
+        heights.insert(key, height);
+        keys.push((key, height));
     }
-    let total: usize = heights.iter().sum();
-    let page = usize::from(area.height);
-    app.page = page;
-    app.total_rows = total;
-    let bottom_top = total.saturating_sub(page);
-    let top = match app.scroll {
-        Some(top) if top < bottom_top => top,
-        _ => {
-            app.scroll = None;
-            bottom_top
-        }
-    };
-    // Hand only the visible rows to the terminal.
+    cache.heights = heights;
+    let total: usize = keys.iter().map(|(_, height)| height).sum();
+    let top = view.viewport.place(total, page);
+    // Hand only the visible rows to the terminal, and keep only their lines.
+    let mut lines = HashMap::new();
     let mut visible: Vec<Line<'static>> = Vec::with_capacity(page);
     let mut row = 0;
-    for (index, item) in app.convo.items.iter().enumerate() {
-        let height = heights[index];
+    for (item, (key, height)) in app.convo.items.iter().zip(keys) {
         if row + height > top && row < top + page {
-            let key = cache_key(app, item, area.width);
-            if let Some(lines) = fresh.get(&key) {
-                let skip = top.saturating_sub(row);
-                let take = (top + page).saturating_sub(row.max(top));
-                visible.extend(lines.iter().skip(skip).take(take).cloned());
-            }
+            let rendered = match cache.lines.remove(&key).or_else(|| spare.remove(&key)) {
+                Some(rendered) => rendered,
+                None => item_lines(app, item, area.width),
+            };
+            let skip = top.saturating_sub(row);
+            let take = (top + page).saturating_sub(row.max(top));
+            visible.extend(rendered.iter().skip(skip).take(take).cloned());
+            lines.insert(key, rendered);
         }
         row += height;
         if row >= top + page {
             break;
         }
     }
+    cache.lines = lines;
     if app.convo.items.is_empty() {
         visible = welcome(app);
     }
-    cache.items = fresh;
     frame.render_widget(Paragraph::new(visible), area);
-    if app.scroll.is_some() {
+    if view.viewport.top.is_some() {
         let hint = format!(" ↓ {} more rows · PgDn ", total.saturating_sub(top + page));
         let w = hint.width() as u16;
         if area.width > w && area.height > 0 {
@@ -154,18 +214,15 @@ fn welcome(app: &App) -> Vec<Line<'static>> {
     ]
 }
 
-fn cache_key(app: &App, item: &Item, width: u16) -> CacheKey {
+fn cache_key(app: &App, reverted: Option<&MessageId>, item: &Item, width: u16) -> CacheKey {
     match item {
         Item::Message(id) => CacheKey {
-            item: id.to_string(),
             version: app.convo.messages.get(id).map_or(0, |e| e.version),
             width,
-            hidden: app.convo.is_hidden(id),
+            hidden: reverted.is_some_and(|from| id >= from),
             reasoning: app.show_reasoning,
         },
-        Item::Notice(version, _) => {
-            CacheKey { item: String::new(), version: *version, width, hidden: false, reasoning: false }
-        }
+        Item::Notice(version, _) => CacheKey { version: *version, width, hidden: false, reasoning: false },
     }
 }
 
