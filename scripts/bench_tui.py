@@ -73,7 +73,8 @@ with tempfile.TemporaryDirectory() as tmp:
     with open(config, "w") as f:
         f.write(f'model = "fake/test"\n[provider.fake]\nbase_url = "{base_url}"\n'
                 '[provider.fake.models.test]\ncontext = 100000000\noutput = 8000\n'
-                f'[agent.build]\nsteps = {STEPS + 10}\n[compaction]\nauto = false\nprune = false\n')
+                f'[agent.build]\nsteps = {STEPS + 10}\n[compaction]\nauto = false\nprune = false\n'
+                '[permission]\ndoom_loop = "allow"\n')
     env = dict(os.environ, CODELOOP_CONFIG=config, CODELOOP_DATA_DIR=os.path.join(tmp, "data"), HOME=tmp, TERM="xterm-256color")
     env.pop("XDG_CONFIG_HOME", None)
     started = time.time()
@@ -89,5 +90,7 @@ with tempfile.TemporaryDirectory() as tmp:
     parts = subprocess.run([codeloop, "session", "export", session], env=env, capture_output=True, text=True).stdout
     count = sum(len(m.get("parts", [])) for m in json.loads(parts).get("messages", [])) if parts else 0
     print(f"tui: built a session of {count} parts in {time.time() - started:.1f} s (exit {run.returncode})")
+    if run.returncode != 0:
+        print(run.stderr[-2000:])
     measure(env, ["tui", "--dir", project], r"codeloop|ses_|>", "empty")
     measure(env, ["tui", "--dir", project, "--session", session], r"all read", f"{count}-part session")
