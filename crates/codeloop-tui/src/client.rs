@@ -64,6 +64,14 @@ pub trait Client: Send + Sync + 'static {
     ) -> anyhow::Result<Session>;
     async fn delete_session(&self, id: &SessionId) -> anyhow::Result<()>;
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>>;
+    /// Up to `limit` messages older than `before` (`None`: the newest), newest first. The UI opens a
+    /// session a page at a time, so a long one is never in memory whole.
+    async fn history_page(
+        &self,
+        id: &SessionId,
+        before: Option<&MessageId>,
+        limit: usize,
+    ) -> anyhow::Result<Vec<MessageWithParts>>;
     /// Sends input; a busy session queues it as its own turn after the run. Returns when the engine
     /// accepted it (in-process: when the run it started ended); the run itself is watched through events.
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()>;

@@ -46,6 +46,20 @@ pub struct Entry {
     pub version: u64,
 }
 
+/// A stored message as the UI keeps it: its parts as [`Piece`]s.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub info: Message,
+    pub parts: BTreeMap<PartId, Piece>,
+}
+
+impl Kept {
+    pub fn new(message: MessageWithParts) -> Kept {
+        let parts = message.parts.into_iter().filter_map(|p| Some((p.id.clone(), Piece::new(p)?))).collect();
+        Kept { info: message.info, parts }
+    }
+}
+
 /// A part as the UI keeps it.
 #[derive(Debug, Clone)]
 pub enum Piece {
@@ -99,14 +113,14 @@ pub struct Conversation {
 }
 
 impl Conversation {
-    pub fn load(session: Session, history: Vec<MessageWithParts>) -> Conversation {
+    pub fn load(session: Session, history: Vec<Kept>) -> Conversation {
         let mut convo = Conversation { session: Some(session), ..Default::default() };
         for message in history {
             let id = message.info.id().clone();
             let version = convo.bump();
-            let parts =
-                message.parts.into_iter().filter_map(|p| Some((p.id.clone(), Piece::new(p)?))).collect();
-            convo.messages.insert(id.clone(), Entry { info: Some(message.info), parts, version });
+            convo
+                .messages
+                .insert(id.clone(), Entry { info: Some(message.info), parts: message.parts, version });
             convo.items.push(Item::Message(id));
         }
         convo

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 pub use app::{Action, App, Outcome, RunState};
 pub use client::{Client, Incoming, PermissionAnswer, Prompt, export_json};
-pub use convo::{Conversation, Notice, NoticeKind};
+pub use convo::{Conversation, Kept, Notice, NoticeKind};
 pub use http::{ServerHttp, SseStream};
 pub use local::LocalClient;
 pub use remote::{RemoteClient, TOKEN_ENV};
@@ -187,7 +187,7 @@ async fn open(
         Some(id) => (client.session(&id).await?, false),
         None => (client.create_session(directory, agent, model).await?, true),
     };
-    let history = client.history(&session.id).await?;
+    let history = kept_history(client, &session.id).await?;
     let (permissions, questions) = client.pending(&session.id).await.unwrap_or_default();
     let status = client.status(&session.id).await;
     Ok(Outcome::Opened { session, history, permissions, questions, status, created })
@@ -279,8 +279,9 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
         },
         // The view fell behind the event stream: what it shows may be stale, so a failed reload says so.
         Action::Reload(id) => {
-            let loaded =
-                async { Ok::<_, anyhow::Error>((client.session(&id).await?, client.history(&id).await?)) };
+            let loaded = async {
+                Ok::<_, anyhow::Error>((client.session(&id).await?, kept_history(client, &id).await?))
+            };
             match loaded.await {
                 Ok((session, history)) => Some(Outcome::Reloaded(session, history, None)),
                 Err(e) => Some(Outcome::Notice(Notice::error(format!(
@@ -302,8 +303,28 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
     }
 }
 
+/// Messages read from the store per page when a session opens.
+const OPEN_PAGE: usize = 50;
+
+/// A session's history as the UI keeps it, read a page at a time and compacted page by page, so only
+/// one page is ever held in full.
+async fn kept_history(client: &dyn Client, id: &SessionId) -> anyhow::Result<Vec<Kept>> {
+    let mut kept: Vec<Kept> = Vec::new();
+    loop {
+        let before = kept.last().map(|m| m.info.id().clone());
+        let page = client.history_page(id, before.as_ref(), OPEN_PAGE).await?;
+        let full = page.len() == OPEN_PAGE;
+        kept.extend(page.into_iter().map(Kept::new));
+        if !full {
+            break;
+        }
+    }
+    kept.reverse();
+    Ok(kept)
+}
+
 async fn reload(client: &dyn Client, session: Session, note: String) -> Option<Outcome> {
-    match client.history(&session.id).await {
+    match kept_history(client, &session.id).await {
         Ok(history) => Some(Outcome::Reloaded(session, history, Some(note))),
         Err(e) => Some(Outcome::Notice(Notice::error(format!("{e:#}")))),
     }

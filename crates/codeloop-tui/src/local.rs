@@ -8,7 +8,7 @@ use codeloop_types::{
     MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId, QuestionRequest,
     Session, SessionId,
 };
-use codeloop_types::{MessageWithParts, SessionFilter};
+use codeloop_types::{MessageWithParts, Page, SessionFilter};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
@@ -73,6 +73,18 @@ impl Client for LocalClient {
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>> {
         self.engine.flush().await?;
         Ok(self.engine.history(id).await?)
+    }
+
+    async fn history_page(
+        &self,
+        id: &SessionId,
+        before: Option<&MessageId>,
+        limit: usize,
+    ) -> anyhow::Result<Vec<MessageWithParts>> {
+        if before.is_none() {
+            self.engine.flush().await?;
+        }
+        Ok(self.engine.messages(id, Page { before: before.cloned(), limit }).await?)
     }
 
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()> {

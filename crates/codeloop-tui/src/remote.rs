@@ -150,17 +150,10 @@ impl Client for RemoteClient {
 
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>> {
         let mut all: Vec<MessageWithParts> = Vec::new();
-        let mut before: Option<MessageId> = None;
         loop {
-            let limit = PAGE.to_string();
-            let mut params = vec![("limit", limit.as_str())];
-            if let Some(before) = &before {
-                params.push(("before", before.as_str()));
-            }
-            let page: Vec<MessageWithParts> =
-                self.http.get(&format!("/session/{id}/message"), &params).await?;
+            let before = all.last().map(|m| m.info.id().clone());
+            let page = self.history_page(id, before.as_ref(), PAGE).await?;
             let full = page.len() == PAGE;
-            before = page.last().map(|m| m.info.id().clone());
             all.extend(page);
             if !full {
                 break;
@@ -168,6 +161,20 @@ impl Client for RemoteClient {
         }
         all.reverse();
         Ok(all)
+    }
+
+    async fn history_page(
+        &self,
+        id: &SessionId,
+        before: Option<&MessageId>,
+        limit: usize,
+    ) -> anyhow::Result<Vec<MessageWithParts>> {
+        let limit = limit.to_string();
+        let mut params = vec![("limit", limit.as_str())];
+        if let Some(before) = before {
+            params.push(("before", before.as_str()));
+        }
+        self.http.get(&format!("/session/{id}/message"), &params).await
     }
 
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()> {

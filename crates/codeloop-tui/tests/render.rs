@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use codeloop_tui::{App, Outcome, View, draw};
+use codeloop_tui::{App, Kept, Outcome, View, draw};
 use codeloop_types::MessageWithParts;
 use codeloop_types::{EventPayload, Message, Part, PermissionRequest, Session, SessionStatus};
 use ratatui::Terminal;
@@ -57,7 +57,7 @@ fn app(history: Vec<MessageWithParts>) -> App {
     let mut app = App::new(PathBuf::from("/work/project"), None, None);
     app.outcome(Outcome::Opened {
         session: session(),
-        history,
+        history: history.into_iter().map(Kept::new).collect(),
         permissions: Vec::new(),
         questions: Vec::new(),
         status: SessionStatus::Idle,

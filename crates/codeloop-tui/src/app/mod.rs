@@ -11,7 +11,6 @@ pub use jobs::{JOB_OUTPUT_BYTES, JobsAction, perform_jobs};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 
-use codeloop_types::MessageWithParts;
 use codeloop_types::{
     MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId, QuestionRequest,
     Session, SessionId, SessionStatus,
@@ -19,7 +18,7 @@ use codeloop_types::{
 use crossterm::event::{Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseEventKind};
 
 use crate::client::{PermissionAnswer, Prompt};
-use crate::convo::{Conversation, Notice};
+use crate::convo::{Conversation, Kept, Notice};
 use crate::editor::Editor;
 
 /// Lines the mouse wheel scrolls.
@@ -61,7 +60,7 @@ pub enum Action {
 pub enum Outcome {
     Opened {
         session: Session,
-        history: Vec<MessageWithParts>,
+        history: Vec<Kept>,
         permissions: Vec<PermissionRequest>,
         questions: Vec<QuestionRequest>,
         status: SessionStatus,
@@ -73,7 +72,7 @@ pub enum Outcome {
     /// A job's newest output.
     JobOutput(codeloop_types::JobId, String),
     /// The session reloaded (after a revert, an unrevert or lost events), with a note to show.
-    Reloaded(Session, Vec<MessageWithParts>, Option<String>),
+    Reloaded(Session, Vec<Kept>, Option<String>),
     ModelChosen(ModelRef),
     AgentChosen(String),
     Window(ModelRef, Option<u64>),

@@ -23,7 +23,7 @@ fn app() -> App {
     let mut app = App::new("/p".into(), None, None);
     app.outcome(Outcome::Opened {
         session,
-        history,
+        history: history.into_iter().map(Kept::new).collect(),
         permissions: Vec::new(),
         questions: Vec::new(),
         status: SessionStatus::Idle,
