@@ -119,6 +119,33 @@ pub trait Client: Send + Sync + 'static {
     ) -> anyhow::Result<codeloop_types::Job>;
 }
 
+/// A whole history read a page of `limit` at a time (`fetch(before, limit)`: up to `limit` messages
+/// older than `before`, newest first), each message turned into what the caller keeps as its page
+/// arrives. Returned oldest first.
+pub(crate) async fn read_pages<T, F, Fut>(
+    limit: usize,
+    mut fetch: F,
+    keep: impl Fn(MessageWithParts) -> T,
+    id_of: impl Fn(&T) -> &MessageId,
+) -> anyhow::Result<Vec<T>>
+where
+    F: FnMut(Option<MessageId>, usize) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<MessageWithParts>>>,
+{
+    let mut kept: Vec<T> = Vec::new();
+    loop {
+        let before = kept.last().map(|m| id_of(m).clone());
+        let page = fetch(before, limit).await?;
+        let full = page.len() == limit;
+        kept.extend(page.into_iter().map(&keep));
+        if !full || limit == 0 {
+            break;
+        }
+    }
+    kept.reverse();
+    Ok(kept)
+}
+
 /// A session as JSON with every message and part (`codeloop session export`'s shape).
 pub fn export_json(session: &Session, history: &[MessageWithParts]) -> serde_json::Value {
     let hidden = codeloop_core::projection::hidden_ids(history);
@@ -133,4 +160,48 @@ pub fn export_json(session: &Session, history: &[MessageWithParts]) -> serde_jso
         })
         .collect();
     serde_json::json!({"info": session, "messages": messages})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn message(n: usize) -> MessageWithParts {
+        let info = serde_json::from_value(json!({
+            "role": "user", "id": format!("msg_{n:04}"), "session_id": "ses_1", "time": {"created": 0},
+            "agent": "build", "model": {"provider_id": "fake", "model_id": "test"}
+        }))
+        .unwrap();
+        MessageWithParts { info, parts: Vec::new() }
+    }
+
+    #[tokio::test]
+    async fn pages_come_back_as_one_history_oldest_first() {
+        // 120 stored messages read 50 at a time: three pages, the last one short.
+        let stored: Vec<MessageWithParts> = (0..120).map(message).collect();
+        let mut asked = Vec::new();
+        let all = read_pages(
+            50,
+            |before: Option<MessageId>, limit| {
+                asked.push(before.clone());
+                let older: Vec<MessageWithParts> = stored
+                    .iter()
+                    .rev()
+                    .filter(|m| before.as_ref().is_none_or(|b| m.info.id() < b))
+                    .take(limit)
+                    .cloned()
+                    .collect();
+                async move { Ok(older) }
+            },
+            |m| m,
+            |m| m.info.id(),
+        )
+        .await
+        .unwrap();
+        let ids: Vec<String> = all.iter().map(|m| m.info.id().to_string()).collect();
+        let expected: Vec<String> = (0..120).map(|n| format!("msg_{n:04}")).collect();
+        assert_eq!(ids, expected);
+        assert_eq!(asked, [None, Some("msg_0070".into()), Some("msg_0020".into())]);
+    }
 }

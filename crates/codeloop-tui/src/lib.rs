@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use codeloop_types::{ModelRef, Session, SessionId};
+use codeloop_types::{MessageId, ModelRef, Session, SessionId};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -309,18 +309,10 @@ const OPEN_PAGE: usize = 50;
 /// A session's history as the UI keeps it, read a page at a time and compacted page by page, so only
 /// one page is ever held in full.
 async fn kept_history(client: &dyn Client, id: &SessionId) -> anyhow::Result<Vec<Kept>> {
-    let mut kept: Vec<Kept> = Vec::new();
-    loop {
-        let before = kept.last().map(|m| m.info.id().clone());
-        let page = client.history_page(id, before.as_ref(), OPEN_PAGE).await?;
-        let full = page.len() == OPEN_PAGE;
-        kept.extend(page.into_iter().map(Kept::new));
-        if !full {
-            break;
-        }
-    }
-    kept.reverse();
-    Ok(kept)
+    let fetch = |before: Option<MessageId>, limit| async move {
+        client.history_page(id, before.as_ref(), limit).await
+    };
+    client::read_pages(OPEN_PAGE, fetch, Kept::new, |m| m.info.id()).await
 }
 
 async fn reload(client: &dyn Client, session: Session, note: String) -> Option<Outcome> {

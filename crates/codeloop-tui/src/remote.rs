@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::client::{Client, Incoming, PermissionAnswer, Prompt};
+use crate::client::{Client, Incoming, PermissionAnswer, Prompt, read_pages};
 use crate::http::{ServerHttp, SseStream};
 
 /// Environment variable holding the server token (as `codeloop run --attach`).
@@ -149,18 +149,10 @@ impl Client for RemoteClient {
     }
 
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>> {
-        let mut all: Vec<MessageWithParts> = Vec::new();
-        loop {
-            let before = all.last().map(|m| m.info.id().clone());
-            let page = self.history_page(id, before.as_ref(), PAGE).await?;
-            let full = page.len() == PAGE;
-            all.extend(page);
-            if !full {
-                break;
-            }
-        }
-        all.reverse();
-        Ok(all)
+        let fetch = |before: Option<MessageId>, limit| async move {
+            self.history_page(id, before.as_ref(), limit).await
+        };
+        read_pages(PAGE, fetch, |m| m, |m| m.info.id()).await
     }
 
     async fn history_page(
