@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use crate::command::{CallChannel, ProcessLimit, wrap_command};
+use crate::command::{CallChannel, CallReport, ProcessLimit, wrap_command};
 use crate::policy::{SandboxMode, SandboxPolicy};
 use crate::probe::probe;
 
@@ -97,27 +97,7 @@ fn test_tree(report: &mut CheckReport, runner: &Runner<'_>) {
         .stdout(Stdio::piped())
         .output();
     let Ok(out) = outcome else { return };
-    match channel.report() {
-        Some(r) => {
-            let ok = r.process_limit == ProcessLimit::PidNamespace || !nix_root();
-            report.fact(
-                ok,
-                format!(
-                    "processes: at most {} per call, by {}; each call has its own PID namespace and /proc",
-                    runner.policy.max_processes,
-                    r.process_limit.describe()
-                ),
-            );
-        }
-        None => report.fact(
-            false,
-            format!(
-                "processes: at most {} per call by RLIMIT_NPROC (no PID namespace here: calls see other \
-                 processes, and the limit does not bind root)",
-                runner.policy.max_processes
-            ),
-        ),
-    }
+    test_process_limit(report, runner, channel.report());
     // Sockets are listed by the host's /proc; what the command sees of them after the masks is what counts.
     let mut reachable: Vec<String> =
         String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect();
@@ -138,11 +118,78 @@ fn test_tree(report: &mut CheckReport, runner: &Runner<'_>) {
     }
 }
 
-fn nix_root() -> bool {
-    #[cfg(target_os = "linux")]
-    return nix::unistd::geteuid().is_root();
-    #[cfg(not(target_os = "linux"))]
-    return false;
+/// The limit a call may test in a moment, and how many processes it tries to start against it.
+const PROBE_LIMIT: u32 = 16;
+const PROBE_STARTS: u32 = 40;
+
+/// What bounds the process count under the real policy (`reported` by its helper), and a call limited
+/// to [`PROBE_LIMIT`] that tries to start [`PROBE_STARTS`] processes: the line says what really happened.
+fn test_process_limit(report: &mut CheckReport, runner: &Runner<'_>, reported: Option<CallReport>) {
+    let max = runner.policy.max_processes;
+    let Some(reported) = reported else {
+        report.test(
+            false,
+            format!("processes: at most {max} per call was asked, but the helper did not report"),
+        );
+        return;
+    };
+    let mut probe = runner.policy.clone();
+    probe.max_processes = PROBE_LIMIT;
+    let mut channel = match CallChannel::new() {
+        Ok(channel) => channel,
+        Err(e) => return report.test(false, format!("processes: cannot test the limit: {e}")),
+    };
+    // A shell that does not retry a refused fork (bash waits 15 s): each started `sleep` prints its
+    // number, and the first refusal ends the loop; the call's init ends the sleeps.
+    let script = format!("i=0; while [ $i -lt {PROBE_STARTS} ]; do sleep 30 & i=$((i+1)); echo $i; done");
+    let args: Vec<OsString> = ["-c", script.as_str()].iter().map(OsString::from).collect();
+    let outcome = wrap_command(runner.helper, &probe, plain_shell().as_os_str(), &args)
+        .stdin(channel.stdin())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .output();
+    let started: u32 = match &outcome {
+        Ok(out) => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .max()
+            .unwrap_or(0),
+        Err(e) => return report.test(false, format!("processes: cannot test the limit: {e}")),
+    };
+    let how = channel.report().map(|r| r.process_limit).unwrap_or_default();
+    let tried =
+        format!("a call limited to {PROBE_LIMIT} tried to start {PROBE_STARTS} and started {started}");
+    let namespace = if reported.process_limit == ProcessLimit::Unbounded {
+        ""
+    } else {
+        "; each call has its own PID namespace and /proc"
+    };
+    if started < PROBE_STARTS && how.binds() && reported.process_limit.binds() {
+        report.test(
+            true,
+            format!(
+                "processes: at most {max} per call, by {} ({tried}){namespace}",
+                reported.process_limit.describe()
+            ),
+        );
+    } else {
+        report.test(
+            false,
+            format!(
+                "processes: NOT bounded: [sandbox] max_processes = {max} is not enforced here, by {} ({tried})",
+                reported.process_limit.describe()
+            ),
+        );
+    }
+}
+
+/// `dash` where there is one (Debian's `sh`): it gives up on a refused fork at once.
+fn plain_shell() -> PathBuf {
+    ["/bin/dash", "/usr/bin/dash", "/bin/sh"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .unwrap_or_else(|| "sh".into())
 }
 
 fn facts(report: &mut CheckReport, policy: &SandboxPolicy) {

@@ -17,8 +17,38 @@ use crate::probe::probe;
 /// The argument after which the codeloop binary hands over to [`crate::helper_main`].
 pub const HELPER_ARG: &str = "__sandbox";
 
-/// Words that make an environment variable's name look like a secret (DESIGN.md §5a).
+/// Words that make an environment variable's name look like a secret anywhere in it (DESIGN.md §5a).
 const SECRET_WORDS: [&str; 5] = ["KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"];
+
+/// Words that make a name look like a secret when they are a whole part of it (`NPM_CONFIG__AUTH`,
+/// `DB_PASS`, `SENTRY_DSN`), so `GIT_AUTHOR_NAME` or `SSH_ASKPASS` are left alone.
+const SECRET_PARTS: [&str; 9] =
+    ["AUTH", "PASS", "PASSWD", "PW", "PASSPHRASE", "COOKIE", "PAT", "DSN", "CREDS"];
+
+/// Prefixes of the tokens services hand out, with the least length a whole token has: a value made of
+/// one is a credential whatever its variable is called.
+const TOKEN_PREFIXES: [(&str, usize); 20] = [
+    ("sk-ant-", 40),
+    ("sk-proj-", 40),
+    ("sk-", 40),
+    ("ghp_", 40),
+    ("gho_", 40),
+    ("ghu_", 40),
+    ("ghs_", 40),
+    ("ghr_", 40),
+    ("github_pat_", 50),
+    ("glpat-", 26),
+    ("xoxb-", 24),
+    ("xoxp-", 24),
+    ("xoxa-", 24),
+    ("xoxs-", 24),
+    ("npm_", 40),
+    ("AKIA", 20),
+    ("ASIA", 20),
+    ("AIza", 39),
+    ("hf_", 34),
+    ("pypi-", 60),
+];
 
 /// Variables that lead a command to an agent or a session bus that acts for the user (DESIGN.md §5c).
 const AGENT_VARIABLES: [&str; 6] = [
@@ -61,10 +91,8 @@ pub(crate) enum Namespace {
 /// executable whose `argv[1] == "__sandbox"` calls [`crate::helper_main`].
 ///
 /// Mode `Off` puts up no wall, but the helper still runs the program as the child subreaper of its tree, so
-/// the call owns every process it starts (DESIGN.md §5f). In every mode the child's environment drops variables whose name
-/// contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL (any case), whose value carries URL credentials
-/// (`postgres://user:secret@…`), or that lead to an agent or bus (`SSH_AUTH_SOCK`, `DISPLAY`, …) unless
-/// `env_keep` names them, and `TMPDIR` points at the session temp dir. stdio, the working directory and
+/// the call owns every process it starts (DESIGN.md §5f). In every mode the child's environment drops what
+/// [`withheld`] names unless `env_keep` names it, and `TMPDIR` points at the session temp dir. stdio, the working directory and
 /// the process group stay for the caller to set (also after `tokio::process::Command::from`); give the
 /// helper [`CallChannel`]'s stdin to learn how the call's tree ended.
 pub fn wrap_command(helper: &Path, policy: &SandboxPolicy, program: &OsStr, args: &[OsString]) -> Command {
@@ -84,10 +112,8 @@ pub fn wrap_command(helper: &Path, policy: &SandboxPolicy, program: &OsStr, args
         }
     };
     for (name, value) in std::env::vars_os() {
-        let dropped = looks_secret(&name)
-            || AGENT_VARIABLES.iter().any(|v| OsStr::new(v) == name)
-            || carries_url_credentials(&value);
-        if dropped && !policy.env_keep.iter().any(|k| OsStr::new(k) == name) {
+        if withheld(&name, &value, &policy.env_drop) && !policy.env_keep.iter().any(|k| OsStr::new(k) == name)
+        {
             cmd.env_remove(&name);
         }
     }
@@ -136,12 +162,62 @@ fn socket_masks(policy: &SandboxPolicy) -> Vec<PathBuf> {
     places
 }
 
-/// Whether a value looks like a URL with a password in it (`scheme://user:secret@host…`).
+/// Whether a child must not get `name=value` (before `env_keep`, DESIGN.md §5a, §5c, §5j): a name that looks
+/// secret, one of the variables that lead to an agent, one of `drop` (what codeloop reads credentials
+/// from), or a value that carries a credential.
+pub fn withheld(name: &OsStr, value: &OsStr, drop: &[String]) -> bool {
+    looks_secret(name)
+        || AGENT_VARIABLES.iter().any(|v| OsStr::new(v) == name)
+        || drop.iter().any(|d| OsStr::new(d) == name)
+        || carries_credentials(value)
+}
+
+/// Whether a value carries a credential: a URL with credentials in it ([`carries_url_credentials`]), a
+/// private key, or a word shaped like a token a service hands out (`ghp_…`, `sk-ant-…`, `AKIA…`).
+pub fn carries_credentials(value: &OsStr) -> bool {
+    if carries_url_credentials(value) {
+        return true;
+    }
+    let value = value.to_string_lossy();
+    if value.contains("-----BEGIN") && value.contains("PRIVATE KEY") {
+        return true;
+    }
+    value.split(|c: char| c.is_whitespace() || matches!(c, ',' | ';' | '=' | '"' | '\'' | ':')).any(|word| {
+        TOKEN_PREFIXES.iter().any(|(prefix, len)| {
+            word.len() >= *len
+                && word.starts_with(prefix)
+                && word.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+    })
+}
+
+/// Whether a value holds a URL with credentials in it, anywhere (`JAVA_OPTS=-Dp=http://u:pw@h`): a
+/// password (`scheme://user:secret@host`), or any user part of a web URL, where it is always a token
+/// (`https://TOKEN@github.com`, a Sentry DSN). `postgres://user@host` alone names only a user.
 pub fn carries_url_credentials(value: &OsStr) -> bool {
     let value = value.to_string_lossy();
-    let Some((_, rest)) = value.split_once("://") else { return false };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    authority.rsplit_once('@').is_some_and(|(userinfo, _)| userinfo.contains(':'))
+    let mut rest = value.as_ref();
+    while let Some(at) = rest.find("://") {
+        let scheme: String = rest[..at]
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+            .collect::<String>()
+            .chars()
+            .rev()
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let after = &rest[at + 3..];
+        let authority = after.split(['/', '?', '#', ' ', ',', ';', '"', '\'']).next().unwrap_or("");
+        if let Some((userinfo, _)) = authority.rsplit_once('@') {
+            let web = matches!(scheme.as_str(), "http" | "https" | "ws" | "wss");
+            if userinfo.contains(':') || (web && !userinfo.is_empty()) {
+                return true;
+            }
+        }
+        rest = after;
+    }
+    false
 }
 
 /// How the helper's process tree ended, as it reports on its stdin (a socket from [`CallChannel`]).
@@ -153,15 +229,20 @@ pub struct CallReport {
     pub process_limit: ProcessLimit,
 }
 
-/// What bounded a call's process count (`sandbox check` says which).
+/// What bounded a call's process count (`sandbox check` says which, and tests it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProcessLimit {
-    /// The `pid_max` of the call's own PID namespace.
+    /// A pids cgroup of the call's own: the kernel refuses the fork past the limit, root included.
+    Cgroup,
+    /// The `pid_max` of the call's own PID namespace (only limits of 300 and more: the kernel's least
+    /// `pid_max` is 301).
     PidNamespace,
-    /// `RLIMIT_NPROC`, which counts all of the user's processes and does not bind root.
+    /// `RLIMIT_NPROC`, which does not bind root.
     #[default]
     Rlimit,
+    /// Nothing binds: root, no pids cgroup to be made, and a limit `pid_max` cannot express.
+    NotEnforced,
     /// None: `[sandbox] mode = "off"`.
     Unbounded,
 }
@@ -169,10 +250,20 @@ pub enum ProcessLimit {
 impl ProcessLimit {
     pub fn describe(self) -> &'static str {
         match self {
+            Self::Cgroup => "a pids cgroup of the call's own",
             Self::PidNamespace => "the pid_max of the call's own PID namespace",
-            Self::Rlimit => "RLIMIT_NPROC (counts all of the user's processes; does not bind root)",
+            Self::Rlimit => "RLIMIT_NPROC (does not bind root)",
+            Self::NotEnforced => {
+                "nothing: no pids cgroup can be made here, pid_max cannot go below 300, and RLIMIT_NPROC does \
+                 not bind root"
+            }
             Self::Unbounded => "nothing ([sandbox] mode = \"off\")",
         }
+    }
+
+    /// Whether the kernel refuses a process past the limit.
+    pub fn binds(self) -> bool {
+        matches!(self, Self::Cgroup | Self::PidNamespace | Self::Rlimit)
     }
 }
 
@@ -216,10 +307,12 @@ impl CallChannel {
     }
 }
 
-/// Whether an environment variable's name contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, in any case.
+/// Whether an environment variable's name contains KEY, TOKEN, SECRET, PASSWORD or CREDENTIAL, or has
+/// AUTH, PASS, DSN, … as a whole part, in any case.
 pub fn looks_secret(name: &OsStr) -> bool {
     let upper = name.to_string_lossy().to_ascii_uppercase();
     SECRET_WORDS.iter().any(|w| upper.contains(w))
+        || upper.split(|c: char| !c.is_ascii_alphanumeric()).any(|part| SECRET_PARTS.contains(&part))
 }
 
 #[cfg(test)]
@@ -233,14 +326,26 @@ mod tests {
         {
             assert!(looks_secret(OsStr::new(name)), "{name}");
         }
-        for name in ["PATH", "HOME", "CARGO_TARGET_DIR", "LANG"] {
+        for name in ["NPM_CONFIG__AUTH", "DB_PASS", "SENTRY_DSN", "GITHUB_PAT", "basic-auth"] {
+            assert!(looks_secret(OsStr::new(name)), "{name}");
+        }
+        for name in
+            ["PATH", "HOME", "CARGO_TARGET_DIR", "LANG", "GIT_AUTHOR_NAME", "SSH_ASKPASS", "PWD", "PATCH"]
+        {
             assert!(!looks_secret(OsStr::new(name)), "{name}");
         }
     }
 
     #[test]
     fn url_credentials_are_recognised_in_values() {
-        for value in ["postgres://u:pw@db/x", "https://user:tok@github.com/a.git", "redis://:pw@h:6379"] {
+        for value in [
+            "postgres://u:pw@db/x",
+            "https://user:tok@github.com/a.git",
+            "redis://:pw@h:6379",
+            "https://0123abcd@o1.ingest.sentry.io/42",
+            "-Dhttp.proxy=http://u:pw@proxy:3128 -Xmx1g",
+            "a,https://tok@h",
+        ] {
             assert!(carries_url_credentials(OsStr::new(value)), "{value}");
         }
         for value in
@@ -248,6 +353,34 @@ mod tests {
         {
             assert!(!carries_url_credentials(OsStr::new(value)), "{value}");
         }
+    }
+
+    #[test]
+    fn token_shaped_values_and_private_keys_are_credentials() {
+        for value in [
+            "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB",
+            "sk-ant-api03-0123456789abcdefghijklmnopqrstuvwxyz",
+            "AKIAIOSFODNN7EXAMPLE",
+            "Bearer glpat-0123456789abcdefghij",
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nabc",
+        ] {
+            assert!(carries_credentials(OsStr::new(value)), "{value}");
+        }
+        for value in ["sk-short", "/usr/local/bin:/usr/bin", "en_US.UTF-8", "AKIA", "ghp_ not a token"] {
+            assert!(!carries_credentials(OsStr::new(value)), "{value}");
+        }
+    }
+
+    #[test]
+    fn variables_codeloop_reads_credentials_from_are_withheld_whatever_their_name() {
+        let drop = vec!["OTEL_EXPORTER_OTLP_HEADERS".to_owned(), "MY_PROVIDER_CRED".to_owned()];
+        assert!(withheld(
+            OsStr::new("OTEL_EXPORTER_OTLP_HEADERS"),
+            OsStr::new("x-honeycomb-team=abc"),
+            &drop
+        ));
+        assert!(withheld(OsStr::new("MY_PROVIDER_CRED"), OsStr::new("abc"), &drop));
+        assert!(!withheld(OsStr::new("OTEL_SERVICE_NAME"), OsStr::new("codeloop"), &drop));
     }
 
     #[test]

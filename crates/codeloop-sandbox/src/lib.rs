@@ -22,10 +22,11 @@ mod probe;
 
 pub use check::{CheckKind, CheckLine, CheckReport, check};
 pub use command::{
-    CallChannel, CallReport, HELPER_ARG, ProcessLimit, carries_url_credentials, looks_secret, wrap_command,
+    CallChannel, CallReport, HELPER_ARG, ProcessLimit, carries_credentials, carries_url_credentials,
+    looks_secret, withheld, wrap_command,
 };
 pub use explain::explain_failure;
 pub use fingerprint::{Fingerprint, fingerprint};
 pub use helper::{EXIT_SETUP_FAILED, helper_main};
 pub use policy::{CacheOverlay, DEFAULT_MAX_PROCESSES, SandboxMode, SandboxPolicy};
-pub use probe::{NO_USER_NAMESPACES_ENV, Support, probe};
+pub use probe::{NO_CGROUP_ENV, NO_USER_NAMESPACES_ENV, Support, probe};

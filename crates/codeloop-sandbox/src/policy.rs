@@ -61,6 +61,10 @@ pub struct SandboxPolicy {
     pub cache_overlays: Vec<CacheOverlay>,
     /// Environment variables kept even though they look secret or reach an agent (`SSH_AUTH_SOCK`, …).
     pub env_keep: Vec<String>,
+    /// Variables codeloop itself reads credentials from (DESIGN.md §5j): the OTLP headers, the server
+    /// token, the store URL, each provider's `api_key_env`, the cloud credentials, what MCP servers'
+    /// headers interpolate. Dropped whatever their name looks like, unless `env_keep` names them.
+    pub env_drop: Vec<String>,
     /// UNIX sockets (or directories of them) outside the writable roots that stay reachable; every other
     /// one is masked where the mount namespace is available.
     pub allow_unix_sockets: Vec<PathBuf>,
@@ -93,6 +97,7 @@ impl SandboxPolicy {
             cache_dirs: Vec::new(),
             cache_overlays: Vec::new(),
             env_keep: Vec::new(),
+            env_drop: Vec::new(),
             allow_unix_sockets: Vec::new(),
             max_processes: DEFAULT_MAX_PROCESSES,
         }

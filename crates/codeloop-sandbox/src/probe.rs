@@ -26,6 +26,10 @@ impl Support {
 /// paths checked after each call, the call's tree owned by a subreaper instead of a PID namespace).
 pub const NO_USER_NAMESPACES_ENV: &str = "CODELOOP_SANDBOX_NO_USERNS";
 
+/// Set to `1` (in the helper's environment), no pids cgroup is made, as on a machine without one: for
+/// measuring what the cgroup costs and testing the bounds below it.
+pub const NO_CGROUP_ENV: &str = "CODELOOP_SANDBOX_NO_CGROUP";
+
 /// Probes once per process; later calls return the cached answer.
 pub fn probe() -> Support {
     static SUPPORT: OnceLock<Support> = OnceLock::new();

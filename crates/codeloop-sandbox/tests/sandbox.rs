@@ -343,6 +343,12 @@ fn secret_looking_env_vars_are_dropped_unless_kept() {
         .env("DISPLAY", ":0")
         .env("DATABASE_URL", "postgres://app:hunter2@db/app")
         .env("PUBLIC_URL", "https://example.com/x")
+        .env("SENTRY_DSN", "https://0123abcd@o1.ingest.sentry.io/42")
+        .env("NPM_CONFIG__AUTH", "dXNlcjpwYXNz")
+        .env("UPLINK", "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB")
+        .env("OTEL_EXPORTER_OTLP_HEADERS", "x-honeycomb-team=abc123")
+        .env("ACME_LLM_CRED", "provider-secret")
+        .env("OTEL_SERVICE_NAME", "svc")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -358,11 +364,23 @@ fn env_filter_in_child() {
     let fx = Fixture::new();
     let mut policy = fx.policy.clone();
     policy.env_keep = vec!["KEPT_TOKEN".to_owned()];
+    // What codeloop reads credentials from (its caller names them): dropped whatever they look like.
+    policy.env_drop = vec!["OTEL_EXPORTER_OTLP_HEADERS".to_owned(), "ACME_LLM_CRED".to_owned()];
     let out = fx.bash_with(&policy, "env");
     let env = String::from_utf8_lossy(&out.stdout);
-    for gone in
-        ["SERVICE_API_KEY=", "github_token=", "DB_PASSWORD=", "SSH_AUTH_SOCK=", "DISPLAY=", "DATABASE_URL="]
-    {
+    for gone in [
+        "SERVICE_API_KEY=",
+        "github_token=",
+        "DB_PASSWORD=",
+        "SSH_AUTH_SOCK=",
+        "DISPLAY=",
+        "DATABASE_URL=",
+        "SENTRY_DSN=",
+        "NPM_CONFIG__AUTH=",
+        "UPLINK=",
+        "OTEL_EXPORTER_OTLP_HEADERS=",
+        "ACME_LLM_CRED=",
+    ] {
         assert!(!env.lines().any(|l| l.starts_with(gone)), "{gone} kept:\n{env}");
     }
     for kept in [
@@ -370,6 +388,7 @@ fn env_filter_in_child() {
         "PLAIN_SETTING=plain",
         "CODELOOP_SANDBOX_ENV_TEST=1",
         "PUBLIC_URL=https://example.com/x",
+        "OTEL_SERVICE_NAME=svc",
     ] {
         assert!(env.lines().any(|l| l == kept), "{kept} dropped:\n{env}");
     }
@@ -521,12 +540,17 @@ fn the_process_count_is_bounded_also_for_root() {
     let mut channel = CallChannel::new().unwrap();
     let out = wrap_command(Path::new(HELPER), &policy, std::env::current_exe().unwrap().as_os_str(), &args)
         .env("CODELOOP_FORK_PROBE", "400")
+        // The bound below a pids cgroup: the namespace's pid_max.
+        .env(codeloop_sandbox::NO_CGROUP_ENV, "1")
         .stdin(channel.stdin())
         .output()
         .unwrap();
     let report = channel.report().unwrap_or_else(|| panic!("no report: {}", text(&out)));
-    if report.process_limit != ProcessLimit::PidNamespace {
-        skip("the_process_count_is_bounded_also_for_root", "this kernel has no per-namespace pid_max");
+    if !report.process_limit.binds() {
+        skip(
+            "the_process_count_is_bounded_also_for_root",
+            "no pids cgroup and no per-namespace pid_max here",
+        );
         return;
     }
     let started: usize = String::from_utf8_lossy(&out.stdout)
@@ -537,6 +561,75 @@ fn the_process_count_is_bounded_also_for_root() {
     assert!(started < 300, "{started} processes started: {}", text(&out));
     assert!(started > 100, "the limit is not far below the setting: {started}");
     assert!(report.leftovers as usize >= started, "every one was ended with the call: {report:?}");
+}
+
+#[test]
+fn a_small_process_limit_binds_root_too() {
+    if !namespaces_here("a_small_process_limit_binds_root_too") {
+        return;
+    }
+    let mut policy = Fixture::new().policy;
+    policy.max_processes = 32;
+    let args = ["--exact", "fork_probe", "--ignored", "--nocapture"].map(OsString::from);
+    let mut channel = CallChannel::new().unwrap();
+    let out = wrap_command(Path::new(HELPER), &policy, std::env::current_exe().unwrap().as_os_str(), &args)
+        .env("CODELOOP_FORK_PROBE", "64")
+        .stdin(channel.stdin())
+        .output()
+        .unwrap();
+    let report = channel.report().unwrap_or_else(|| panic!("no report: {}", text(&out)));
+    if report.process_limit == ProcessLimit::NotEnforced {
+        // Root with no pids cgroup to make: the check must say so (the_check_says_plainly_…).
+        skip("a_small_process_limit_binds_root_too", "no pids cgroup here and the tests run as root");
+        return;
+    }
+    let started: usize = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("STARTED "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count: {}", text(&out)));
+    assert!(
+        started < 32,
+        "{started} processes started under max_processes = 32 ({report:?}): {}",
+        text(&out)
+    );
+    assert!(started >= 20, "the limit is not far below the setting: {started}");
+}
+
+#[test]
+fn the_command_cannot_reach_into_its_init() {
+    if !namespaces_here("the_command_cannot_reach_into_its_init") {
+        return;
+    }
+    let fx = Fixture::new();
+    // A signal from inside is ignored (the call goes on), /proc/1/mem and environ stay closed (what a
+    // ptrace attach needs), and the command holds no capability to get around that.
+    let out = fx.bash(
+        "kill -TERM 1; kill -HUP 1; sleep 0.3; echo still-running; \
+         (exec 3</proc/1/mem) 2>/dev/null && echo MEM-OPENED; \
+         cat /proc/1/environ >/dev/null 2>&1 && echo ENVIRON-READ; \
+         grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status",
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(stdout.contains("still-running"), "{}", text(&out));
+    assert!(!stdout.contains("MEM-OPENED") && !stdout.contains("ENVIRON-READ"), "{}", text(&out));
+    for line in stdout.lines().filter(|l| l.starts_with("Cap")) {
+        assert!(line.ends_with("0000000000000000"), "the command has capabilities: {line}");
+    }
+    // The positive control: a SIGTERM from outside (codeloop's kill) still ends the call.
+    let args = [OsString::from("-c"), OsString::from("sleep 30")];
+    let mut child = wrap_command(Path::new(HELPER), &fx.policy, OsStr::new("bash"), &args)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let started = std::time::Instant::now();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[test]

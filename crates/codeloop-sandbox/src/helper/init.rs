@@ -19,18 +19,15 @@ use super::{Failure, Invocation, landlock_rules, mounts, seccomp};
 /// The kernel's smallest `pid_max` (`RESERVED_PIDS + 1`).
 const MIN_PID_MAX: u32 = 301;
 
-pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
+/// `cgroup`: the outer helper already bounds the call by a pids cgroup.
+pub(super) fn run(inv: Invocation, cgroup: bool) -> Result<u8, Failure> {
     let policy = &inv.plan.policy;
     // If the outer helper dies (codeloop's group kill), so does this init, and with it the namespace.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let own_proc = mounts::mount_proc().is_ok();
-    let process_limit = if own_proc && set_pid_max(policy.max_processes).is_ok() {
-        ProcessLimit::PidNamespace
-    } else {
-        limit_by_rlimit(policy.max_processes);
-        ProcessLimit::Rlimit
-    };
-    let _ = rustix::thread::clear_ambient_capability_set();
+    let process_limit =
+        if cgroup { ProcessLimit::Cgroup } else { bound_processes(policy.max_processes, own_proc) };
+    harden().map_err(Failure::setup)?;
     landlock_rules::restrict(policy).map_err(Failure::setup)?;
     if !policy.network {
         seccomp::deny_sockets().map_err(Failure::setup)?;
@@ -49,6 +46,47 @@ pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
     Ok(ended.code)
 }
 
+/// Below a pids cgroup: the namespace's `pid_max` when it can express `max`, else `RLIMIT_NPROC` (a
+/// `pid_max` above the setting still keeps a fork bomb to a few hundred).
+fn bound_processes(max: u32, own_proc: bool) -> ProcessLimit {
+    if own_proc && max.saturating_add(1) >= MIN_PID_MAX && set_pid_max(max).is_ok() {
+        return ProcessLimit::PidNamespace;
+    }
+    if own_proc {
+        let _ = set_pid_max(max);
+    }
+    limit_by_rlimit(max)
+}
+
+/// Nothing PROGRAM runs may reach into this init, which holds the namespace's capabilities: it is not
+/// dumpable (no `ptrace`, no `/proc/1/mem` or `environ` for a process without `CAP_SYS_PTRACE`), and
+/// PROGRAM starts with no capability at all — the bounding and inheritable sets are emptied, so even root
+/// of this namespace gets none at exec. Signals from inside the namespace are ignored by
+/// [`super::supervise`].
+fn harden() -> Result<(), String> {
+    use rustix::thread::{
+        CapabilitySet, capabilities, remove_capability_from_bounding_set, set_capabilities,
+    };
+    nix::sys::prctl::set_dumpable(false)
+        .map_err(|e| format!("cannot make the sandbox's init undumpable: {e}"))?;
+    let _ = rustix::thread::clear_ambient_capability_set();
+    let root = nix::unistd::getuid().is_root();
+    for capability in CapabilitySet::all().iter() {
+        match remove_capability_from_bounding_set(capability) {
+            // A capability this kernel does not know.
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) if root => return Err(format!("cannot drop the capabilities of the command: {e}")),
+            // Not root: PROGRAM's exec gives it no capability anyway (the ambient set is empty).
+            Err(_) => {}
+        }
+    }
+    if let Ok(mut sets) = capabilities(None) {
+        sets.inheritable = CapabilitySet::empty();
+        let _ = set_capabilities(None, sets);
+    }
+    Ok(())
+}
+
 /// `pid_max` of this PID namespace (kernels since 6.14 have one per namespace): at most `max` processes
 /// at once, never below the kernel's minimum.
 fn set_pid_max(max: u32) -> std::io::Result<()> {
@@ -63,12 +101,13 @@ fn set_pid_max(max: u32) -> std::io::Result<()> {
     }
 }
 
-/// `RLIMIT_NPROC` for the command: the fallback bound (it counts all of the user's processes and does not
-/// bind root).
-pub(super) fn limit_by_rlimit(max: u32) {
+/// `RLIMIT_NPROC` for the command: the last bound. It does not bind root; for anyone else it counts the
+/// user's processes in the call's own user namespace (kernels since 5.14), else all of them.
+pub(super) fn limit_by_rlimit(max: u32) -> ProcessLimit {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let max = u64::from(max);
+    let limit = u64::from(max);
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NPROC) {
-        let _ = setrlimit(Resource::RLIMIT_NPROC, soft.min(max), hard.min(max));
+        let _ = setrlimit(Resource::RLIMIT_NPROC, soft.min(limit), hard.min(limit));
     }
+    if nix::unistd::getuid().is_root() { ProcessLimit::NotEnforced } else { ProcessLimit::Rlimit }
 }

@@ -2,13 +2,18 @@
 //! up the walls and runs PROGRAM inside them. It must not run anything before the walls are up, and it
 //! never falls back to running PROGRAM unwalled when a wall it was asked for fails.
 //!
+//! Before either, the helper puts the call in a pids cgroup of its own where the machine lets it
+//! ([`cgroup`]), which bounds the process count for root too.
+//!
 //! With user namespaces (the usual case) there are three processes:
 //! - the **outer helper** makes a user + mount + PID namespace, mounts the read-only, overlay and masking
 //!   layers, and starts the init below; it stays as its parent, watches its stdin (a socket from codeloop)
 //!   for the owner's end, and passes the init's report and exit code on;
 //! - the **init** (`__sandbox --init …`, PID 1 of the new namespace) mounts the namespace's own `/proc`,
-//!   bounds the process count, applies Landlock and seccomp to itself and starts PROGRAM; when PROGRAM
-//!   exits it counts and ends whatever else is left, so a call owns its whole tree (DESIGN.md §5f);
+//!   bounds the process count, makes itself unreachable from PROGRAM (not dumpable, no capability left
+//!   for PROGRAM, signals from inside the namespace ignored), applies Landlock and seccomp to itself and
+//!   starts PROGRAM; when PROGRAM exits it counts and ends whatever else is left, so a call owns its whole
+//!   tree (DESIGN.md §5f);
 //! - **PROGRAM**, which sees only its own processes.
 //!
 //! Without them, the outer helper applies Landlock, seccomp and the process rlimit to itself and starts
@@ -22,6 +27,8 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
+#[cfg(target_os = "linux")]
+mod cgroup;
 #[cfg(target_os = "linux")]
 mod init;
 #[cfg(target_os = "linux")]
@@ -49,6 +56,10 @@ pub(crate) const MESSAGE_PREFIX: &str = "codeloop sandbox:";
 /// The first argument of the init process the outer helper starts.
 #[cfg(target_os = "linux")]
 const INIT_ARG: &str = "--init";
+
+/// After [`INIT_ARG`]: the outer helper put the call in a pids cgroup of its own.
+#[cfg(target_os = "linux")]
+const CGROUP_ARG: &str = "--cgroup";
 
 /// Entry of the helper mode: `args` are the arguments after `__sandbox`. Returns PROGRAM's exit code, or
 /// prints one line to stderr and returns 125, 126 or 127.
@@ -112,7 +123,11 @@ fn run(args: Vec<OsString>) -> Result<u8, Failure> {
     let mut args = args.into_iter().peekable();
     if args.peek().is_some_and(|a| a == INIT_ARG) {
         args.next();
-        return init::run(parse(args)?);
+        let cgroup = args.peek().is_some_and(|a| a == CGROUP_ARG);
+        if cgroup {
+            args.next();
+        }
+        return init::run(parse(args)?, cgroup);
     }
     outer::run(parse(args)?)
 }

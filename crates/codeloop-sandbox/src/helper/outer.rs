@@ -13,28 +13,41 @@ use nix::sys::signalfd::SignalFd;
 use crate::command::{CallReport, HELPER_ARG, Namespace, ProcessLimit};
 use crate::policy::SandboxMode;
 
+use super::cgroup::PidsCgroup;
 use super::supervise::{owner_gone, owner_socket, watch_signals};
-use super::{Failure, INIT_ARG, Invocation, landlock_rules, mounts, seccomp, subreaper};
+use super::{CGROUP_ARG, Failure, INIT_ARG, Invocation, landlock_rules, mounts, seccomp, subreaper};
 
 pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
     let policy = &inv.plan.policy;
     if policy.mode == SandboxMode::Off {
         return subreaper::run(&inv, ProcessLimit::Unbounded);
     }
+    let cgroup = PidsCgroup::join(policy.max_processes);
     match inv.plan.namespace {
         Namespace::Skip => {
             landlock_rules::restrict(policy).map_err(Failure::setup)?;
             if !policy.network {
                 seccomp::deny_sockets().map_err(Failure::setup)?;
             }
-            super::init::limit_by_rlimit(policy.max_processes);
-            subreaper::run(&inv, ProcessLimit::Rlimit)
+            // Landlock now keeps this helper out of the cgroup file system: a later call's sweep removes
+            // the cgroup once it is empty.
+            let limit = match cgroup {
+                Some(_) => ProcessLimit::Cgroup,
+                None => super::init::limit_by_rlimit(policy.max_processes),
+            };
+            subreaper::run(&inv, limit)
         }
-        Namespace::Private => walled_tree(&inv),
+        Namespace::Private => {
+            let code = walled_tree(&inv, cgroup.is_some());
+            if let Some(cgroup) = cgroup {
+                cgroup.leave();
+            }
+            code
+        }
     }
 }
 
-fn walled_tree(inv: &Invocation) -> Result<u8, Failure> {
+fn walled_tree(inv: &Invocation, cgroup: bool) -> Result<u8, Failure> {
     let policy = &inv.plan.policy;
     mounts::enter_namespace().map_err(Failure::setup)?;
     mounts::protect(&policy.protected).map_err(Failure::setup)?;
@@ -48,13 +61,11 @@ fn walled_tree(inv: &Invocation) -> Result<u8, Failure> {
     let (report_in, report_out) =
         std::io::pipe().map_err(|e| Failure::setup(format!("cannot make the report pipe: {e}")))?;
     let mut init = Command::new("/proc/self/exe");
-    init.arg(HELPER_ARG)
-        .arg(INIT_ARG)
-        .arg(&inv.plan_text)
-        .arg("--")
-        .arg(&inv.program)
-        .args(&inv.args)
-        .stdin(Stdio::from(report_out));
+    init.arg(HELPER_ARG).arg(INIT_ARG);
+    if cgroup {
+        init.arg(CGROUP_ARG);
+    }
+    init.arg(&inv.plan_text).arg("--").arg(&inv.program).args(&inv.args).stdin(Stdio::from(report_out));
     let signals = watch_signals().map_err(Failure::setup)?;
     let child = super::supervise::spawn_unblocked(&mut init)
         .map_err(|e| Failure::setup(format!("cannot start the sandbox's init: {e}")))?;

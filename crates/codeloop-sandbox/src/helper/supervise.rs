@@ -92,7 +92,7 @@ pub(super) fn supervise(
         }
         let timeout = kill_at.map(|at| at.saturating_duration_since(Instant::now()));
         let (signalled, owner_event) = wait(signals, owner, timeout);
-        if signalled && drain(signals).contains(&Signal::SIGTERM) && kill_at.is_none() {
+        if signalled && drain(signals, tree).contains(&Signal::SIGTERM) && kill_at.is_none() {
             tree.signal(Signal::SIGTERM);
             kill_at = Some(Instant::now() + KILL_GRACE);
         }
@@ -118,12 +118,15 @@ fn wait(signals: &SignalFd, owner: Option<&UnixStream>, timeout: Option<Duration
     }
 }
 
-/// The signals waiting on the signalfd (SIGTERM, SIGINT and SIGHUP all read as SIGTERM).
-fn drain(signals: &SignalFd) -> Vec<Signal> {
+/// The signals waiting on the signalfd (SIGTERM, SIGINT and SIGHUP all read as SIGTERM). As the init of
+/// the call's namespace, an ending signal counts only from outside it (the outer helper, codeloop's group
+/// kill: the sender's pid is 0 here); PROGRAM may not end or steer its own init.
+fn drain(signals: &SignalFd, tree: Tree) -> Vec<Signal> {
     let mut out = Vec::new();
     while let Ok(Some(info)) = signals.read_signal() {
         match Signal::try_from(i32::try_from(info.ssi_signo).unwrap_or(0)) {
             Ok(Signal::SIGCHLD) => out.push(Signal::SIGCHLD),
+            Ok(_) if tree == Tree::Namespace && info.ssi_pid != 0 => {}
             Ok(_) => out.push(Signal::SIGTERM),
             Err(_) => {}
         }
@@ -160,7 +163,7 @@ fn end_tree(tree: Tree, signals: &SignalFd) -> u32 {
         }
         tree.signal(Signal::SIGKILL);
         let _ = wait(signals, None, Some(REWALK_EVERY));
-        drain(signals);
+        drain(signals, tree);
     }
 }
 
