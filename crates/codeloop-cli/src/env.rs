@@ -189,12 +189,44 @@ pub fn open_engine_on(
     }
     options.home = home();
     options.protected_dirs = config_dir().into_iter().collect();
+    options.protected_paths = protected_paths();
     options.sandbox_helper = std::env::current_exe().ok();
     options.global_instructions = config_dir().map(|d| d.join("AGENTS.md"));
     options.command_dirs = Some(command_dirs());
     options.project_trust = Some(std::sync::Arc::new(project_trusted));
     Engine::open(options)
         .with_context(|| format!("cannot open codeloop's store (data directory {})", data_dir.display()))
+}
+
+/// Files and folders outside any project that codeloop, Claude Code, OpenCode or Codex take programs or
+/// rules from (DESIGN.md §5j): a tool writes them only with an explicit grant, whatever `"*"`,
+/// `--on-ask allow` or an "always" answer say. The config and data dirs are protected (and hidden) apart.
+pub fn protected_paths() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    if let Some(explicit) = std::env::var_os("CODELOOP_CONFIG").filter(|c| !c.is_empty()).map(PathBuf::from) {
+        let explicit = std::path::absolute(&explicit).unwrap_or(explicit);
+        if let Some(folder) = explicit.parent() {
+            out.push(folder.join("commands"));
+        }
+        out.push(explicit);
+    }
+    out.extend(command_dirs());
+    out.extend(codeloop_tools::SkillTool::default_dirs().into_iter().filter(|d| d.is_absolute()));
+    if let Some(home) = home() {
+        let claude = home.join(".claude");
+        for name in ["settings.json", "settings.local.json", "commands", "skills", "agents", "plugins"] {
+            out.push(claude.join(name));
+        }
+        out.push(home.join(".claude.json"));
+        out.push(home.join(".codex"));
+        out.push(home.join(".config").join("opencode"));
+    }
+    let xdg_config = std::env::var_os("XDG_CONFIG_HOME").filter(|d| !d.is_empty()).map(PathBuf::from);
+    out.extend(xdg_config.map(|config| config.join("opencode")));
+    out.extend(std::env::var_os("CODEX_HOME").filter(|d| !d.is_empty()).map(PathBuf::from));
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The user's command folders (DESIGN.md §5g), highest precedence first: codeloop's config dir, the

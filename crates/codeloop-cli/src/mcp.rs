@@ -92,21 +92,25 @@ pub async fn mcp(command: McpCommand) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn context() -> anyhow::Result<StartContext> {
+/// What MCP servers start with; `config` names the credentials stdio servers are not handed.
+fn context(config: &codeloop_core::config::Config) -> anyhow::Result<StartContext> {
+    let credentials = codeloop_core::credentials::credential_variables(config);
     Ok(StartContext {
         auth: AuthStore::new(&env::data_dir()?),
         env: Arc::new(|name| std::env::var(name).ok()),
+        withheld_env: codeloop_core::mcp::WithheldEnv::new(&credentials, &config.sandbox.env_keep),
     })
 }
 
-/// The MCP servers a run in `dir` would start (a project's only once trusted).
-fn configured(dir: Option<PathBuf>) -> anyhow::Result<BTreeMap<String, McpSettings>> {
+/// The config a run in `dir` would have (its MCP servers: a project's only once trusted).
+fn configured(dir: Option<PathBuf>) -> anyhow::Result<codeloop_core::config::Config> {
     let dir = crate::project_dir(dir)?;
-    Ok(env::load_config(Some(&dir))?.mcp)
+    env::load_config(Some(&dir))
 }
 
 async fn list(json: bool, dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let servers = McpServers::new(configured(dir)?, context()?);
+    let config = configured(dir)?;
+    let servers = McpServers::new(config.mcp.clone(), context(&config)?);
     let status = servers.status().await;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);
@@ -195,14 +199,16 @@ fn remove(name: &str) -> anyhow::Result<ExitCode> {
     let path = target_file()?;
     codeloop_core::mcp::remove_server(&path, name)?;
     eprintln!("removed [mcp.{name}] from {}", path.display());
-    if !context()?.auth.records(name).is_empty() {
+    if !AuthStore::new(&env::data_dir()?).records(name).is_empty() {
         eprintln!("its sign-in stays in the data dir until `codeloop mcp logout {name}`");
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn login(name: &str, url: Option<String>, timeout: u64, no_browser: bool) -> anyhow::Result<ExitCode> {
-    let mut servers = configured(None)?;
+    let config = configured(None)?;
+    let context = context(&config)?;
+    let mut servers = config.mcp;
     let settings = match (servers.remove(name), url) {
         (Some(settings), None) => settings,
         (Some(mut settings), Some(url)) => {
@@ -214,7 +220,6 @@ async fn login(name: &str, url: Option<String>, timeout: u64, no_browser: bool) 
             "no MCP server `{name}` in your config: add it with `codeloop mcp add {name} --url URL`, or pass --url"
         ),
     };
-    let context = context()?;
     let pending = match codeloop_core::mcp::begin_login(name, &settings, &context).await {
         Ok(pending) => pending,
         Err(LoginError::NotNeeded(_)) => {
@@ -262,7 +267,7 @@ fn open_browser(url: &str) {
 }
 
 fn logout(name: &str) -> anyhow::Result<ExitCode> {
-    let store = context()?.auth;
+    let store = AuthStore::new(&env::data_dir()?);
     let forgotten = store
         .forget(name)
         .with_context(|| format!("cannot remove the sign-in of {name} from {}", store.dir().display()))?;

@@ -37,6 +37,8 @@ pub fn sandbox(command: SandboxCommand) -> anyhow::Result<ExitCode> {
         home: std::env::home_dir(),
         masked: env::config_dir().into_iter().chain(env::data_dir().ok()).collect(),
         cache_layers: env::data_dir().ok().map(|d| d.join("sandbox").join("caches")),
+        credentials: codeloop_core::credentials::credential_variables(&config),
+        protected: env::protected_paths(),
     };
     let walls = walls_for(&setup, &config.sandbox, &paths, &agent).context("no sandbox helper")?;
     let report = codeloop_sandbox::check(&walls.helper, &walls.policy);

@@ -30,6 +30,8 @@ mod tui;
 mod walls;
 #[path = "cli/walls_round3.rs"]
 mod walls_round3;
+#[path = "cli/walls_round4.rs"]
+mod walls_round4;
 #[path = "cli/web.rs"]
 mod web;
 #[path = "cli/workers.rs"]

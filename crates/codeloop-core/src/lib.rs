@@ -13,6 +13,7 @@ mod command;
 pub mod compaction;
 pub mod config;
 mod coordinator;
+pub mod credentials;
 pub mod doom_loop;
 mod engine;
 mod error;

@@ -148,6 +148,7 @@ impl Services {
         };
         paths.protected = self.protected_dirs.clone();
         paths.protected.push(self.data_dir.clone());
+        paths.protected.extend(self.walls.protected.iter().cloned());
         paths
     }
 

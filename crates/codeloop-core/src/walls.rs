@@ -25,6 +25,13 @@ pub struct WallsSetup {
     /// Where the package caches' overlay layers live (`<data dir>/sandbox/caches`); `None` makes the
     /// caches read-only.
     pub cache_layers: Option<PathBuf>,
+    /// The variables codeloop reads credentials from ([`crate::credentials`]): no command gets them.
+    pub credentials: Vec<String>,
+    /// Files and folders outside the project that codeloop (or another agent the user runs) takes
+    /// programs or rules from (DESIGN.md §5j): the `CODELOOP_CONFIG` file, `~/.claude/settings.json`,
+    /// `~/.claude/{commands,skills,agents,plugins}`, `~/.codex`, … Tools write them only with an explicit
+    /// grant; commands cannot write those that lie inside a writable root. Not hidden.
+    pub protected: Vec<PathBuf>,
 }
 
 /// The walls for one agent's commands in a project; `None` when there is no helper.
@@ -43,7 +50,15 @@ pub fn walls_for(
     policy.network = config.network;
     policy.writable_roots = config.writable_roots.iter().map(|r| PathBuf::from(expand_home(r))).collect();
     policy.protected = protected_paths(paths, config.git_write);
+    // Outside the project only what a writable root (the project included) would let a command write.
+    let writable: Vec<PathBuf> = policy.writable_paths().into_iter().map(real).collect();
+    for path in setup.protected.iter().filter(|p| p.exists()).map(|p| real(p)) {
+        if writable.iter().any(|w| path.starts_with(w)) && !policy.protected.contains(&path) {
+            policy.protected.push(path);
+        }
+    }
     policy.env_keep = config.env_keep.clone();
+    policy.env_drop = setup.credentials.clone();
     policy.allow_unix_sockets =
         config.allow_unix_sockets.iter().map(|s| PathBuf::from(expand_home(s))).collect();
     policy.max_processes = config.max_processes;

@@ -61,6 +61,8 @@ struct Received {
     spans: Vec<CollectedSpan>,
     points: Vec<CollectedPoint>,
     requests: usize,
+    /// Each export request's headers, names lowercased (an exporter's authentication among them).
+    headers: Vec<BTreeMap<String, String>>,
 }
 
 /// A collector receiving OTLP/HTTP on loopback.
@@ -143,7 +145,7 @@ async fn traces(
             }
         }
     }
-    record(&received, &arrived, |r| r.spans.extend(spans));
+    record(&received, &arrived, &headers, |r| r.spans.extend(spans));
     protobuf(ExportTraceServiceResponse::default())
 }
 
@@ -177,7 +179,7 @@ async fn metrics(
             }
         }
     }
-    record(&received, &arrived, |r| r.points.extend(points));
+    record(&received, &arrived, &headers, |r| r.points.extend(points));
     protobuf(ExportMetricsServiceResponse::default())
 }
 
@@ -192,10 +194,22 @@ fn number(name: &str, point: &opentelemetry_proto::tonic::metrics::v1::NumberDat
     CollectedPoint { metric: name.to_owned(), attributes: attributes(&point.attributes), value, count: None }
 }
 
-fn record(received: &Mutex<Received>, arrived: &watch::Sender<usize>, add: impl FnOnce(&mut Received)) {
+fn record(
+    received: &Mutex<Received>,
+    arrived: &watch::Sender<usize>,
+    headers: &HeaderMap,
+    add: impl FnOnce(&mut Received),
+) {
+    let headers = headers
+        .iter()
+        .map(|(name, value)| {
+            (name.as_str().to_owned(), String::from_utf8_lossy(value.as_bytes()).into_owned())
+        })
+        .collect();
     let requests = {
         let mut received = received.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         add(&mut received);
+        received.headers.push(headers);
         received.requests += 1;
         received.requests
     };
@@ -236,6 +250,12 @@ impl OtlpCollector {
 
     pub fn points(&self) -> Vec<CollectedPoint> {
         self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner).points.clone()
+    }
+
+    /// The values header `name` (lowercase) had on each export request that carried it.
+    pub fn header_values(&self, name: &str) -> Vec<String> {
+        let received = self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        received.headers.iter().filter_map(|h| h.get(name).cloned()).collect()
     }
 
     /// Export requests received (traces and metrics).

@@ -59,8 +59,13 @@ pub struct EngineOptions {
     pub bus_channel_capacity: usize,
     /// Events kept for replay after a reconnect (`Last-Event-ID`).
     pub bus_replay_capacity: usize,
-    /// Directories no tool writes without an explicit grant, besides the data dir (the user's config dir).
+    /// Directories no tool writes without an explicit grant, besides the data dir (the user's config dir);
+    /// hidden from commands.
     pub protected_dirs: Vec<PathBuf>,
+    /// Files and folders outside the project that codeloop or another agent takes programs or rules from
+    /// (`CODELOOP_CONFIG`, `~/.claude/settings.json`, `~/.codex`, …): written only with an explicit grant,
+    /// read-only for commands, not hidden (DESIGN.md §5j).
+    pub protected_paths: Vec<PathBuf>,
     /// The executable with the sandbox helper mode (`codeloop` itself); `None` runs tools' commands
     /// without OS walls (library tests).
     pub sandbox_helper: Option<PathBuf>,
@@ -114,6 +119,7 @@ impl EngineOptions {
             bus_channel_capacity: crate::bus::DEFAULT_CHANNEL_CAPACITY,
             bus_replay_capacity: crate::bus::DEFAULT_REPLAY_CAPACITY,
             protected_dirs: Vec::new(),
+            protected_paths: Vec::new(),
             sandbox_helper: None,
             home: None,
             project_config: None,
@@ -183,11 +189,13 @@ impl Engine {
         let settled_at_open = store.settled_at_open();
         let recorder = crate::jobs::JobRecorder::new(store.clone(), bus.clone(), owner);
         let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
+        let credentials = crate::credentials::credential_variables(&options.config);
         let mcp = crate::mcp::McpServers::new(
             options.config.mcp.clone(),
             crate::mcp::StartContext {
                 auth: crate::mcp::AuthStore::new(&options.data_dir),
                 env: options.env.clone(),
+                withheld_env: crate::mcp::WithheldEnv::new(&credentials, &options.config.sandbox.env_keep),
             },
         );
         let data_dir = options.data_dir.clone();
@@ -212,6 +220,8 @@ impl Engine {
                 home: options.home,
                 cache_layers: Some(data_dir.join("sandbox").join("caches")),
                 masked: options.protected_dirs.iter().cloned().chain([data_dir]).collect(),
+                credentials,
+                protected: options.protected_paths,
             },
             protected_dirs: options.protected_dirs,
             global_instructions: options.global_instructions,

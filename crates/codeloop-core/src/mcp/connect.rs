@@ -45,6 +45,34 @@ pub enum StartFailure {
 pub struct StartContext {
     pub auth: AuthStore,
     pub env: EnvLookup,
+    /// What stdio servers are not handed of codeloop's environment.
+    pub withheld_env: WithheldEnv,
+}
+
+/// What a stdio server is not handed of codeloop's environment (DESIGN.md §5j): the variables codeloop
+/// reads credentials from ([`crate::credentials`]), unless `[sandbox] env_keep` names one or the server's
+/// own `env` does (as a key, or in a `${VAR}`). A server is the user's program, so nothing else is taken.
+#[derive(Debug, Clone, Default)]
+pub struct WithheldEnv {
+    names: Vec<String>,
+}
+
+impl WithheldEnv {
+    pub fn new(credentials: &[String], env_keep: &[String]) -> Self {
+        Self { names: credentials.iter().filter(|n| !env_keep.contains(n)).cloned().collect() }
+    }
+
+    /// The variables `settings`' server does not get.
+    fn for_server<'a>(&'a self, settings: &'a McpSettings) -> impl Iterator<Item = &'a str> {
+        let named: Vec<String> = settings
+            .env
+            .iter()
+            .flat_map(|(key, value)| {
+                std::iter::once(key.clone()).chain(crate::credentials::interpolated(value))
+            })
+            .collect();
+        self.names.iter().filter(move |n| !named.contains(n)).map(String::as_str)
+    }
 }
 
 /// Flags the server raises between calls; read at the next step.
@@ -164,7 +192,7 @@ pub(crate) async fn connect(
 ) -> Result<Connected, StartFailure> {
     let handler = Handler { signals: signals.clone() };
     let connected = match settings.transport(name).map_err(StartFailure::Failed)? {
-        TransportKind::Stdio => connect_stdio(name, settings, handler).await?,
+        TransportKind::Stdio => connect_stdio(name, settings, &context.withheld_env, handler).await?,
         TransportKind::Http => connect_http(name, settings, context, handler).await?,
     };
     let stateless = connected.protocol.as_str() >= ProtocolVersion::NO_INITIALIZE.as_str();
@@ -177,9 +205,10 @@ pub(crate) async fn connect(
 async fn connect_stdio(
     name: &str,
     settings: &McpSettings,
+    withheld: &WithheldEnv,
     handler: Handler,
 ) -> Result<Connected, StartFailure> {
-    let (transport, tail) = spawn_stdio(name, settings)?;
+    let (transport, tail) = spawn_stdio(name, settings, withheld)?;
     let refused = match handler.clone().serve(transport).await {
         Ok(service) => return Ok(connected(service, AuthState::None, tail, None)),
         Err(rmcp::service::ClientInitializeError::JsonRpcError(error)) => error,
@@ -187,7 +216,7 @@ async fn connect_stdio(
     };
     // It refused `initialize`: a server of the stateless revision only. Start it again and discover.
     tracing::debug!(server = %name, "initialize refused ({}); trying server/discover", refused.message);
-    let (transport, tail) = spawn_stdio(name, settings)?;
+    let (transport, tail) = spawn_stdio(name, settings, withheld)?;
     let discover = ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] };
     match handler.serve_with_lifecycle(transport, discover).await {
         Ok(service) => Ok(connected(service, AuthState::None, tail, None)),
@@ -195,11 +224,18 @@ async fn connect_stdio(
     }
 }
 
-fn spawn_stdio(name: &str, settings: &McpSettings) -> Result<(TokioChildProcess, StderrTail), StartFailure> {
+fn spawn_stdio(
+    name: &str,
+    settings: &McpSettings,
+    withheld: &WithheldEnv,
+) -> Result<(TokioChildProcess, StderrTail), StartFailure> {
     let Some((program, args)) = settings.command.split_first() else {
         return Err(StartFailure::Failed(format!("[mcp.{name}] has an empty `command`")));
     };
     let mut command = tokio::process::Command::new(program);
+    for variable in withheld.for_server(settings) {
+        command.env_remove(variable);
+    }
     command.args(args).envs(&settings.env);
     let (transport, stderr) = TokioChildProcess::builder(command)
         .stderr(std::process::Stdio::piped())

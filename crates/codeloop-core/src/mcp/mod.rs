@@ -29,7 +29,7 @@ use codeloop_tools::Tool;
 use serde::Serialize;
 
 pub use auth::{AuthRecord, AuthState, AuthStore, REFRESH_MARGIN, resource_of};
-pub use connect::{StartContext, StartFailure};
+pub use connect::{StartContext, StartFailure, WithheldEnv};
 pub use edit::{ConfigEditError, add_server, remove_server};
 pub use login::{LoginError, PendingLogin, SignedIn, begin_login};
 pub use prompts::{McpPrompt, McpPromptArgument, McpPromptError, McpPromptText};

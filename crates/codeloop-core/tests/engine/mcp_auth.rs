@@ -53,6 +53,7 @@ fn data_context(data: &Path, env: Env) -> StartContext {
     StartContext {
         auth: codeloop_core::mcp::AuthStore::new(data),
         env: Arc::new(move |n| env.get(n).cloned()),
+        withheld_env: Default::default(),
     }
 }
 

@@ -1,0 +1,215 @@
+//! The fourth audit's findings (DESIGN.md §5j), each through the real binary with a hostile value and a
+//! positive control: credentials codeloop reads never reach a child, the files other programs are run
+//! from are protected wherever they live, protected paths a long job creates are moved out while it runs,
+//! command arguments stay data, an untrusted command never widens the agent, and outside text is escaped.
+
+use std::path::{Path, PathBuf};
+
+use codeloop_testkit::otlp::OtlpCollector;
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+use serde_json::json;
+
+use super::walls::{codeloop, landlock, tool_result};
+use super::{Env, text};
+
+/// Values that must never reach a command or the model, by the variable that holds them.
+const SECRETS: [(&str, &str); 6] = [
+    ("OTEL_EXPORTER_OTLP_HEADERS", "x-collector-key=collector-secret-1"),
+    ("ACME_LLM", "provider-secret-2"),
+    ("SENTRY_DSN", "https://dsnsecret3@o1.ingest.sentry.io/1"),
+    ("NPM_CONFIG__AUTH", "npmsecret4"),
+    ("CODELOOP_SERVER_TOKEN", "server-secret-5"),
+    ("MCP_UPSTREAM", "mcp-secret-6"),
+];
+
+/// The user's config: the fake provider keyed by `ACME_LLM` (a name with no KEY or TOKEN in it), a
+/// disabled remote MCP server whose header interpolates `MCP_UPSTREAM`, and `extra`.
+fn keyed_config(env: &Env, base_url: &str, extra: &str) -> PathBuf {
+    let path = env.home.path().join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "model = \"fake/test\"\n[provider.fake]\nbase_url = \"{base_url}\"\napi_key_env = \"ACME_LLM\"\n\
+             [provider.fake.models.test]\ncontext = 128000\noutput = 8000\n\
+             [mcp.upstream]\nurl = \"http://127.0.0.1:9/mcp\"\nenabled = false\n\
+             headers = {{ Authorization = \"Bearer ${{MCP_UPSTREAM}}\" }}\n{extra}"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_codeloop_reads_never_reach_a_command_and_still_work_for_codeloop() {
+    let env = Env::new();
+    let collector = OtlpCollector::start().await.unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "env; echo end-of-env"}))),
+        Turn::from(Reply::text("done")),
+    ]))
+    .await
+    .unwrap();
+    let config = keyed_config(&env, &fake.base_url(), "[sandbox]\nenv_keep = [\"KEPT_CRED\"]\n");
+    let mut command = env.command(Some(&config), &["run", "--on-ask", "allow", "show me the environment"]);
+    command
+        .envs(SECRETS)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint())
+        .env("KEPT_CRED", "kept-on-purpose")
+        .env("PLAIN_SETTING", "plain");
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert!(output.status.success(), "{}", text(&output).1);
+    let seen = tool_result(&fake, 1);
+    assert!(seen.contains("end-of-env"), "{seen}");
+    let sent: String = fake.requests().iter().map(|r| r.body.to_string()).collect();
+    for (name, value) in SECRETS {
+        let secret = value.rsplit(['=', '/', '@']).find(|p| p.contains("secret")).unwrap_or(value);
+        assert!(!seen.contains(secret), "{name} reached the command: {seen}");
+        assert!(!sent.contains(secret), "{name} reached the model");
+    }
+    // The positive controls: what env_keep names and plain settings stay; codeloop itself still
+    // authenticates to its provider and to the collector with them.
+    assert!(seen.contains("KEPT_CRED=kept-on-purpose") && seen.contains("PLAIN_SETTING=plain"), "{seen}");
+    let auth = fake.requests()[0].header("authorization").unwrap_or_default().to_owned();
+    assert_eq!(auth, "Bearer provider-secret-2");
+    assert!(
+        collector.header_values("x-collector-key").iter().any(|v| v == "collector-secret-1"),
+        "the export authenticated: {} requests",
+        collector.requests()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_stdio_server_gets_only_the_credentials_its_own_env_names() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new(Vec::<Turn>::new())).await.unwrap();
+    let seen = env.home.path().join("server-env.txt");
+    let server =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../codeloop-core/tests/engine/fixtures/fake-mcp.sh");
+    let script =
+        format!("env > '{}'; exec bash '{}'", seen.display(), server.canonicalize().unwrap().display());
+    let extra = format!(
+        "[mcp.local]\ncommand = [\"bash\", \"-c\", {script:?}]\nenv = {{ UPSTREAM = \"${{MCP_UPSTREAM}}\" }}\n"
+    );
+    let config = keyed_config(&env, &fake.base_url(), &extra);
+    let mut command = env.command(Some(&config), &["mcp", "list", "--json"]);
+    command.envs(SECRETS).env("GITHUB_TOKEN", "users-own-token");
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(text(&output).0.contains("connected"), "{:?}", text(&output));
+    let server_env = std::fs::read_to_string(&seen).unwrap();
+    for gone in ["OTEL_EXPORTER_OTLP_HEADERS=", "ACME_LLM=", "CODELOOP_SERVER_TOKEN="] {
+        assert!(!server_env.lines().any(|l| l.starts_with(gone)), "{gone} reached the server:\n{server_env}");
+    }
+    // Its own env names MCP_UPSTREAM, and a server is the user's program: the rest of the user's
+    // environment stays.
+    assert!(server_env.lines().any(|l| l == "MCP_UPSTREAM=mcp-secret-6"), "{server_env}");
+    assert!(server_env.lines().any(|l| l == "GITHUB_TOKEN=users-own-token"), "{server_env}");
+}
+
+/// The files another program runs programs or takes rules from, outside the project.
+fn outside_config_files(env: &Env, config: &Path) -> Vec<PathBuf> {
+    let home = env.home.path();
+    vec![
+        config.to_owned(),
+        home.join(".claude/settings.json"),
+        home.join(".claude/settings.local.json"),
+        home.join(".claude/commands/deploy.md"),
+        home.join(".claude/skills/helper/SKILL.md"),
+        home.join(".claude/agents/reviewer.md"),
+        home.join(".claude.json"),
+        home.join(".codex/config.toml"),
+        home.join(".config/opencode/opencode.json"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_other_programs_run_from_are_protected_outside_the_project() {
+    let env = Env::new();
+    let home = env.home.path();
+    std::fs::create_dir_all(home.join(".codex")).unwrap();
+    std::fs::write(home.join(".codex/config.toml"), "model = \"o3\"\n").unwrap();
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::write(home.join(".claude/settings.json"), "{}\n").unwrap();
+    let placeholder = env.home.path().join("config.toml");
+    let targets = outside_config_files(&env, &placeholder);
+    let evil = "[mcp.evil]\ncommand = [\"sh\", \"-c\", \"touch /tmp/pwned\"]\n";
+    let mut reply = Reply::text("writing");
+    for target in &targets {
+        reply = reply.with_tool_call("write", json!({"filePath": target, "content": evil}));
+    }
+    let fake =
+        FakeProvider::start(Script::new([Turn::from(reply), Turn::from(Reply::text("done"))])).await.unwrap();
+    // Rules that let everything through, and a headless run that answers every question "yes".
+    let config = env.config(
+        &fake.base_url(),
+        "[permission]\nedit = \"allow\"\nexternal_directory = \"allow\"\n\"*\" = \"allow\"\n",
+    );
+    let before: Vec<Option<String>> = targets.iter().map(|t| std::fs::read_to_string(t).ok()).collect();
+    let output = codeloop(&env, &config, &["run", "--format", "json", "--on-ask", "allow", "go"]).await;
+    let (stdout, stderr) = text(&output);
+    for (n, target) in targets.iter().enumerate() {
+        let after = std::fs::read_to_string(target).ok();
+        assert_eq!(after, before[n], "{} was written: {stderr}", target.display());
+    }
+    let refused: Vec<String> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["properties"]["part"]["state"]["status"] == "error")
+        .filter_map(|e| e["properties"]["part"]["state"]["error"].as_str().map(str::to_owned))
+        .filter(|e| e.contains("only granted by a rule that names it"))
+        .collect();
+    for target in &targets {
+        assert!(
+            refused.iter().any(|e| e.contains(&*target.to_string_lossy())),
+            "{} was not refused as protected: {refused:#?}\n{stderr}\n{stdout}",
+            target.display()
+        );
+    }
+
+    // The positive controls: a rule that names the path lets it be written, and the user's own edits
+    // of their config by hand are theirs.
+    let settings = home.join(".claude/settings.json");
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("write", json!({"filePath": settings, "content": "{\"ok\": true}\n"}))),
+        Turn::from(Reply::text("done")),
+    ]))
+    .await
+    .unwrap();
+    let rule = format!(
+        "[permission]\nexternal_directory = \"allow\"\nedit = {{ \"{}\" = \"allow\" }}\n",
+        settings.display()
+    );
+    let config = env.config(&fake.base_url(), &rule);
+    let output = codeloop(&env, &config, &["run", "--on-ask", "allow", "go"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    assert_eq!(std::fs::read_to_string(&settings).unwrap(), "{\"ok\": true}\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_cannot_write_them_even_inside_a_writable_root() {
+    if !landlock() {
+        return;
+    }
+    let env = Env::new();
+    let home = env.home.path();
+    std::fs::create_dir_all(home.join(".claude")).unwrap();
+    std::fs::write(home.join(".claude/settings.json"), "{}\n").unwrap();
+    // The target in a variable: the analysis cannot see it, the walls must hold.
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call(
+            "bash",
+            json!({"command": "f=$HOME/.claude/settings.json; echo '{\"hooks\":1}' > $f; echo rc=$?; g=$HOME/notes.txt; echo mine > $g; echo rc2=$?"}),
+        )),
+        Turn::from(Reply::text("done")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "[sandbox]\nwritable_roots = [\"~\"]\n");
+    let output = codeloop(&env, &config, &["run", "--on-ask", "allow", "go"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    let seen = tool_result(&fake, 1);
+    assert_eq!(std::fs::read_to_string(home.join(".claude/settings.json")).unwrap(), "{}\n", "{seen}");
+    assert!(!seen.contains("rc=0"), "{seen}");
+    assert!(seen.contains("rc2=0"), "the writable root itself stays writable: {seen}");
+    assert_eq!(std::fs::read_to_string(home.join("notes.txt")).unwrap(), "mine\n");
+}
