@@ -288,6 +288,9 @@ impl<'a> Turn<'a> {
             EventPayload::SessionWarning { session_id, message } if self.ours(session_id, None) => {
                 self.agent.notice(&self.session.id, &format!("warning: {message}")).await;
             }
+            EventPayload::SessionNotice { session_id, message } if self.ours(session_id, None) => {
+                self.agent.notice(&self.session.id, &format!("notice: {message}")).await;
+            }
             EventPayload::HookRan { session_id, event, command, decision, .. }
                 if self.ours(session_id, None) && decision != "none" =>
             {

@@ -71,9 +71,15 @@ impl Renderer {
                 if let Ok(line) = serde_json::to_string(event.as_ref()) {
                     let _ = writeln!(self.out, "{line}");
                 }
-                // A warning is for the person too: the same line as in text output, on stderr.
-                if let EventPayload::SessionWarning { message, .. } = &event.payload {
-                    eprintln!("{}", self.stderr.show(&format!("warning: {message}")));
+                // A warning or notice is for the person too: the same line as in text output, on stderr.
+                match &event.payload {
+                    EventPayload::SessionWarning { message, .. } => {
+                        eprintln!("{}", self.stderr.show(&format!("warning: {message}")))
+                    }
+                    EventPayload::SessionNotice { message, .. } => {
+                        eprintln!("{}", self.stderr.show(&format!("notice: {message}")))
+                    }
+                    _ => {}
                 }
             }
             Format::Text => self.text_event(&event.payload),
@@ -109,6 +115,7 @@ impl Renderer {
                 self.note("context compacted: older messages were summarised")
             }
             EventPayload::SessionWarning { message, .. } => self.note(&format!("warning: {message}")),
+            EventPayload::SessionNotice { message, .. } => self.note(&format!("notice: {message}")),
             _ => {}
         }
     }

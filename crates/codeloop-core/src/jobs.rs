@@ -94,6 +94,10 @@ impl JobObserver for JobRecorder {
         }
     }
 
+    fn notice(&self, session: &codeloop_types::SessionId, message: String) {
+        self.bus.publish(EventPayload::SessionNotice { session_id: session.clone(), message });
+    }
+
     fn ended(&self, job: &Job) {
         self.record(job);
         self.bus.publish(EventPayload::JobExited {

@@ -12,6 +12,30 @@ use std::path::{Path, PathBuf};
 use crate::ProjectPaths;
 use crate::paths::{CLAUDE_SETTINGS, is_secret, real_path};
 
+/// Protected paths the file tools wrote, which only a rule naming them or a person's answer grants: the
+/// sweep leaves them where they are (a `codeloop.toml` the user let the write tool create while a job runs
+/// is theirs). Only protected names are kept, so it stays small for the process's life.
+static GRANTED: std::sync::Mutex<BTreeSet<PathBuf>> = std::sync::Mutex::new(BTreeSet::new());
+
+/// Records that a file tool wrote `path` (after its ask was granted).
+pub(crate) fn note_written(path: &Path) {
+    let names: Vec<&std::ffi::OsStr> = path.iter().collect();
+    let claude_settings = names.len() >= 2
+        && names[names.len() - 2] == ".claude"
+        && CLAUDE_SETTINGS.iter().any(|s| names[names.len() - 1] == *s);
+    let protected = claude_settings
+        || names.last().is_some_and(|n| *n == "codeloop.toml")
+        || names.iter().any(|n| *n == ".git" || *n == ".codeloop");
+    if protected {
+        GRANTED.lock().unwrap_or_else(|e| e.into_inner()).insert(path.to_owned());
+    }
+}
+
+/// Whether a file tool wrote `path` or something under it.
+pub(crate) fn was_granted(path: &Path) -> bool {
+    GRANTED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|p| p.starts_with(path))
+}
+
 /// A walk stops after this many entries, so a huge tree cannot stall a call; what it did not see is
 /// reported as incomplete.
 const MAX_ENTRIES: usize = 200_000;

@@ -175,9 +175,13 @@ pub(crate) fn write_grant(ctx: &ToolContext, path: &Path) -> Grant {
 /// hard link to the old file keeps the old contents.
 pub(crate) async fn write_atomic(path: &Path, contents: Vec<u8>) -> std::io::Result<()> {
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || write_atomic_blocking(&path, &contents))
-        .await
-        .map_err(std::io::Error::other)?
+    tokio::task::spawn_blocking(move || {
+        write_atomic_blocking(&path, &contents)?;
+        crate::guard::note_written(&path);
+        Ok(())
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 fn write_atomic_blocking(path: &Path, contents: &[u8]) -> std::io::Result<()> {

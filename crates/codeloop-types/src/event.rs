@@ -50,6 +50,10 @@ pub enum EventPayload {
     /// a tool call as text); `message` says what to do.
     #[serde(rename = "session.warning")]
     SessionWarning { session_id: SessionId, message: String },
+    /// Something the walls did on the user's behalf that they should know of (DESIGN.md §5j: protected
+    /// paths a background job created were moved out of the project); `message` says what and where.
+    #[serde(rename = "session.notice")]
+    SessionNotice { session_id: SessionId, message: String },
     /// The run reached a `[limits]` limit (DESIGN.md §5h): nothing more was sent and the run stopped.
     /// `limit` is the config key, `value` the limit, `used` what had been spent.
     #[serde(rename = "session.limit")]
@@ -136,6 +140,7 @@ impl EventPayload {
             EventPayload::SessionError { .. } => "session.error",
             EventPayload::SessionCompacted { .. } => "session.compacted",
             EventPayload::SessionWarning { .. } => "session.warning",
+            EventPayload::SessionNotice { .. } => "session.notice",
             EventPayload::SessionLimit { .. } => "session.limit",
             EventPayload::SessionCache { .. } => "session.cache",
             EventPayload::TodoUpdated { .. } => "todo.updated",
@@ -164,6 +169,7 @@ impl EventPayload {
             | EventPayload::SessionIdle { session_id }
             | EventPayload::SessionCompacted { session_id }
             | EventPayload::SessionWarning { session_id, .. }
+            | EventPayload::SessionNotice { session_id, .. }
             | EventPayload::SessionLimit { session_id, .. }
             | EventPayload::SessionCache { session_id, .. }
             | EventPayload::TodoUpdated { session_id, .. }

@@ -213,3 +213,65 @@ async fn a_command_cannot_write_them_even_inside_a_writable_root() {
     assert!(seen.contains("rc2=0"), "the writable root itself stays writable: {seen}");
     assert_eq!(std::fs::read_to_string(home.join("notes.txt")).unwrap(), "mine\n");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_job_cannot_keep_a_planted_repository_alive() {
+    if !landlock() {
+        return;
+    }
+    let env = Env::new();
+    let root = env.project.path().to_owned();
+    let pwned = env.home.path().join("pwned");
+    // The job waits until the run is past its step boundary, plants a nested repository whose config
+    // would run a program at the user's next `git status` there, and keeps serving (a heartbeat).
+    let job = format!(
+        "sleep 1; mkdir -p sub && git -C sub init -q && git -C sub config core.fsmonitor 'touch {}'; touch planted; \
+         while :; do date +%s%N > beat; sleep 0.1; done",
+        pwned.display()
+    );
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": job, "run_in_background": true}))),
+        Turn::from(Reply::tool_call("bash", json!({"command": "sleep 6; echo waited"}))),
+        Turn::from(Reply::text("done")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let mut command = env.command(Some(&config), &["run", "--format", "json", "--on-ask", "allow", "serve"]);
+    command.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let planted = wait_for(|| root.join("planted").exists(), 8000).await;
+    assert!(planted, "the job never planted its repository");
+    // Within about a second, while the job and the run go on, the repository is gone from the project.
+    let moved = wait_for(|| !root.join("sub/.git").exists(), 2500).await;
+    assert!(moved, "sub/.git stayed in the project while the job ran");
+    assert!(child.try_wait().unwrap().is_none(), "the run was still going when it was moved");
+    let beat = std::fs::read_to_string(root.join("beat")).unwrap_or_default();
+    let still_serving =
+        wait_for(|| std::fs::read_to_string(root.join("beat")).unwrap_or_default() != beat, 2000).await;
+    assert!(still_serving, "the job itself keeps running");
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    assert!(output.status.success(), "{}", text(&output).1);
+    let notices: Vec<String> = text(&output)
+        .0
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "session.notice")
+        .filter_map(|e| e["properties"]["message"].as_str().map(str::to_owned))
+        .collect();
+    assert!(notices.iter().any(|n| n.contains("sub/.git") && n.contains("moved")), "{notices:?}");
+    std::process::Command::new("git").args(["status"]).current_dir(root.join("sub")).output().unwrap();
+    assert!(!pwned.exists(), "no fsmonitor of the model's ran");
+}
+
+/// Polls `done` every 20 ms for at most `limit_ms`; whether it became true.
+async fn wait_for(done: impl Fn() -> bool, limit_ms: u64) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(limit_ms);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    done()
+}

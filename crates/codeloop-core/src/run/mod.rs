@@ -248,6 +248,7 @@ pub(crate) async fn run_session(
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
+    run.sweep_jobs().await;
     if let Ok(StopReason::Error(error)) = &result {
         run.stop_failure(error).await;
     }
@@ -294,6 +295,15 @@ pub(crate) async fn run_session(
         });
     }
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })
+}
+
+/// See [`Run::sweep_jobs`]; nothing to do (and no thread) when no job of the session watches.
+async fn sweep_jobs(services: &Services, session_id: &SessionId) {
+    if !services.jobs.watches_protected(session_id) {
+        return;
+    }
+    let (jobs, id) = (services.jobs.clone(), session_id.clone());
+    let _ = tokio::task::spawn_blocking(move || jobs.sweep_session(&id)).await;
 }
 
 /// An interrupt ends the run's own calls, not the session's background jobs: the user is told which run on.
@@ -392,6 +402,7 @@ impl Run<'_> {
                 return Ok(StopReason::Limit(reached));
             }
             self.step += 1;
+            self.sweep_jobs().await;
             let user = self.note_ended_jobs(latest.last_user.unwrap_or(0));
             match self.turn(user).await? {
                 Flow::Continue => {}
@@ -446,6 +457,12 @@ impl Run<'_> {
             self.history.push(message);
         }
         Ok(())
+    }
+
+    /// Protected paths the session's running jobs created are moved out of the project at the latest at
+    /// each step boundary and at the run's end (DESIGN.md §5j); each job also looks every second.
+    async fn sweep_jobs(&self) {
+        sweep_jobs(&self.services, &self.session.id).await;
     }
 
     /// Background jobs that ended since the last request become a short note in this one (DESIGN.md §5f):

@@ -143,6 +143,9 @@ export function onEvent(event) {
     case 'session.limit':
       if (current || !sid) notify('error', `⛔ limit ${p.limit} reached: ${p.used} of ${p.value}`);
       break;
+    case 'session.notice':
+      if (current) notify('dim', `ℹ ${ellipsize(p.message ?? '', 600)}`);
+      break;
     case 'hook.ran':
       if (current || !sid) {
         const took = p.duration_ms !== undefined ? `, ${p.duration_ms} ms` : '';

@@ -29,6 +29,9 @@ const ENDED_KEPT: usize = 32;
 pub trait JobObserver: Send + Sync {
     fn started(&self, job: &JobInfo);
     fn ended(&self, job: &JobInfo);
+    /// Something the user should know of a running job of `session` (protected paths it created were
+    /// moved out of the project).
+    fn notice(&self, _session: &SessionId, _message: String) {}
     /// Waits until what was observed so far is recorded (the process is about to exit).
     fn flush(&self) {}
 }
@@ -43,12 +46,27 @@ pub struct JobNote {
     pub unread: u64,
 }
 
+/// What one sweep of a job's project found and moved: the note for the model, a line per path.
+pub(crate) struct Swept {
+    pub note: String,
+    pub lines: Vec<String>,
+}
+
+/// Moves out what the job created where only the `write` tool may; blocking (it walks the project).
+pub(crate) type Sweeper = Arc<dyn Fn() -> Option<Swept> + Send + Sync>;
+
+/// How often a running job's project is looked at for protected paths it created (DESIGN.md §5j: within
+/// 1 s of appearing).
+pub const PROTECTED_SWEEP_EVERY: Duration = Duration::from_millis(900);
+
 /// One job.
 pub struct Job {
     info: Mutex<JobInfo>,
     pub(crate) output: Mutex<JobOutput>,
     kill: CancellationToken,
     ended: tokio::sync::watch::Sender<bool>,
+    /// Its walls' sweep of protected paths, where the walls have one.
+    sweeper: Mutex<Option<Sweeper>>,
 }
 
 impl Job {
@@ -72,6 +90,15 @@ impl Job {
 
     pub(crate) fn kill_requested(&self) -> &CancellationToken {
         &self.kill
+    }
+
+    /// Sets the sweep of protected paths this job's walls watch.
+    pub(crate) fn watch_protected(&self, sweeper: Sweeper) {
+        *self.sweeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(sweeper);
+    }
+
+    pub(crate) fn watches_protected(&self) -> bool {
+        self.sweeper.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// Waits until the job has ended, at most `limit`; whether it has.
@@ -131,6 +158,7 @@ impl Jobs {
             output: Mutex::new(JobOutput::new()),
             kill: CancellationToken::new(),
             ended: tokio::sync::watch::channel(false).0,
+            sweeper: Mutex::new(None),
         });
         entry.jobs.push(job.clone());
         Ok(job)
@@ -210,6 +238,47 @@ impl Jobs {
         // The process exits next: their ends must be on record, not "lost" to the next process.
         let observer = self.observer.clone();
         let _ = tokio::task::spawn_blocking(move || observer.flush()).await;
+    }
+
+    /// Moves out of the project the protected paths `job` created (DESIGN.md §5j): the model reads why in
+    /// the job's output, the user gets a notice. Blocking: it walks the project.
+    pub(crate) fn sweep_job(&self, job: &Job) {
+        let sweeper = job.sweeper.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(swept) = sweeper.and_then(|sweep| sweep()) else { return };
+        job.output.lock().unwrap_or_else(|e| e.into_inner()).push(format!("\n{}\n", swept.note).as_bytes());
+        let info = job.info();
+        let message = format!(
+            "background job {} created protected paths, moved out of the project:\n{}",
+            info.id,
+            swept.lines.join("\n")
+        );
+        self.observer.notice(&info.session_id, message);
+    }
+
+    /// Sweeps every running job of `session` now (a step boundary, the end of a run). Blocking.
+    pub fn sweep_session(&self, session: &SessionId) {
+        let running: Vec<Arc<Job>> = self
+            .lock()
+            .get(session)
+            .map(|e| {
+                e.jobs
+                    .iter()
+                    .filter(|j| j.info().state.is_running() && j.watches_protected())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for job in running {
+            self.sweep_job(&job);
+        }
+    }
+
+    /// Whether `session` has a running job whose walls watch protected paths (else a sweep has nothing
+    /// to do).
+    pub fn watches_protected(&self, session: &SessionId) -> bool {
+        self.lock()
+            .get(session)
+            .is_some_and(|e| e.jobs.iter().any(|j| j.info().state.is_running() && j.watches_protected()))
     }
 
     /// The jobs of `session` that ended since the last call, with how much of their output is unread.

@@ -82,6 +82,9 @@ impl App {
             EventPayload::SessionWarning { session_id, message } if self.mine(&session_id) => {
                 self.convo.notice(Notice::warning(message));
             }
+            EventPayload::SessionNotice { session_id, message } if self.mine(&session_id) => {
+                self.convo.notice(Notice::info(message));
+            }
             EventPayload::JobStarted { session_id, job_id, command } if self.mine(&session_id) => {
                 self.job_started(job_id, &command);
             }

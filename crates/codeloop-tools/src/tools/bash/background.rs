@@ -11,9 +11,9 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 use codeloop_types::JobState;
 
-use super::guarded::Before;
+use super::guarded::{Before, model_note};
 use super::process::{self, Spawned};
-use crate::jobs::{Job, Jobs};
+use crate::jobs::{Job, Jobs, PROTECTED_SWEEP_EVERY, Swept};
 use crate::{ToolContext, ToolFailure, ToolOutput, Walls};
 
 /// After the job's main process exits, how long to keep reading what is still in the pipe.
@@ -40,8 +40,15 @@ pub(super) fn start(ctx: &ToolContext, jobs: Arc<Jobs>, start: Start<'_>) -> Res
     let id = job.id();
     let saved = ctx.tool_output_dir.join(format!("{id}.log"));
     job.output.lock().unwrap_or_else(|e| e.into_inner()).saved = Some(saved.clone());
+    if start.before.watches() {
+        let (before, sweep_ctx) = (start.before, ctx.clone());
+        job.watch_protected(Arc::new(move || {
+            let lines = before.sweep(&sweep_ctx);
+            (!lines.is_empty()).then(|| Swept { note: model_note(&lines), lines })
+        }));
+    }
     jobs.started(&job);
-    let task = Task { jobs, job, ctx: ctx.clone(), before: start.before, saved };
+    let task = Task { jobs, job, ctx: ctx.clone(), saved };
     tokio::spawn(task.run(spawned));
     let output = format!(
         "Started background job {id}: {}\nIt keeps running after this call. Read its output with \
@@ -63,7 +70,6 @@ struct Task {
     jobs: Arc<Jobs>,
     job: Arc<Job>,
     ctx: ToolContext,
-    before: Before,
     saved: PathBuf,
 }
 
@@ -77,6 +83,11 @@ impl Task {
         let mut killed = false;
         let mut eof = false;
         let mut drain_until = None;
+        // Protected paths the job creates are moved out while it runs, not only when it ends; no timer
+        // for a job whose walls watch nothing.
+        let watching = self.job.watches_protected();
+        let mut sweep = tokio::time::interval(PROTECTED_SWEEP_EVERY);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         while !(eof && status.is_some()) {
             let drain_at = drain_until.unwrap_or_else(tokio::time::Instant::now);
             tokio::select! {
@@ -104,6 +115,10 @@ impl Task {
                     spawned.kill().await;
                 }
                 _ = tokio::time::sleep_until(drain_at), if drain_until.is_some() => break,
+                _ = sweep.tick(), if watching && status.is_none() => {
+                    let (jobs, job) = (self.jobs.clone(), self.job.clone());
+                    let _ = tokio::task::spawn_blocking(move || jobs.sweep_job(&job)).await;
+                }
             }
         }
         let total = self.job.output.lock().unwrap_or_else(|e| e.into_inner()).total();
@@ -118,7 +133,7 @@ impl Task {
             }
             let _ = f.flush().await;
         }
-        self.closing_notes(&spawned, killed);
+        self.closing_notes(&spawned, killed).await;
         let state = if killed { JobState::Killed } else { JobState::Exited };
         let code = if killed { None } else { status.flatten() };
         self.jobs.finish(&self.job, state, code);
@@ -129,15 +144,14 @@ impl Task {
     }
 
     /// What the model should know once the job is over: leftovers ended, protected paths it created.
-    fn closing_notes(&self, spawned: &Spawned, killed: bool) {
+    async fn closing_notes(&self, spawned: &Spawned, killed: bool) {
         let leftovers = spawned.report().map_or(0, |r| r.leftovers);
         if leftovers > 0 && !killed {
             let noun = if leftovers == 1 { "process" } else { "processes" };
             self.push(format!("\n[{leftovers} leftover {noun} ended with the job]\n").as_bytes());
         }
-        if let Some(note) = self.before.after(&self.ctx) {
-            self.push(format!("\n{note}\n").as_bytes());
-        }
+        let (jobs, job) = (self.jobs.clone(), self.job.clone());
+        let _ = tokio::task::spawn_blocking(move || jobs.sweep_job(&job)).await;
     }
 }
 

@@ -10,7 +10,7 @@ use crate::guard::{self, Scan};
 use crate::{ToolContext, Walls};
 
 /// What was on disk before the call, to compare with after it.
-pub(super) struct Before {
+pub(crate) struct Before {
     /// Protected paths that did not exist (codeloop's and Claude's config).
     missing: Vec<PathBuf>,
     /// The project's `.git` entries, `None` when `.git` may be written (`git_write`).
@@ -59,8 +59,22 @@ pub(super) fn before(
 }
 
 impl Before {
+    /// Whether there is anything to sweep: protected paths that did not exist, or nested repositories
+    /// to watch for (not with `git_write`, nor without walls).
+    pub(super) fn watches(&self) -> bool {
+        !self.missing.is_empty() || self.git.is_some()
+    }
+
     /// Moves out what the call created where it may not have, and says so for the model.
     pub(super) fn after(&self, ctx: &ToolContext) -> Option<String> {
+        let lines = self.sweep(ctx);
+        (!lines.is_empty()).then(|| model_note(&lines))
+    }
+
+    /// Moves out of the project what was created since this look where only the `write` tool may (a
+    /// path the file tools wrote with a grant stays): one line per path, saying where it went. Also
+    /// run again and again while a background job lives (DESIGN.md §5j).
+    pub(super) fn sweep(&self, ctx: &ToolContext) -> Vec<String> {
         let mut created: Vec<PathBuf> =
             self.missing.iter().filter(|p| p.symlink_metadata().is_ok()).cloned().collect();
         if let Some(before) = &self.git {
@@ -69,8 +83,9 @@ impl Before {
                 now.git.difference(&before.git).filter(|p| !created.contains(p)).cloned().collect();
             created.extend(new);
         }
+        created.retain(|p| !guard::was_granted(p));
         if created.is_empty() {
-            return None;
+            return Vec::new();
         }
         let temp = ctx.project.temp_dir.clone().unwrap_or_else(std::env::temp_dir);
         let lines: Vec<String> = guard::move_out(&created, &temp)
@@ -86,13 +101,7 @@ impl Before {
             })
             .collect();
         tracing::warn!("a command created protected paths, moved out of the project: {}", lines.join("; "));
-        Some(format!(
-            "<sandbox>\nThis command created paths that commands may not create: codeloop's and Claude's \
-             configuration and git repositories are protected (a nested repository's config runs at the \
-             user's next `git` there).\n{}\nTo create codeloop.toml, .codeloop/ or .claude/settings*.json, use \
-             the write tool, which asks the user. A git repository needs `[sandbox] git_write = true`.\n</sandbox>",
-            lines.join("\n")
-        ))
+        lines
     }
 
     /// A note for a failed call that had secrets hidden: what and how to open them.
@@ -110,6 +119,17 @@ impl Before {
             names.join(", ")
         ))
     }
+}
+
+/// What the model is told of protected paths a command created: each moved one, and how to create them.
+pub(super) fn model_note(lines: &[String]) -> String {
+    format!(
+        "<sandbox>\nThis command created paths that commands may not create: codeloop's and Claude's \
+         configuration and git repositories are protected (a nested repository's config runs at the \
+         user's next `git` there).\n{}\nTo create codeloop.toml, .codeloop/ or .claude/settings*.json, use \
+         the write tool, which asks the user. A git repository needs `[sandbox] git_write = true`.\n</sandbox>",
+        lines.join("\n")
+    )
 }
 
 fn relative(ctx: &ToolContext, path: &std::path::Path) -> String {
