@@ -275,3 +275,96 @@ async fn wait_for(done: impl Fn() -> bool, limit_ms: u64) -> bool {
     }
     done()
 }
+
+fn write_file(dir: &Path, name: &str, body: &str) {
+    let path = dir.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, body).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_arguments_are_data_and_template_commands_pass_the_users_bash_hooks() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("done"))]).repeating()).await.unwrap();
+    let hook_log = env.home.path().join("hook.log");
+    let hooks = format!(
+        "[[hooks.PreToolUse]]\nmatcher = \"Bash\"\n[[hooks.PreToolUse.hooks]]\ntype = \"command\"\n\
+         command = '''cat >> {log}; echo >> {log}; grep -q forbidden {log} && {{ echo 'no forbidden words' >&2; exit 2; }}; exit 0'''\n",
+        log = hook_log.display()
+    );
+    let config = env.config(&fake.base_url(), &hooks);
+    let commands = env.home.path().join(".config/codeloop/commands");
+    write_file(
+        &commands,
+        "fix-issue.md",
+        "Fix issue: $ARGUMENTS\nContext: !`echo ctx-$((6*7))`\nTitle: !`echo $1`",
+    );
+    let root = env.project.path();
+    let output = codeloop(
+        &env,
+        &config,
+        &[
+            "run",
+            "--command",
+            "fix-issue",
+            "\"$(touch pwned-subst)\"",
+            "!`touch pwned-bang`",
+            "@/etc/hostname",
+        ],
+    )
+    .await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    let sent = fake.requests().last().unwrap().body["messages"].to_string();
+    for pwned in ["pwned-subst", "pwned-bang"] {
+        assert!(!root.join(pwned).exists(), "an argument ran: {pwned}");
+    }
+    assert!(sent.contains("!`touch pwned-bang`") && sent.contains("@/etc/hostname"), "kept as text: {sent}");
+    let hostname = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+    assert!(hostname.trim().is_empty() || !sent.contains(&format!("```\\n{}", hostname.trim())), "{sent}");
+    // The positive controls: the template's own command runs, and its argument arrives as one word.
+    assert!(sent.contains("Context: ctx-42"), "{sent}");
+    assert!(sent.contains("Title: $(touch pwned-subst)"), "{sent}");
+    // The user's Bash guard hook saw both template commands.
+    let log = std::fs::read_to_string(&hook_log).unwrap();
+    assert!(log.contains("echo ctx-$((6*7))") && log.contains("\"tool_name\":\"Bash\""), "{log}");
+
+    // A guard hook's block holds for a template command too.
+    write_file(&commands, "guarded.md", "Say: !`echo forbidden-word`");
+    let output = codeloop(&env, &config, &["run", "--command", "guarded"]).await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    let sent = fake.requests().last().unwrap().body["messages"].to_string();
+    assert!(sent.contains("Blocked by a PreToolUse hook: no forbidden words"), "{sent}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_projects_command_never_widens_the_agent_the_person_chose() {
+    let env = Env::new();
+    let fake = FakeProvider::start(
+        Script::new([
+            Turn::from(Reply::tool_call("write", json!({"filePath": "shipped.txt", "content": "shipped\n"}))),
+            Turn::from(Reply::text("done")),
+        ])
+        .repeating(),
+    )
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let root = env.project.path();
+    write_file(root, ".codeloop/commands/ship.md", "---\nagent: build\nmodel: fake/test\n---\nShip it.");
+    let output =
+        codeloop(&env, &config, &["run", "--agent", "plan", "--on-ask", "allow", "--command", "ship"]).await;
+    let (_, stderr) = text(&output);
+    assert!(stderr.contains("comes from a project you have not trusted"), "{stderr}");
+    assert!(stderr.contains("agent: build"), "{stderr}");
+    assert!(!root.join("shipped.txt").exists(), "the plan agent's walls held: {stderr}");
+    let user = &fake.requests()[0].body;
+    assert!(user.to_string().contains("Ship it."), "the command itself still runs: {user}");
+
+    // The positive control: once the person trusts the project, its command's agent counts.
+    let trusted = codeloop(&env, &config, &["trust"]).await;
+    assert!(trusted.status.success(), "{:?}", text(&trusted));
+    let output =
+        codeloop(&env, &config, &["run", "--agent", "plan", "--on-ask", "allow", "--command", "ship"]).await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert_eq!(std::fs::read_to_string(root.join("shipped.txt")).unwrap(), "shipped\n");
+}

@@ -82,9 +82,47 @@ impl Engine {
     /// may be used.
     pub(super) async fn check_command(&self, session: &SessionId, name: &str) -> Result<(), EngineError> {
         match self.resolve_command(session, name).await? {
-            Resolved::File(file) => self.check_front_matter(&file).map(drop),
+            Resolved::File(file) => {
+                let directory = std::path::PathBuf::from(self.session(session).await?.directory);
+                let (file, _) = self.as_trusted(*file, &directory);
+                self.check_front_matter(&file).map(drop)
+            }
             Resolved::Compact | Resolved::Init | Resolved::Mcp(_) => Ok(()),
         }
+    }
+
+    /// Whether the project of `directory` is trusted (`codeloop trust`).
+    fn project_trusted(&self, directory: &Path) -> bool {
+        self.services.project_trust.as_ref().is_some_and(|trusted| trusted(directory))
+    }
+
+    /// `file` as it may act (DESIGN.md §5j): an untrusted project's command never overrides the agent or
+    /// model the person chose, nor runs as a subtask under another agent — those keys are dropped, and
+    /// the warning says so.
+    fn as_trusted(&self, file: CommandFile, directory: &Path) -> (CommandFile, Option<String>) {
+        let widening = file.agent.is_some() || file.model.is_some() || file.subtask;
+        if file.source != CommandSource::Project || !widening || self.project_trusted(directory) {
+            return (file, None);
+        }
+        let mut ignored = Vec::new();
+        if let Some(agent) = &file.agent {
+            ignored.push(format!("agent: {agent}"));
+        }
+        if let Some(model) = &file.model {
+            ignored.push(format!("model: {model}"));
+        }
+        if file.subtask {
+            ignored.push("subtask: true".to_owned());
+        }
+        let warning = format!(
+            "command `{}` comes from a project you have not trusted ({}): its {} {} ignored, so it runs with \
+             the agent and model you chose; `codeloop trust` in the project lets them count",
+            file.name,
+            file.path.display(),
+            ignored.join(", "),
+            if ignored.len() == 1 { "is" } else { "are" },
+        );
+        (CommandFile { agent: None, model: None, subtask: false, ..file }, Some(warning))
     }
 
     /// The model a file's front matter names, checked; for a subtask, its agent must be a subagent.
@@ -176,8 +214,16 @@ impl Engine {
         delivery: Delivery,
         accepted: &Accepted,
     ) -> Result<RunOutcome, EngineError> {
-        let model = self.check_front_matter(file)?;
         let session = self.session(id).await?;
+        let directory = std::path::PathBuf::from(&session.directory);
+        let (file, ignored) = self.as_trusted(file.clone(), &directory);
+        let file = &file;
+        let model = self.check_front_matter(file)?;
+        if let Some(message) = ignored {
+            self.services
+                .bus
+                .publish(codeloop_types::EventPayload::SessionWarning { session_id: id.clone(), message });
+        }
         let agent = match (&file.agent, file.subtask) {
             (Some(agent), true) => self.subagent(agent).map_err(EngineError::Invalid)?,
             (None, true) => self.subagent("general").map_err(EngineError::Invalid)?,
@@ -186,7 +232,6 @@ impl Engine {
                 crate::agents::find(&self.services.agents, &name).map_err(crate::RunError::from)?.clone()
             }
         };
-        let directory = std::path::PathBuf::from(&session.directory);
         let policy = {
             let (services, directory) = (self.services.clone(), directory.clone());
             tokio::task::spawn_blocking(move || services.project_policy(&directory))
@@ -196,7 +241,7 @@ impl Engine {
                     EngineError::Invalid(format!("cannot use the config of the session's project ({e})"))
                 })?
         };
-        let trusted = self.services.project_trust.as_ref().is_some_and(|trusted| trusted(&directory));
+        let trusted = self.project_trusted(&directory);
         let runs: Arc<dyn crate::Runs> = Arc::new(self.coordinator.clone());
         let shell = CommandShell::new(self.services.clone(), runs, session.clone(), &agent, policy, trusted);
         let text = file_commands::expand(file, arguments, &shell).await;

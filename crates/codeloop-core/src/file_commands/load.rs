@@ -59,7 +59,10 @@ pub fn user_dirs(config_dir: Option<&Path>, home: Option<&Path>) -> Vec<PathBuf>
 /// each later scope winning over the earlier on the same name.
 pub fn load_all(user: &[PathBuf], root: &Path, directory: &Path) -> BTreeMap<String, CommandFile> {
     let mut all = BTreeMap::new();
-    load_scope(&mut all, user, CommandSource::User);
+    load_scope(&mut all, user, CommandSource::User, None);
+    // A project's folders count only where their real path is inside the project (a `.claude/commands`
+    // that links out could read any folder's files into the prompt).
+    let bound = root.canonicalize().unwrap_or_else(|_| root.to_owned());
     // Nearer folders win: the root's first, then each folder down to the working directory.
     let mut chain: Vec<&Path> = directory.ancestors().take_while(|d| d.starts_with(root)).collect();
     chain.reverse();
@@ -67,15 +70,26 @@ pub fn load_all(user: &[PathBuf], root: &Path, directory: &Path) -> BTreeMap<Str
         chain.push(directory);
     }
     for dir in chain {
-        load_scope(&mut all, &project_dirs(dir), CommandSource::Project);
+        load_scope(&mut all, &project_dirs(dir), CommandSource::Project, Some(&bound));
     }
     all
 }
 
-/// One scope's folders (highest precedence first) into `all`, replacing what an earlier scope named.
-fn load_scope(all: &mut BTreeMap<String, CommandFile>, dirs: &[PathBuf], source: CommandSource) {
+/// One scope's folders (highest precedence first) into `all`, replacing what an earlier scope named;
+/// with `bound`, only folders whose real path is inside it.
+fn load_scope(
+    all: &mut BTreeMap<String, CommandFile>,
+    dirs: &[PathBuf],
+    source: CommandSource,
+    bound: Option<&Path>,
+) {
     let mut scope: BTreeMap<String, CommandFile> = BTreeMap::new();
     for dir in dirs {
+        if let Some(bound) = bound
+            && !dir.canonicalize().is_ok_and(|real| real.starts_with(bound))
+        {
+            continue;
+        }
         for (name, path) in files_in(dir) {
             if scope.contains_key(&name) {
                 continue;
@@ -87,8 +101,9 @@ fn load_scope(all: &mut BTreeMap<String, CommandFile>, dirs: &[PathBuf], source:
     all.extend(scope);
 }
 
-/// `(name, file)` for every `*.md` under `dir`, `sub/NAME.md` named `sub:NAME`. A file that links out
-/// of `dir` does not count (a repository's command could otherwise read any file into the prompt).
+/// `(name, file)` for every `*.md` under `dir`, `sub/NAME.md` named `sub:NAME`. A file or folder that
+/// links out of `dir` does not count (a repository's command could otherwise read any file into the
+/// prompt), nor does anything but a regular file (a FIFO would block the read).
 fn files_in(dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(root) = dir.canonicalize() else { return Vec::new() };
     let mut found = Vec::new();
@@ -109,6 +124,8 @@ fn files_in(dir: &Path) -> Vec<(String, PathBuf)> {
                 if prefix.matches(':').count() < 4 {
                     stack.push((real, format!("{prefix}{file_name}:")));
                 }
+            } else if !real.is_file() {
+                continue;
             } else if let Some(stem) = file_name.strip_suffix(".md").filter(|s| !s.is_empty()) {
                 found.push((format!("{prefix}{stem}"), real));
             }
@@ -177,6 +194,26 @@ fn unquote(value: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_project_command_folder_that_links_out_of_the_project_does_not_count() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("leak.md"), "leak\n").unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        std::fs::create_dir_all(root.join(".claude")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join(".claude/commands")).unwrap();
+        std::fs::create_dir_all(root.join(".codeloop/commands")).unwrap();
+        std::fs::write(root.join(".codeloop/commands/mine.md"), "mine\n").unwrap();
+        let all = load_all(&[], root, root);
+        assert!(all.contains_key("mine"), "{:?}", all.keys());
+        assert!(!all.contains_key("leak"), "{:?}", all.keys());
+        // The user's own folders may be links: they are the user's.
+        let user = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), user.path().join("commands")).unwrap();
+        let all = load_all(&[user.path().join("commands")], root, root);
+        assert!(all.contains_key("leak"), "{:?}", all.keys());
+    }
 
     #[test]
     fn front_matter_is_read_and_removed() {

@@ -71,13 +71,13 @@ pub fn builtins() -> Vec<CommandInfo> {
     ]
 }
 
-/// Expands `file` with `arguments` for a session: arguments first, then each `@path` and `` !`cmd` ``
-/// of the result (one pass: what a file or a command's output holds is not expanded again).
+/// Expands `file` with `arguments` for a session: each `@path` and `` !`cmd` `` the template holds, with
+/// the arguments in as data (one pass: what an argument, a file or a command's output holds is never
+/// expanded).
 pub(crate) async fn expand(file: &CommandFile, arguments: &str, shell: &CommandShell) -> String {
-    let filled = template::fill_arguments(&file.body, arguments);
     let may_run = file.source == CommandSource::User || shell.trusted();
-    let mut out = String::with_capacity(filled.len());
-    for piece in template::pieces(&filled) {
+    let mut out = String::with_capacity(file.body.len() + arguments.len());
+    for piece in template::fill(&file.body, arguments) {
         match piece {
             template::Piece::Text(text) => out.push_str(&text),
             template::Piece::File(path) => out.push_str(&shell.inline_file(&path)),

@@ -1,6 +1,7 @@
 //! A command's `` !`cmd` `` parts and `@path` reads, done for one session as its tools would do them: the
 //! bash tool itself runs each command, with the session's rules (agent, config, session, an untrusted
-//! project's narrowing), asks and OS walls, so a template gets no more than a tool call would.
+//! project's narrowing), asks, OS walls and PreToolUse/PostToolUse hooks, so a template gets no more
+//! than a tool call would.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::agents::Agent;
 use crate::instructions::ProjectInfo;
+use crate::processor::{TOOL_WATCHDOG, hooked};
 use crate::runs::Runs;
 use crate::services::Services;
 use crate::tool_host::ToolGate;
@@ -46,15 +48,21 @@ impl CommandShell {
         let mut layers: Vec<PermissionRule> = agent.permission.clone();
         layers.extend(policy.permission.iter().cloned());
         layers.extend(session.permission.iter().cloned());
-        let gate = Arc::new(ToolGate::new(
-            services.clone(),
-            runs,
-            session.id.clone(),
-            session.parent_id.clone(),
-            Arc::new(layers),
-            policy.narrowing.clone(),
-            project.root.display().to_string(),
-        ));
+        // Its `` !`cmd` `` parts are Bash calls to the session's PreToolUse/PostToolUse hooks too.
+        let hooks =
+            services.turn_hooks(&session.id, &project.directory, policy.hooks.clone(), Default::default());
+        let gate = Arc::new(
+            ToolGate::new(
+                services.clone(),
+                runs,
+                session.id.clone(),
+                session.parent_id.clone(),
+                Arc::new(layers),
+                policy.narrowing.clone(),
+                project.root.display().to_string(),
+            )
+            .with_hooks(hooks),
+        );
         Self {
             services,
             gate,
@@ -107,7 +115,10 @@ impl CommandShell {
             walls: self.walls.clone(),
         };
         let input = json!({ "command": command, "description": "command template" });
-        match self.services.tools.execute("bash", input, &ctx).await {
+        let limit = self.services.tools.get("bash").and_then(|t| t.deadline(&input)).unwrap_or(TOOL_WATCHDOG);
+        let run =
+            hooked::execute(self.gate.clone(), self.services.tools.clone(), "bash".into(), input, ctx, limit);
+        match run.await {
             Ok(output) if output.output == "(no output)" => String::new(),
             Ok(output) => output.output.trim_end_matches('\n').to_owned(),
             Err(failure) => format!("[not run: {failure}]"),

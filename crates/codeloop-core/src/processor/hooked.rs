@@ -12,8 +12,9 @@ use serde_json::{Value, json};
 use crate::hooks::{Decision, HookEvent, tool_names};
 use crate::tool_host::ToolGate;
 
-/// Runs `name` with `input` under the turn's hooks, stopped at `limit`.
-pub(super) async fn execute(
+/// Runs `name` with `input` under the turn's hooks, stopped at `limit` (also a command template's
+/// `` !`cmd` ``, a Bash call to a user's guard hook).
+pub(crate) async fn execute(
     gate: Arc<ToolGate>,
     tools: Arc<ToolRegistry>,
     name: String,

@@ -27,7 +27,7 @@ use crate::services::Journal;
 use crate::tool_host::ToolGate;
 use crate::tool_host::{RunToolHost, ToolEvent};
 
-mod hooked;
+pub(crate) mod hooked;
 mod steps;
 mod tools;
 
