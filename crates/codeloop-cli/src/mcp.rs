@@ -141,7 +141,8 @@ fn row(server: &ServerStatus) -> String {
         state,
         server.tools,
         server.auth.as_str(),
-        crate::terminal::for_stderr(server.error.as_deref().unwrap_or(""))
+        // Escaped where it was read (outside text); the row goes to stdout.
+        crate::terminal::Target::stdout().show(server.error.as_deref().unwrap_or(""))
     )
 }
 

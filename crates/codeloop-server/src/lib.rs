@@ -97,7 +97,9 @@ impl AppState {
     /// Needs a tokio runtime: the metrics start watching the engine's events.
     pub fn new(engine: Engine, options: ServerOptions) -> Self {
         let shutdown = CancellationToken::new();
-        let metrics = codeloop_telemetry::Metrics::watch(engine.bus(), shutdown.clone());
+        let tools = engine.clone();
+        let known: codeloop_telemetry::KnownTool = Arc::new(move |name| tools.is_known_tool(name));
+        let metrics = codeloop_telemetry::Metrics::watch(engine.bus(), shutdown.clone(), known);
         Self {
             engine,
             options: Arc::new(options),

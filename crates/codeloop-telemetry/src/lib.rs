@@ -20,7 +20,7 @@ use tokio::sync::{oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use otel::{ExportError, Settings, new_instance_id, signal_url};
-pub use prometheus::{Metrics, render_scale};
+pub use prometheus::{INVALID_TOOL, KnownTool, Metrics, render_scale};
 
 /// The longest the last flush may hold up a process that is ending (DESIGN.md §5h: at most 0.2 s).
 pub const FINAL_FLUSH: Duration = Duration::from_millis(180);

@@ -56,6 +56,13 @@ pub struct Metrics {
     counters: Arc<Mutex<Counters>>,
 }
 
+/// Whether a tool name is one the engine offers (built-in or a connected MCP server's).
+pub type KnownTool = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// The label of a tool call whose name is no tool the engine offers: a model's made-up or hostile name
+/// never becomes a label of its own (DESIGN.md §5j).
+pub const INVALID_TOOL: &str = "invalid";
+
 /// The four token counts of a step, the way both exports name them: `input` is every prompt token
 /// (uncached, cache read, cache write), `output` includes reasoning.
 pub(crate) fn token_counts(tokens: &codeloop_types::Tokens) -> [(&'static str, u64); 4] {
@@ -67,7 +74,7 @@ pub(crate) fn token_counts(tokens: &codeloop_types::Tokens) -> [(&'static str, u
     ]
 }
 
-struct Feed(Metrics);
+struct Feed(Metrics, KnownTool);
 
 impl Recorder for Feed {
     fn record(&mut self, fact: &Fact<'_>) {
@@ -93,7 +100,8 @@ impl Recorder for Feed {
                 }
             }
             Fact::ToolEnded { tool, status, .. } => {
-                *c.tool_calls.entry((tool.tool.clone(), status.as_str())).or_default() += 1;
+                let name = if (self.1)(&tool.tool) { tool.tool.clone() } else { INVALID_TOOL.to_owned() };
+                *c.tool_calls.entry((name, status.as_str())).or_default() += 1;
             }
             _ => {}
         }
@@ -101,10 +109,11 @@ impl Recorder for Feed {
 }
 
 impl Metrics {
-    /// Starts watching the events this process publishes until `stop` is cancelled.
-    pub fn watch(bus: &Bus, stop: CancellationToken) -> Metrics {
+    /// Starts watching the events this process publishes until `stop` is cancelled; a tool call is
+    /// counted under its tool's name only when `known` says the engine offers that tool.
+    pub fn watch(bus: &Bus, stop: CancellationToken, known: KnownTool) -> Metrics {
         let metrics = Metrics::default();
-        facts::watch(bus.subscribe_local(), stop, Feed(metrics.clone()));
+        facts::watch(bus.subscribe_local(), stop, Feed(metrics.clone(), known));
         metrics
     }
 

@@ -1,8 +1,8 @@
 //! Pure data model of codeloop (DESIGN.md §3): ids, sessions, messages, every part kind, the tool-state
 //! machine, token counts, assistant errors and bus events.
 //!
-//! Owns: the shapes that are stored, exported and sent to clients, and the rules that belong to the data
-//! itself (which tool-state transitions are legal).
+//! Owns: the shapes that are stored, exported and sent to clients, the rules that belong to the data
+//! itself (which tool-state transitions are legal), and how outside text is made safe to show.
 //! Must not: do I/O, know about providers, storage or the run loop.
 
 mod error;
@@ -12,6 +12,7 @@ mod ids;
 mod job;
 mod limit;
 mod message;
+mod outside;
 mod part;
 mod permission;
 mod session;
@@ -27,6 +28,7 @@ pub use ids::{JobId, MessageId, PartId, PermissionId, QuestionId, SessionId, asc
 pub use job::{Job, JobState};
 pub use limit::{CacheReason, Limit, LimitReached};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
+pub use outside::escape_controls;
 pub use part::{
     AgentPart, CompactionPart, FilePart, Part, PartKind, PartTime, PatchPart, ReasoningPart, RetryPart,
     StepFinishPart, StepStartPart, SubtaskPart, TextPart, ToolPart,

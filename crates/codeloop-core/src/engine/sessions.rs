@@ -112,6 +112,16 @@ impl Engine {
         Ok(self.services.models.default_model_choice()?)
     }
 
+    /// Whether `name` is a tool this engine offers: a built-in, or a tool of a connected MCP server (as of
+    /// the last step that listed them). What a model names beyond that is not a tool, whatever it says.
+    pub fn is_known_tool(&self, name: &str) -> bool {
+        if self.services.tools.get(name).is_some() {
+            return true;
+        }
+        let listed = self.services.all_tools.lock().unwrap_or_else(|e| e.into_inner());
+        listed.as_ref().is_some_and(|set| set.registry.get(name).is_some())
+    }
+
     /// The context window of a model, when the catalogue or config knows it.
     pub fn context_window(&self, model: &ModelRef) -> Option<u64> {
         self.services.models.resolve(model).ok().map(|m| m.limits.context)

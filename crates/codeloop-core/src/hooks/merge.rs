@@ -49,6 +49,19 @@ pub struct HookOutcome {
 }
 
 impl HookOutcome {
+    /// Every text the hook wrote with its control characters escaped (DESIGN.md §5j "Outside text"): its
+    /// reasons and messages are shown to the person on every surface. `updatedInput` stays as written.
+    pub(super) fn escaped(mut self) -> Self {
+        let escape = |text: &mut String| *text = codeloop_types::escape_controls(text).into_owned();
+        for text in self.decision_reason.iter_mut().chain(self.block.iter_mut()).chain(self.stop.iter_mut()) {
+            escape(text);
+        }
+        for text in self.context.iter_mut().chain(self.messages.iter_mut()).chain(self.warnings.iter_mut()) {
+            escape(text);
+        }
+        self
+    }
+
     /// The blocking reason, or a deny's, for a gate that treats both alike.
     pub fn denial(&self) -> Option<String> {
         if let Some(reason) = &self.block {

@@ -92,7 +92,7 @@ async fn run_one(event: HookEvent, handler: &Handler, body: &str, env: &HookEnv)
         Ended::Exited { code, .. } => Some(*code),
         _ => None,
     };
-    let mut outcome = interpret(event, handler, ended);
+    let mut outcome = interpret(event, handler, ended).escaped();
     // A warning says which hook, in the words `run` prints: `warning: hook …`.
     for warning in &mut outcome.warnings {
         *warning = format!("hook {warning}");

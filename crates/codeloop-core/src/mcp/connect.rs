@@ -251,7 +251,10 @@ fn spawn_stdio(
 fn handshake_failed(error: &rmcp::service::ClientInitializeError, tail: &StderrTail) -> StartFailure {
     let why = describe(error);
     StartFailure::Failed(match tail.last() {
-        Some(line) => format!("the MCP handshake failed ({why}); its last words: {line}"),
+        Some(line) => {
+            let line = codeloop_types::escape_controls(&line).into_owned();
+            format!("the MCP handshake failed ({why}); its last words: {line}")
+        }
         None => format!("the MCP handshake failed: {why}"),
     })
 }
@@ -500,6 +503,11 @@ fn listen_for_changes(peer: &rmcp::Peer<RoleClient>, signals: Arc<Signals>, stop
 /// An error in words a person can act on: its message and innermost cause, once each ("cannot connect
 /// to http://…: Connection refused"), seeing through rmcp's transport wrappers.
 pub(crate) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
+    // A server's or a transport's words are outside text.
+    codeloop_types::escape_controls(&describe_raw(error)).into_owned()
+}
+
+fn describe_raw(error: &(dyn std::error::Error + 'static)) -> String {
     if let Some(start) = error.downcast_ref::<rmcp::service::ClientInitializeError>() {
         use rmcp::service::ClientInitializeError as E;
         match start {
@@ -509,7 +517,7 @@ pub(crate) fn describe(error: &(dyn std::error::Error + 'static)) -> String {
                     (cause, Reach::Answered) => format!("{cause} ({context})"),
                 };
             }
-            E::LegacyFallbackFailed { fallback, .. } => return describe(fallback.as_ref()),
+            E::LegacyFallbackFailed { fallback, .. } => return describe_raw(fallback.as_ref()),
             _ => {}
         }
     }

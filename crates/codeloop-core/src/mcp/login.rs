@@ -219,7 +219,10 @@ impl PendingLogin {
     pub async fn finish(self, timeout: Duration) -> Result<SignedIn, LoginError> {
         let name = self.name.clone();
         let failed = |why: String| LoginError::Failed { name: name.clone(), why };
+        let expected = state_of(&self.authorization_url);
         let deadline = tokio::time::Instant::now() + timeout;
+        // Only the redirect that carries this sign-in's `state` counts: any other (a forged one, a
+        // stale tab) gets an error page, and the listener waits on.
         let (mut stream, query) = loop {
             let accepted = tokio::time::timeout_at(deadline, self.listener.accept()).await;
             let (stream, _) = match accepted {
@@ -227,11 +230,27 @@ impl PendingLogin {
                 Ok(Err(e)) => return Err(failed(format!("the redirect listener failed: {e}"))),
                 Ok(Ok(accepted)) => accepted,
             };
-            if let Some(found) = callback(stream).await {
-                break found;
+            let Some((mut stream, query)) = callback(stream).await else { continue };
+            let state = query.iter().find(|(k, _)| k == "state").map(|(_, v)| v.as_str());
+            if expected.is_some() && state != expected.as_deref() {
+                tracing::warn!(
+                    "a redirect to the sign-in listener of MCP server {name} carried the wrong state; ignored"
+                );
+                respond(
+                    &mut stream,
+                    "Not this sign-in",
+                    "This link does not belong to the sign-in codeloop is waiting for; nothing was done. \
+                     Finish the sign-in from the URL codeloop printed.",
+                )
+                .await;
+                continue;
             }
+            break (stream, query);
         };
-        let value = |key: &str| query.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone());
+        // What the redirect carries is outside text: shown with its control characters escaped.
+        let value = |key: &str| {
+            query.iter().find(|(k, _)| k == key).map(|(_, v)| codeloop_types::escape_controls(v).into_owned())
+        };
         if let Some(error) = value("error") {
             let description = value("error_description").map(|d| format!(": {d}")).unwrap_or_default();
             respond(
@@ -266,6 +285,12 @@ impl PendingLogin {
             file: self.credentials.path().to_owned(),
         })
     }
+}
+
+/// The `state` the authorization URL asks to have back.
+fn state_of(authorization_url: &str) -> Option<String> {
+    let url = reqwest_mcp::Url::parse(authorization_url).ok()?;
+    url.query_pairs().find(|(k, _)| k == "state").map(|(_, v)| v.into_owned())
 }
 
 /// Reads one request; its query when it is the redirect (`GET /callback?…`), else answers 404.

@@ -394,6 +394,9 @@ impl Inner {
     }
 
     fn notice(&self, server: &str, message: String, for_model: Option<String>) {
+        // The message carries what the server said (an error page, its stderr): outside text.
+        let message = codeloop_types::escape_controls(&message).into_owned();
+        let for_model = for_model.map(|m| codeloop_types::escape_controls(&m).into_owned());
         tracing::debug!("{message}");
         self.notices.lock().unwrap_or_else(|e| e.into_inner()).push(McpNotice {
             server: server.to_owned(),
@@ -481,6 +484,8 @@ impl Inner {
                 (ServerState::Failed, 0, saved(), Some("it has not started yet".to_owned()))
             }
         };
+        // What a server said is outside text: shown with its control characters escaped everywhere.
+        let error = error.map(|e| codeloop_types::escape_controls(&e).into_owned());
         ServerStatus { name: slot.name.clone(), transport, state, tools, auth, error }
     }
 }

@@ -374,6 +374,70 @@ async fn a_login_that_never_comes_back_times_out_with_a_clear_message() {
     assert!(error.to_string().contains("codeloop mcp login web"), "{error}");
 }
 
+#[tokio::test]
+async fn a_redirect_with_the_wrong_state_gets_an_error_page_and_the_sign_in_waits_on() {
+    let (auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
+    let data = tempfile::tempdir().unwrap();
+    let pending =
+        codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data.path(), vec![]))
+            .await
+            .unwrap();
+    let redirect = pending.redirect_uri().to_owned();
+    let url = pending.authorization_url().to_owned();
+    codeloop_core::mcp::ensure_crypto_provider();
+    let browser = tokio::spawn(async move {
+        // Forged redirects first: one that would end the sign-in with an error (and a clipboard write in
+        // its description), one with a made-up code. Neither carries the sign-in's state.
+        let forged = [
+            format!(
+                "{redirect}?error=access_denied&error_description=%1B%5D52%3Bc%3BZXZpbA%3D%3D%07&state=forged"
+            ),
+            format!("{redirect}?code=made-up&state=forged"),
+        ];
+        let mut pages = Vec::new();
+        for forged in forged {
+            let page = reqwest_mcp::get(&forged).await.unwrap().text().await.unwrap();
+            pages.push(page);
+        }
+        // Then the real one.
+        let status = reqwest_mcp::get(&url).await.map(|r| r.status());
+        (pages, status)
+    });
+    let signed = pending.finish(Duration::from_secs(10)).await;
+    let (pages, _) = browser.await.unwrap();
+    assert!(pages.iter().all(|p| p.contains("Not this sign-in")), "{pages:?}");
+    let signed = signed.expect("the real redirect still signs in");
+    assert_eq!(signed.issuer, auth.issuer());
+    assert_eq!(auth.calls_to("token").len(), 1, "the made-up code was never exchanged");
+}
+
+#[tokio::test]
+async fn an_authorization_servers_error_is_shown_with_its_control_characters_escaped() {
+    let (_auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
+    let data = tempfile::tempdir().unwrap();
+    let pending =
+        codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data.path(), vec![]))
+            .await
+            .unwrap();
+    let state = reqwest_mcp::Url::parse(pending.authorization_url())
+        .unwrap()
+        .query_pairs()
+        .find(|(k, _)| k == "state")
+        .map(|(_, v)| v.into_owned())
+        .unwrap();
+    let refused = format!(
+        "{}?error=access_denied&error_description=%1B%5D0%3Bowned%07%1B%5B2J&state={state}",
+        pending.redirect_uri()
+    );
+    codeloop_core::mcp::ensure_crypto_provider();
+    let browser = tokio::spawn(async move { reqwest_mcp::get(&refused).await.map(|r| r.status()) });
+    let error = pending.finish(Duration::from_secs(10)).await.unwrap_err().to_string();
+    let _ = browser.await;
+    assert!(error.contains("access_denied"), "{error}");
+    assert!(!error.contains('\u{1b}') && !error.contains('\u{7}'), "{error:?}");
+    assert!(error.contains("\\x1b]0;owned\\x07\\x1b[2J"), "{error:?}");
+}
+
 // ---- figures ----
 
 /// A host that allows every call (the figure measures the MCP path, not the permission engine).

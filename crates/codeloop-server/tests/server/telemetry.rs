@@ -12,7 +12,12 @@ async fn a_reached_limit_is_the_prompts_stop_and_a_session_limit_event() {
     let usage = ScriptUsage { input: 900, output: 200, ..Default::default() };
     let h = Harness::start_with(
         Script::new([
-            Turn::from(Reply::tool_call("glob", json!({"pattern": "*"})).with_usage(usage)),
+            // A made-up name (with a label-breaking quote) is no tool: it counts as `invalid`.
+            Turn::from(
+                Reply::tool_call("glob", json!({"pattern": "*"}))
+                    .with_tool_call("made_up\"}_tool", json!({}))
+                    .with_usage(usage),
+            ),
             Turn::from(Reply::text("never sent")),
         ]),
         |setup| setup.config.limits = LimitsConfig { run_max_tokens: Some(1_000), ..Default::default() },
@@ -43,7 +48,12 @@ async fn metrics_count_tokens_cost_tool_calls_steps_and_latency_behind_the_token
     let usage = ScriptUsage { input: 1_000, cached: 400, output: 50, ..Default::default() };
     let h = Harness::start_with(
         Script::new([
-            Turn::from(Reply::tool_call("glob", json!({"pattern": "*"})).with_usage(usage)),
+            // A made-up name (with a label-breaking quote) is no tool: it counts as `invalid`.
+            Turn::from(
+                Reply::tool_call("glob", json!({"pattern": "*"}))
+                    .with_tool_call("made_up\"}_tool", json!({}))
+                    .with_usage(usage),
+            ),
             Turn::from(Reply::text("done").with_usage(usage)),
         ]),
         |setup| setup.options = setup.options.clone().with_token("metrics-token"),
@@ -91,6 +101,7 @@ async fn metrics_count_tokens_cost_tool_calls_steps_and_latency_behind_the_token
         "codeloop_tokens_total{type=\"cache_read\",model=\"fake/test\"} 800",
         "codeloop_tokens_total{type=\"output\",model=\"fake/test\"} 100",
         "codeloop_tool_calls_total{tool=\"glob\",status=\"completed\"} 1",
+        "codeloop_tool_calls_total{tool=\"invalid\",status=\"error\"} 1",
         "codeloop_retries_total 0",
         "codeloop_provider_duration_seconds_count{model=\"fake/test\"} 2",
         "codeloop_provider_ttft_seconds_count{model=\"fake/test\"} 2",
@@ -101,4 +112,5 @@ async fn metrics_count_tokens_cost_tool_calls_steps_and_latency_behind_the_token
     ] {
         assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
     }
+    assert!(!text.contains("made_up"), "{text}");
 }
