@@ -36,3 +36,6 @@ cargo bench -q -p codeloop-core --bench processor -- $measure 2>/dev/null | grep
 cargo bench -q -p codeloop-core --bench turn -- $measure 2>/dev/null | grep -E 'time:|^turn' || true
 cargo bench -q -p codeloop-provider --bench decode -- $measure 2>/dev/null | grep -E 'time:|thrpt:|^decode' || true
 cargo bench -q -p codeloop-store --bench persist -- $measure 2>/dev/null | grep -E 'time:|thrpt:|^[a-z_]+/' || true
+
+echo "== sandbox walls (per call, idle and loaded)"
+scripts/bench_sandbox.sh "$quick"

@@ -1,5 +1,5 @@
 //! The server's own door (DESIGN.md §5c): `codeloop serve` always requires a bearer token. Without one
-//! from the user it makes one and writes `{"url", "token", "pid"}` to `$DATA_DIR/server/<port>.json`
+//! from the user it makes one; either way it writes `{"url", "token", "pid"}` to `$DATA_DIR/server/<port>.json`
 //! (0600, in a 0700 dir; the data dir is masked from tools), so clients on the same machine (`run
 //! --attach`, `tui --attach`, `codeloop web`) find it there while no tool's process can.
 //!
@@ -77,13 +77,13 @@ fn read_server_file(path: &Path) -> Option<ServerFile> {
     serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
 }
 
-/// The token a client uses for `url`: `CODELOOP_SERVER_TOKEN` when set, else the token a server on this
-/// machine left in the data dir for that port (only for a loopback URL whose address it names).
+/// The token a client uses for `url`: the one the server listening there left in the data dir (a live
+/// server of this machine on a loopback URL whose port it names), else `CODELOOP_SERVER_TOKEN`.
 pub fn client_token(url: &str, data_dir: Option<&Path>) -> Option<String> {
-    if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+    if let Some(token) = data_dir.and_then(|dir| found_token(url, dir)) {
         return Some(token);
     }
-    found_token(url, data_dir?)
+    std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty())
 }
 
 fn found_token(url: &str, data_dir: &Path) -> Option<String> {
@@ -96,6 +96,10 @@ fn found_token(url: &str, data_dir: &Path) -> Option<String> {
     }
     let port = parsed.port_or_known_default()?;
     let file = read_server_file(&server_file_path(data_dir, port))?;
+    // A file a dead server left says nothing of what listens on the port now.
+    if !Path::new("/proc").join(file.pid.to_string()).exists() {
+        return None;
+    }
     let theirs = reqwest::Url::parse(&file.url).ok()?;
     (theirs.port_or_known_default() == Some(port)).then_some(file.token)
 }

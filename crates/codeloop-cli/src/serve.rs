@@ -104,16 +104,17 @@ pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) 
     let listener = bind(&args.hostname, args.port, given, port_taken).await?;
     let addr = listener.local_addr()?;
     let url = format!("http://{addr}");
-    let (token, server_file) = match token {
-        TokenChoice::Given(token) => (token, None),
-        TokenChoice::Generate => {
-            let token = door::generate_token()?;
-            let path = door::server_file_path(&env::data_dir()?, addr.port());
-            let file = ServerFile { url: url.clone(), token: token.clone(), pid: std::process::id() };
-            door::write_server_file(&path, &file)?;
-            (token, Some(path))
-        }
+    let generated = matches!(token, TokenChoice::Generate);
+    let token = match token {
+        TokenChoice::Given(token) => token,
+        TokenChoice::Generate => door::generate_token()?,
     };
+    // Given or made, the token is left where clients on this machine look (DESIGN.md §5b): `run --attach`
+    // finds it however the server was started.
+    let path = door::server_file_path(&env::data_dir()?, addr.port());
+    let file = ServerFile { url: url.clone(), token: token.clone(), pid: std::process::id() };
+    door::write_server_file(&path, &file)?;
+    let server_file = Some(path);
     let config = env::load_config(Some(&dir))?;
     let store = args.store.map_or(StoreChoice::FromConfig, StoreChoice::Url);
     let engine = env::open_engine_on(config, AskPolicy::Wait, store, EventIds::Store, env::Watchers::Remote)?;
@@ -125,7 +126,7 @@ pub async fn run_server(launch: Launch, listening: impl FnOnce(&Listening<'_>)) 
     options.cors_origins = args.cors;
     let shutdown = shutdown_signal();
     eprintln!("codeloop server listening on {url} (Authorization: Bearer <token> required)");
-    if let Some(path) = &server_file {
+    if let Some(path) = server_file.as_ref().filter(|_| generated) {
         eprintln!(
             "its token is in {} (clients on this machine find it there; or set CODELOOP_SERVER_TOKEN)",
             path.display()

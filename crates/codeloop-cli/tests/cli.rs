@@ -286,55 +286,68 @@ async fn run_attach_drives_a_running_server_with_the_same_output() {
 
     let env = Env::new();
     std::fs::write(env.project.path().join("a.txt"), "hello\n").unwrap();
-    let fake = FakeProvider::start(Script::new([
-        Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})).with_text("Reading.")),
-        Turn::from(Reply::text("It says hello.")),
-    ]))
+    let fake = FakeProvider::start(
+        Script::new([
+            Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})).with_text("Reading.")),
+            Turn::from(Reply::text("It says hello.")),
+        ])
+        .repeating(),
+    )
     .await
     .unwrap();
     let config = env.config(&fake.base_url(), "");
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
-    serve
-        .args(["serve", "--port", &port.to_string()])
-        .current_dir(env.project.path())
-        .env("CODELOOP_DATA_DIR", env.data.path())
-        .env("HOME", env.home.path())
-        .env("CODELOOP_CONFIG", &config)
-        .env_remove("XDG_CONFIG_HOME")
-        .stderr(std::process::Stdio::piped());
-    let mut server = Killed(serve.spawn().unwrap());
-    // The server says where it listens once it does.
-    let stderr = server.0.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let url = loop {
-        let line = lines.next().expect("the server exited before listening").unwrap();
-        if let Some(at) = line.find("http://") {
-            break line[at..].split_whitespace().next().unwrap().to_owned();
+    // The token made by the server, and one given to it in its environment: either way a client on this
+    // machine finds it through the server file (DESIGN.md §5b), without the variable.
+    for given in [None, Some("given-in-the-environment")] {
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+        serve
+            .args(["serve", "--port", &port.to_string()])
+            .current_dir(env.project.path())
+            .env("CODELOOP_DATA_DIR", env.data.path())
+            .env("HOME", env.home.path())
+            .env("CODELOOP_CONFIG", &config)
+            .env_remove("XDG_CONFIG_HOME")
+            .env_remove("CODELOOP_SERVER_TOKEN")
+            .stderr(std::process::Stdio::piped());
+        if let Some(token) = given {
+            serve.env("CODELOOP_SERVER_TOKEN", token);
         }
-    };
-    let project = env.project.path().to_owned();
-    let home = env.home.path().to_owned();
-    let data = env.data.path().to_owned();
-    let output = tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_codeloop"))
-            .args(["run", "--attach", &url, "what does a.txt say?"])
-            .current_dir(project)
-            .env("HOME", home)
-            .env("CODELOOP_DATA_DIR", data)
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap();
-    let (stdout, stderr) = text(&output);
-    assert!(output.status.success(), "stdout: {stdout}\nstderr: {stderr}");
-    assert_eq!(stdout, "Reading.\nIt says hello.\n");
-    assert!(stderr.contains("→ read a.txt"), "{stderr}");
-    assert_eq!(fake.request_count(), 2);
+        let mut server = Killed(serve.spawn().unwrap());
+        // The server says where it listens once it does.
+        let stderr = server.0.stderr.take().unwrap();
+        let mut lines = std::io::BufReader::new(stderr).lines();
+        let url = loop {
+            let line = lines.next().expect("the server exited before listening").unwrap();
+            if let Some(at) = line.find("http://") {
+                break line[at..].split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        let project = env.project.path().to_owned();
+        let home = env.home.path().to_owned();
+        let data = env.data.path().to_owned();
+        let output = tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_codeloop"))
+                .args(["run", "--attach", &url, "what does a.txt say?"])
+                .current_dir(project)
+                .env("HOME", home)
+                .env("CODELOOP_DATA_DIR", data)
+                .env_remove("CODELOOP_SERVER_TOKEN")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let (stdout, stderr) = text(&output);
+        assert!(output.status.success(), "token {given:?}: stdout: {stdout}\nstderr: {stderr}");
+        assert_eq!(stdout, "Reading.\nIt says hello.\n");
+        assert!(stderr.contains("→ read a.txt"), "{stderr}");
+        drop(server);
+    }
+    assert_eq!(fake.request_count(), 4);
 }
 
 #[tokio::test]

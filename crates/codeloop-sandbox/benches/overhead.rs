@@ -1,6 +1,9 @@
-//! Per-call cost of the walls: spawning and waiting for `true` directly, and through the helper in
-//! workspace-write with the three protected paths (namespace + bind mounts + Landlock), with the network
-//! open and closed (adds seccomp). Target: ≤ 2 ms added per call (issue 11).
+//! Per-call cost of the walls, one wall at a time: spawning and waiting for `true` directly; through the
+//! helper in mode off (the subreaper that owns the tree); walled without the pids cgroup (user + mount +
+//! PID namespaces, read-only binds, the init's own /proc, its hardening, Landlock); with the pids
+//! cgroup too (every wall of a call); with the network closed (adds seccomp); and with two package
+//! caches behind overlays and three masked directories. Target (DESIGN.md §7): ≤ 5 ms added per call
+//! with every wall. `scripts/bench_sandbox.sh` runs it idle and under load.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::OsStr;
@@ -8,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use codeloop_sandbox::{SandboxPolicy, probe, wrap_command};
+use codeloop_sandbox::{CacheOverlay, NO_CGROUP_ENV, SandboxMode, SandboxPolicy, probe, wrap_command};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 const HELPER: &str = env!("CARGO_BIN_EXE_codeloop-sandbox-helper");
@@ -18,9 +21,14 @@ fn run(mut cmd: Command) {
     assert!(status.success());
 }
 
+fn walled(policy: &SandboxPolicy) -> Command {
+    wrap_command(Path::new(HELPER), policy, OsStr::new("true"), &[])
+}
+
 fn overhead(c: &mut Criterion) {
     let project = tempfile::TempDir::new().unwrap();
     let temp = tempfile::TempDir::new().unwrap();
+    let outside = tempfile::TempDir::new().unwrap();
     for protected in [".git", ".codeloop"] {
         std::fs::create_dir(project.path().join(protected)).unwrap();
     }
@@ -28,19 +36,38 @@ fn overhead(c: &mut Criterion) {
     let mut policy = SandboxPolicy::new(project.path(), temp.path());
     policy.protected =
         ["codeloop.toml", ".codeloop", ".git"].iter().map(|p| project.path().join(p)).collect();
+    let mut off = policy.clone();
+    off.mode = SandboxMode::Off;
     let mut closed = policy.clone();
     closed.network = false;
+    let mut layered = policy.clone();
+    for name in ["cargo-registry", "npm"] {
+        let cache = outside.path().join(name);
+        std::fs::create_dir_all(&cache).unwrap();
+        let state = outside.path().join("layers").join(name);
+        layered.cache_overlays.push(CacheOverlay { path: cache, state });
+    }
+    for name in ["ssh", "aws", "config"] {
+        let masked = outside.path().join(name);
+        std::fs::create_dir_all(&masked).unwrap();
+        layered.masked.push(masked);
+    }
     eprintln!("walls here: {:?}", probe());
 
     let mut group = c.benchmark_group("spawn_true");
     group.measurement_time(Duration::from_secs(5));
     group.bench_function("direct", |b| b.iter(|| run(Command::new("true"))));
-    group.bench_function("workspace_write", |b| {
-        b.iter(|| run(wrap_command(Path::new(HELPER), &policy, OsStr::new("true"), &[])))
+    group.bench_function("mode_off_subreaper", |b| b.iter(|| run(walled(&off))));
+    group.bench_function("walled_without_cgroup", |b| {
+        b.iter(|| {
+            let mut cmd = walled(&policy);
+            cmd.env(NO_CGROUP_ENV, "1");
+            run(cmd)
+        })
     });
-    group.bench_function("workspace_write_network_closed", |b| {
-        b.iter(|| run(wrap_command(Path::new(HELPER), &closed, OsStr::new("true"), &[])))
-    });
+    group.bench_function("walled", |b| b.iter(|| run(walled(&policy))));
+    group.bench_function("walled_network_closed", |b| b.iter(|| run(walled(&closed))));
+    group.bench_function("walled_overlays_and_masks", |b| b.iter(|| run(walled(&layered))));
     group.finish();
 }
 

@@ -131,10 +131,11 @@ async fn files_inside_the_project_are_inlined_and_outside_ones_left_out() {
     let outside = tempfile::tempdir().unwrap();
     write(outside.path(), "secret.txt", "outside text");
     let escape = outside.path().join("secret.txt").display().to_string();
+    let template = format!("Look at @src/a.rs, @{escape}, @$1 and @.env; mail me@x.org");
     let s = setup(false, vec![], |user, project| {
         write(project, "src/a.rs", "fn a() {}\n");
         write(project, ".env", "TOKEN=1\n");
-        write(user, "codeloop/commands/look.md", "Look at @src/a.rs, @$1 and @.env; mail me@x.org");
+        write(user, "codeloop/commands/look.md", &template);
     })
     .await;
     s.run("look", &escape).await.unwrap();
@@ -142,6 +143,8 @@ async fn files_inside_the_project_are_inlined_and_outside_ones_left_out() {
     assert!(text.contains("fn a() {}"), "{text}");
     assert!(!text.contains("outside text"), "{text}");
     assert!(text.contains(&format!("[@{escape} left out: it is outside the project]")), "{text}");
+    // A path an argument names is never inlined: it stays as written.
+    assert!(text.contains(&format!(", @{escape} and")), "{text}");
     assert!(!text.contains("TOKEN=1"), "a file the read rules ask about is not inlined: {text}");
     assert!(text.contains("me@x.org"), "{text}");
 }
