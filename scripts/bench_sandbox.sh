@@ -11,7 +11,8 @@ measure="--warm-up-time 1 --measurement-time 5"
 
 run() {
   cargo bench -q -p codeloop-sandbox --bench overhead -- $measure 2>/dev/null \
-    | awk '/^spawn_true\// { name = $1 } /time:/ { if (name == "") name = prev; printf "  %-44s %s %s\n", name, $4, $5; name = "" } { prev = $1 }'
+    | awk '/^spawn_true\// { name = $1 }
+           /time:/ { for (i = 1; i <= NF; i++) if ($i == "time:") printf "  %-44s %s %s\n", name, $(i + 3), $(i + 4) }'
 }
 
 cargo bench -q -p codeloop-sandbox --bench overhead --no-run 2>/dev/null

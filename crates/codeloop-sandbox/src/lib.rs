@@ -2,7 +2,8 @@
 //! sandbox". On Linux: Landlock for the file system and TCP, read-only bind mounts in a user + mount
 //! namespace for protected paths inside writable trees, and seccomp for socket families when the network is
 //! closed. The walls are put up by a helper mode of an executable that then execs the command, so no
-//! `unsafe` pre-exec hook is needed.
+//! `unsafe` pre-exec hook is needed; the one `unsafe` call is the helper's fork of its namespace's init,
+//! in a process that is single-threaded by construction.
 //!
 //! This crate owns the policy shape, the probe, the wrapped command, the helper, failure notes and the
 //! self-check. It must not decide the policy (the caller resolves config and trust), spawn the tool's

@@ -1,11 +1,11 @@
-//! The init of a call's PID namespace (see the parent module): its own `/proc`, the process limit, the
-//! Landlock and seccomp walls, then PROGRAM; when PROGRAM exits, whatever is left of the tree is counted
-//! and ended, and the count goes to the outer helper on this process's stdin (a pipe). It reaps every
+//! The init of a call's PID namespace (see the parent module), forked by the outer helper: its own
+//! `/proc`, the process limit, its hardening, the Landlock and seccomp walls, then PROGRAM; when PROGRAM
+//! exits, whatever is left of the tree is counted and ended, and the count goes to the outer helper on
+//! the report pipe. It reaps every
 //! orphan meanwhile, as an init must, and a SIGTERM from the outer helper ends the namespace gracefully
 //! (see [`super::supervise`]).
 
 use std::io::Write as _;
-use std::os::fd::AsFd as _;
 use std::process::{Command, Stdio};
 
 use nix::sys::signal::Signal;
@@ -19,8 +19,9 @@ use super::{Failure, Invocation, landlock_rules, mounts, seccomp};
 /// The kernel's smallest `pid_max` (`RESERVED_PIDS + 1`).
 const MIN_PID_MAX: u32 = 301;
 
-/// `cgroup`: the outer helper already bounds the call by a pids cgroup.
-pub(super) fn run(inv: Invocation, cgroup: bool) -> Result<u8, Failure> {
+/// `cgroup`: the outer helper already bounds the call by a pids cgroup; `report` is where the tree's end
+/// is told.
+pub(super) fn run(inv: &Invocation, cgroup: bool, report: std::io::PipeWriter) -> Result<u8, Failure> {
     let policy = &inv.plan.policy;
     // If the outer helper dies (codeloop's group kill), so does this init, and with it the namespace.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -32,17 +33,15 @@ pub(super) fn run(inv: Invocation, cgroup: bool) -> Result<u8, Failure> {
     if !policy.network {
         seccomp::deny_sockets().map_err(Failure::setup)?;
     }
-    let report_to = std::io::stdin().as_fd().try_clone_to_owned().ok().map(std::fs::File::from);
     let signals = watch_signals().map_err(Failure::setup)?;
     let child = spawn_unblocked(Command::new(&inv.program).args(&inv.args).stdin(Stdio::null()))
         .map_err(|e| Failure::spawn(&inv.program, &e))?;
     let ended = supervise(&child, Tree::Namespace, &signals, None);
     // Without its own /proc the namespace's processes cannot be counted (they are still ended).
     let leftovers = if own_proc { ended.leftovers } else { 0 };
-    if let Some(mut out) = report_to {
-        let report = CallReport { leftovers, process_limit };
-        let _ = serde_json::to_vec(&report).map(|bytes| out.write_all(&bytes));
-    }
+    let mut report = report;
+    let _ =
+        serde_json::to_vec(&CallReport { leftovers, process_limit }).map(|bytes| report.write_all(&bytes));
     Ok(ended.code)
 }
 

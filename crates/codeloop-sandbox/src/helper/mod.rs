@@ -9,7 +9,7 @@
 //! - the **outer helper** makes a user + mount + PID namespace, mounts the read-only, overlay and masking
 //!   layers, and starts the init below; it stays as its parent, watches its stdin (a socket from codeloop)
 //!   for the owner's end, and passes the init's report and exit code on;
-//! - the **init** (`__sandbox --init …`, PID 1 of the new namespace) mounts the namespace's own `/proc`,
+//! - the **init** (the outer helper's fork, PID 1 of the new namespace) mounts the namespace's own `/proc`,
 //!   bounds the process count, makes itself unreachable from PROGRAM (not dumpable, no capability left
 //!   for PROGRAM, signals from inside the namespace ignored), applies Landlock and seccomp to itself and
 //!   starts PROGRAM; when PROGRAM exits it counts and ends whatever else is left, so a call owns its whole
@@ -53,14 +53,6 @@ pub const EXIT_SETUP_FAILED: u8 = 125;
 /// What stderr lines from the helper start with, so they are easy to tell from the program's own output.
 pub(crate) const MESSAGE_PREFIX: &str = "codeloop sandbox:";
 
-/// The first argument of the init process the outer helper starts.
-#[cfg(target_os = "linux")]
-const INIT_ARG: &str = "--init";
-
-/// After [`INIT_ARG`]: the outer helper put the call in a pids cgroup of its own.
-#[cfg(target_os = "linux")]
-const CGROUP_ARG: &str = "--cgroup";
-
 /// Entry of the helper mode: `args` are the arguments after `__sandbox`. Returns PROGRAM's exit code, or
 /// prints one line to stderr and returns 125, 126 or 127.
 ///
@@ -94,10 +86,9 @@ impl Failure {
     }
 }
 
-/// The parsed arguments: the plan (also as its text, to hand to the init) and the command.
+/// The parsed arguments: the plan and the command.
 #[cfg(target_os = "linux")]
 struct Invocation {
-    plan_text: OsString,
     plan: crate::command::HelperPlan,
     program: OsString,
     args: Vec<OsString>,
@@ -115,21 +106,12 @@ fn parse(args: impl Iterator<Item = OsString>) -> Result<Invocation, Failure> {
         return Err(Failure::setup("expected `--` after the policy"));
     }
     let program = args.next().ok_or_else(|| Failure::setup("missing program after `--`"))?;
-    Ok(Invocation { plan_text, plan, program, args: args.collect() })
+    Ok(Invocation { plan, program, args: args.collect() })
 }
 
 #[cfg(target_os = "linux")]
 fn run(args: Vec<OsString>) -> Result<u8, Failure> {
-    let mut args = args.into_iter().peekable();
-    if args.peek().is_some_and(|a| a == INIT_ARG) {
-        args.next();
-        let cgroup = args.peek().is_some_and(|a| a == CGROUP_ARG);
-        if cgroup {
-            args.next();
-        }
-        return init::run(parse(args)?, cgroup);
-    }
-    outer::run(parse(args)?)
+    outer::run(parse(args.into_iter())?)
 }
 
 #[cfg(not(target_os = "linux"))]

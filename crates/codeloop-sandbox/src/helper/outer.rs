@@ -1,21 +1,20 @@
-//! The outer helper (see the parent module): namespaces and mounts, then the init as its only child,
-//! watched until it exits. Without user namespaces: Landlock, seccomp and the process rlimit on itself,
+//! The outer helper (see the parent module): namespaces and mounts, then the init as its only child (a
+//! fork), watched until it exits. Without user namespaces: Landlock, seccomp and the process rlimit on itself,
 //! then PROGRAM under the subreaper; in mode off, only the subreaper.
 
 use std::io::Read as _;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::ExitStatusExt as _;
-use std::process::{Child, Command, ExitStatus, Stdio};
 
 use nix::sys::signal::Signal;
 use nix::sys::signalfd::SignalFd;
+use nix::unistd::Pid;
 
-use crate::command::{CallReport, HELPER_ARG, Namespace, ProcessLimit};
+use crate::command::{CallReport, Namespace, ProcessLimit};
 use crate::policy::SandboxMode;
 
 use super::cgroup::PidsCgroup;
 use super::supervise::{owner_gone, owner_socket, watch_signals};
-use super::{CGROUP_ARG, Failure, INIT_ARG, Invocation, landlock_rules, mounts, seccomp, subreaper};
+use super::{Failure, Invocation, landlock_rules, mounts, seccomp, subreaper};
 
 pub(super) fn run(inv: Invocation) -> Result<u8, Failure> {
     let policy = &inv.plan.policy;
@@ -56,63 +55,58 @@ fn walled_tree(inv: &Invocation, cgroup: bool) -> Result<u8, Failure> {
     masks.extend(inv.plan.socket_masks.iter().cloned());
     masks.extend(mounts::listed_sockets(policy, &masks));
     mounts::mask(&masks).map_err(Failure::setup)?;
-    pass_mount_right_to_init().map_err(Failure::setup)?;
 
     let (report_in, report_out) =
         std::io::pipe().map_err(|e| Failure::setup(format!("cannot make the report pipe: {e}")))?;
-    let mut init = Command::new("/proc/self/exe");
-    init.arg(HELPER_ARG).arg(INIT_ARG);
-    if cgroup {
-        init.arg(CGROUP_ARG);
-    }
-    init.arg(&inv.plan_text).arg("--").arg(&inv.program).args(&inv.args).stdin(Stdio::from(report_out));
     let signals = watch_signals().map_err(Failure::setup)?;
-    let child = super::supervise::spawn_unblocked(&mut init)
-        .map_err(|e| Failure::setup(format!("cannot start the sandbox's init: {e}")))?;
-    // The command holds our copy of the pipe's write end: drop it, or the report never ends.
-    drop(init);
+    let init = fork_init(inv, cgroup, report_out)?;
     let owner = owner_socket();
-    let status = wait_watching(child, &signals, owner.as_ref())
+    let code = wait_watching(init, &signals, owner.as_ref())
         .map_err(|e| Failure::setup(format!("cannot wait for the sandbox's init: {e}")))?;
     let mut report = String::new();
     let _ = (&report_in).read_to_string(&mut report);
     if let Ok(report) = serde_json::from_str::<CallReport>(report.trim()) {
         subreaper::report(owner, &report);
     }
-    Ok(exit_code(status))
+    Ok(code)
 }
 
-/// The init must mount `/proc` and set `pid_max` after its exec; a user other than root loses every
-/// capability at exec, so `CAP_SYS_ADMIN` (of the new user namespace only) goes on as an ambient one. The
-/// init drops it before it starts PROGRAM.
-fn pass_mount_right_to_init() -> Result<(), String> {
-    use rustix::thread::{
-        CapabilitySet, capabilities, configure_capability_in_ambient_set, set_capabilities,
-    };
-    let mut sets = capabilities(None).map_err(|e| format!("cannot read capabilities: {e}"))?;
-    sets.inheritable |= CapabilitySet::SYS_ADMIN;
-    set_capabilities(None, sets).map_err(|e| format!("cannot set capabilities: {e}"))?;
-    configure_capability_in_ambient_set(CapabilitySet::SYS_ADMIN, true)
-        .map_err(|e| format!("cannot pass CAP_SYS_ADMIN to the sandbox's init: {e}"))
+/// Forks the init: the first child after `unshare(CLONE_NEWPID)` is PID 1 of the new namespace, and a
+/// fork (not a second exec of this binary) keeps the namespace's capabilities it needs to mount `/proc`
+/// and costs one exec less on every call. The child never returns: it runs the init and exits.
+#[allow(unsafe_code)]
+fn fork_init(inv: &Invocation, cgroup: bool, report: std::io::PipeWriter) -> Result<Pid, Failure> {
+    use nix::unistd::{ForkResult, fork};
+    // SAFETY: the helper is single-threaded (`helper_main` runs first thing in `main`, before any thread
+    // starts; the user namespace it entered would have been refused otherwise), so the child holds no
+    // lock another thread took and may run anything the parent could.
+    match unsafe { fork() } {
+        Ok(ForkResult::Parent { child }) => Ok(child),
+        Ok(ForkResult::Child) => {
+            let code = match super::init::run(inv, cgroup, report) {
+                Ok(code) => code,
+                Err(failure) => {
+                    eprintln!("{} {}", super::MESSAGE_PREFIX, failure.message);
+                    failure.code
+                }
+            };
+            std::process::exit(i32::from(code))
+        }
+        Err(e) => Err(Failure::setup(format!("cannot start the sandbox's init: {e}"))),
+    }
 }
 
 /// Waits for the init. SIGTERM (and SIGINT, SIGHUP) go on to it: it ends the namespace's processes
 /// gracefully. If the owner's socket ends first (codeloop died, even by SIGKILL), the init is killed,
 /// which ends every process of its namespace. Threads cannot be made after `unshare(CLONE_NEWPID)`, so
-/// this polls the init's pidfd, the signals and the socket together.
-fn wait_watching(
-    mut child: Child,
-    signals: &SignalFd,
-    owner: Option<&UnixStream>,
-) -> std::io::Result<ExitStatus> {
+/// this polls the init's pidfd, the signals and the socket together. Returns the init's exit code.
+fn wait_watching(init: Pid, signals: &SignalFd, owner: Option<&UnixStream>) -> std::io::Result<u8> {
     use rustix::event::{PollFd, PollFlags, poll};
-    let Ok(pidfd) = rustix::process::pidfd_open(
-        rustix::process::Pid::from_child(&child),
-        rustix::process::PidfdFlags::empty(),
-    ) else {
-        return child.wait();
+    let pidfd = rustix::process::Pid::from_raw(init.as_raw())
+        .map(|pid| rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()));
+    let Some(Ok(pidfd)) = pidfd else {
+        return reap(init);
     };
-    let init = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
     let mut owner = owner;
     loop {
         let mut fds = vec![PollFd::new(&pidfd, PollFlags::IN), PollFd::new(signals, PollFlags::IN)];
@@ -128,7 +122,7 @@ fn wait_watching(
         let owner_event = fds.get(2).is_some_and(|f| !f.revents().is_empty());
         drop(fds);
         if exited {
-            return child.wait();
+            return reap(init);
         }
         if signalled {
             let mut term = false;
@@ -140,17 +134,23 @@ fn wait_watching(
             }
         }
         if owner_event && owner.is_some_and(owner_gone) {
-            let _ = child.kill();
+            let _ = nix::sys::signal::kill(init, Signal::SIGKILL);
             owner = None;
         }
     }
 }
 
-/// The init's exit code, or 128 + the signal that killed it.
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(1),
-        (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(255),
-        (None, None) => 1,
+/// Waits for the init to end: its exit code, or 128 + the signal that killed it.
+fn reap(init: Pid) -> std::io::Result<u8> {
+    use nix::sys::wait::{WaitStatus, waitpid};
+    loop {
+        match waitpid(init, None) {
+            Ok(WaitStatus::Exited(_, code)) => return Ok(u8::try_from(code).unwrap_or(1)),
+            Ok(WaitStatus::Signaled(_, signal, _)) => {
+                return Ok(u8::try_from(128 + signal as i32).unwrap_or(255));
+            }
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 }
