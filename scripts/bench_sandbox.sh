@@ -26,3 +26,10 @@ for _ in 1 2; do
 done
 trap 'kill "${loads[@]}" 2>/dev/null || true' EXIT
 run
+kill "${loads[@]}" 2>/dev/null || true
+trap - EXIT
+
+echo "== a bash call through codeloop, walled against mode off (release binaries)"
+cargo build --release -q -p codeloop-cli -p codeloop-testkit
+python3 scripts/bench_bash_calls.py target/release/codeloop target/release/codeloop-fake-provider
+python3 scripts/bench_bash_calls.py target/release/codeloop target/release/codeloop-fake-provider --loaded
