@@ -118,12 +118,14 @@ fn test_tree(report: &mut CheckReport, runner: &Runner<'_>) {
     }
 }
 
-/// The limit a call may test in a moment, and how many processes it tries to start against it.
+/// The limit a call may test in a moment, and how many more processes it tries to start than that. A
+/// namespace's `pid_max` cannot go below 300, so that mechanism is tried at 300.
 const PROBE_LIMIT: u32 = 16;
-const PROBE_STARTS: u32 = 40;
+const PID_MAX_PROBE_LIMIT: u32 = 300;
+const PROBE_BEYOND: u32 = 24;
 
-/// What bounds the process count under the real policy (`reported` by its helper), and a call limited
-/// to [`PROBE_LIMIT`] that tries to start [`PROBE_STARTS`] processes: the line says what really happened.
+/// What bounds the process count under the real policy (`reported` by its helper), and a call with a
+/// small limit that tries to start more processes than that: the line says what really happened.
 fn test_process_limit(report: &mut CheckReport, runner: &Runner<'_>, reported: Option<CallReport>) {
     let max = runner.policy.max_processes;
     let Some(reported) = reported else {
@@ -134,14 +136,16 @@ fn test_process_limit(report: &mut CheckReport, runner: &Runner<'_>, reported: O
         return;
     };
     let mut probe = runner.policy.clone();
-    probe.max_processes = PROBE_LIMIT;
+    probe.max_processes =
+        if reported.process_limit == ProcessLimit::PidNamespace { PID_MAX_PROBE_LIMIT } else { PROBE_LIMIT };
+    let (limit, starts) = (probe.max_processes, probe.max_processes + PROBE_BEYOND);
     let mut channel = match CallChannel::new() {
         Ok(channel) => channel,
         Err(e) => return report.test(false, format!("processes: cannot test the limit: {e}")),
     };
     // A shell that does not retry a refused fork (bash waits 15 s): each started `sleep` prints its
     // number, and the first refusal ends the loop; the call's init ends the sleeps.
-    let script = format!("i=0; while [ $i -lt {PROBE_STARTS} ]; do sleep 30 & i=$((i+1)); echo $i; done");
+    let script = format!("i=0; while [ $i -lt {starts} ]; do sleep 30 & i=$((i+1)); echo $i; done");
     let args: Vec<OsString> = ["-c", script.as_str()].iter().map(OsString::from).collect();
     let outcome = wrap_command(runner.helper, &probe, plain_shell().as_os_str(), &args)
         .stdin(channel.stdin())
@@ -157,14 +161,13 @@ fn test_process_limit(report: &mut CheckReport, runner: &Runner<'_>, reported: O
         Err(e) => return report.test(false, format!("processes: cannot test the limit: {e}")),
     };
     let how = channel.report().map(|r| r.process_limit).unwrap_or_default();
-    let tried =
-        format!("a call limited to {PROBE_LIMIT} tried to start {PROBE_STARTS} and started {started}");
+    let tried = format!("a call limited to {limit} tried to start {starts} and started {started}");
     let namespace = if reported.process_limit == ProcessLimit::Unbounded {
         ""
     } else {
         "; each call has its own PID namespace and /proc"
     };
-    if started < PROBE_STARTS && how.binds() && reported.process_limit.binds() {
+    if started < starts && how.binds() && reported.process_limit.binds() {
         report.test(
             true,
             format!(
