@@ -19,6 +19,7 @@ use codeloop_core::mcp::McpSettings;
 use codeloop_core::permission::AskPolicy;
 
 use crate::env;
+use codeloop_types::LockExt;
 
 #[derive(Args, Debug)]
 pub struct AcpArgs {
@@ -44,7 +45,7 @@ impl Host for CliHost {
         config.mcp.extend(mcp);
         let engine = env::open_engine(config, AskPolicy::Wait)?;
         if let Some(telemetry) = env::start_telemetry(&engine) {
-            self.telemetry.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(telemetry);
+            self.telemetry.locked().push(telemetry);
         }
         Ok(Opened { engine, warnings: loaded.warnings })
     }
@@ -65,8 +66,7 @@ pub async fn acp(args: AcpArgs) -> anyhow::Result<ExitCode> {
     let output = tokio::fs::File::from_std(std::fs::File::from(stdout));
     let host = Arc::new(CliHost::default());
     let served = codeloop_acp::serve(host.clone(), options, input, output).await;
-    let telemetry =
-        std::mem::take(&mut *host.telemetry.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    let telemetry = std::mem::take(&mut *host.telemetry.locked());
     futures::future::join_all(telemetry.into_iter().map(|t| t.finish())).await;
     served?;
     Ok(ExitCode::SUCCESS)

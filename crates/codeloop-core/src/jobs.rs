@@ -13,6 +13,7 @@ use codeloop_types::{EventPayload, Job, JobState, now_ms};
 use serde::{Deserialize, Serialize};
 
 use crate::bus::Bus;
+use codeloop_types::LockExt;
 
 /// `[bash]`: background jobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,7 +70,7 @@ impl JobRecorder {
 
     fn send(&self, record: Record) -> bool {
         // Fails only when the thread could not start (said once, above).
-        self.writes.lock().unwrap_or_else(|e| e.into_inner()).send(record).is_ok()
+        self.writes.locked().send(record).is_ok()
     }
 
     fn record(&self, job: &Job) {

@@ -101,7 +101,7 @@ impl Services {
     pub async fn tool_set(&self) -> ToolSet {
         let mcp = if self.mcp.is_empty() { None } else { Some(self.mcp.tools().await) };
         let generation = mcp.as_ref().map_or(0, |m| m.generation);
-        let mut cached = self.all_tools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cached = self.all_tools.locked();
         if let Some(set) = cached.as_ref().filter(|s| s.generation == generation) {
             return set.clone();
         }

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::ProjectPaths;
 use crate::paths::{CLAUDE_SETTINGS, is_secret, real_path};
+use codeloop_types::LockExt;
 
 /// Protected paths the file tools wrote, which only a rule naming them or a person's answer grants: the
 /// sweep leaves them where they are (a `codeloop.toml` the user let the write tool create while a job runs
@@ -27,13 +28,13 @@ pub(crate) fn note_written(path: &Path) {
         || names.last().is_some_and(|n| *n == "codeloop.toml")
         || names.iter().any(|n| *n == ".git" || *n == ".codeloop");
     if protected {
-        GRANTED.lock().unwrap_or_else(|e| e.into_inner()).insert(path.to_owned());
+        GRANTED.locked().insert(path.to_owned());
     }
 }
 
 /// Whether a file tool wrote `path` or something under it.
 pub(crate) fn was_granted(path: &Path) -> bool {
-    GRANTED.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|p| p.starts_with(path))
+    GRANTED.locked().iter().any(|p| p.starts_with(path))
 }
 
 /// A walk stops after this many entries, so a huge tree cannot stall a call; what it did not see is

@@ -118,7 +118,7 @@ impl Engine {
         if self.services.tools.get(name).is_some() {
             return true;
         }
-        let listed = self.services.all_tools.lock().unwrap_or_else(|e| e.into_inner());
+        let listed = self.services.all_tools.locked();
         listed.as_ref().is_some_and(|set| set.registry.get(name).is_some())
     }
 

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use codeloop_types::LockExt;
 use oauth2::TokenResponse as _;
 use rmcp::transport::auth::{
     AuthError, AuthorizationMetadata, CredentialRefreshGuard, CredentialStore, StoredCredentials,
@@ -231,7 +232,7 @@ impl FileCredentials {
     }
 
     pub fn record(&self) -> AuthRecord {
-        self.record.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.record.locked().clone()
     }
 
     pub fn path(&self) -> &Path {
@@ -252,12 +253,12 @@ impl FileCredentials {
 #[async_trait::async_trait]
 impl CredentialStore for FileCredentials {
     async fn load(&self) -> Result<Option<StoredCredentials>, AuthError> {
-        Ok(self.record.lock().unwrap_or_else(|e| e.into_inner()).credentials.clone())
+        Ok(self.record.locked().credentials.clone())
     }
 
     async fn save(&self, credentials: StoredCredentials) -> Result<(), AuthError> {
         let record = {
-            let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+            let mut record = self.record.locked();
             record.credentials = Some(credentials);
             record.clone()
         };
@@ -266,7 +267,7 @@ impl CredentialStore for FileCredentials {
 
     async fn clear(&self) -> Result<(), AuthError> {
         let record = {
-            let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+            let mut record = self.record.locked();
             record.credentials = None;
             record.clone()
         };
@@ -293,7 +294,7 @@ impl CredentialStore for FileCredentials {
             })?;
         let (lock, on_disk) = locked;
         if let Some(on_disk) = on_disk {
-            let mut record = self.record.lock().unwrap_or_else(|e| e.into_inner());
+            let mut record = self.record.locked();
             if on_disk.client_id == record.client_id && on_disk.credentials.is_some() {
                 record.credentials = on_disk.credentials;
             }

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use super::auth::{AuthRecord, AuthState, AuthStore, FileCredentials, REFRESH_MARGIN, resource_of};
 use super::settings::{McpSettings, TransportKind};
 use crate::models::EnvLookup;
+use codeloop_types::LockExt;
 
 /// Why a server is not connected.
 #[derive(Debug, Clone, PartialEq)]
@@ -129,7 +130,7 @@ impl StderrTail {
     const LINES: usize = 20;
 
     fn push(&self, line: String) {
-        let mut lines = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut lines = self.0.locked();
         if lines.len() == Self::LINES {
             lines.pop_front();
         }
@@ -137,7 +138,7 @@ impl StderrTail {
     }
 
     pub fn last(&self) -> Option<String> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().rev().find(|l| !l.trim().is_empty()).cloned()
+        self.0.locked().iter().rev().find(|l| !l.trim().is_empty()).cloned()
     }
 }
 

@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use codeloop_tools::Tool;
+use codeloop_types::LockExt;
 use serde::Serialize;
 
 pub use auth::{AuthRecord, AuthState, AuthStore, REFRESH_MARGIN, resource_of};
@@ -231,7 +232,7 @@ impl McpServers {
 
     /// Notices not yet given to anyone, oldest first (each is given once).
     pub fn drain_notices(&self) -> Vec<McpNotice> {
-        std::mem::take(&mut *self.inner.notices.lock().unwrap_or_else(|e| e.into_inner()))
+        std::mem::take(&mut *self.inner.notices.locked())
     }
 
     /// Every server's state, after starting them.
@@ -253,14 +254,14 @@ impl Drop for McpServers {
 
 impl Slot {
     fn live(&self) -> Option<Arc<Live>> {
-        match &*self.state.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.state.locked() {
             State::Connected(live) => Some(live.clone()),
             _ => None,
         }
     }
 
     fn set(&self, state: State) {
-        *self.state.lock().unwrap_or_else(|e| e.into_inner()) = state;
+        *self.state.locked() = state;
     }
 
     /// How to sign in: `codeloop mcp login NAME` (with the URL for a server an editor passed).
@@ -356,7 +357,7 @@ impl Inner {
     fn lost(inner: &Weak<Inner>, slot: &Weak<Slot>, epoch: u64, why: String) {
         let (Some(inner), Some(slot)) = (inner.upgrade(), slot.upgrade()) else { return };
         let live = {
-            let mut state = slot.state.lock().unwrap_or_else(|e| e.into_inner());
+            let mut state = slot.state.locked();
             match &*state {
                 State::Connected(live) if live.epoch == epoch => {
                     let live = live.clone();
@@ -398,11 +399,7 @@ impl Inner {
         let message = codeloop_types::escape_controls(&message).into_owned();
         let for_model = for_model.map(|m| codeloop_types::escape_controls(&m).into_owned());
         tracing::debug!("{message}");
-        self.notices.lock().unwrap_or_else(|e| e.into_inner()).push(McpNotice {
-            server: server.to_owned(),
-            message,
-            for_model,
-        });
+        self.notices.locked().push(McpNotice { server: server.to_owned(), message, for_model });
     }
 
     /// Lists again, within their time-outs, the tools of servers that said theirs changed.
@@ -419,7 +416,7 @@ impl Inner {
             match tokio::time::timeout(link.timeout, link.peer.list_all_tools()).await {
                 Ok(Ok(listed)) => {
                     let tools = offered_tools(link, &slot.settings, listed);
-                    *live.tools.lock().unwrap_or_else(|e| e.into_inner()) = tools;
+                    *live.tools.locked() = tools;
                 }
                 Ok(Err(e)) => tracing::debug!("MCP server {} could not list its tools again: {e}", slot.name),
                 Err(_) => tracing::debug!("MCP server {} did not list its tools again in time", slot.name),
@@ -433,7 +430,7 @@ impl Inner {
 
     fn offered(&self) -> McpTools {
         let generation = self.generation.load(Ordering::SeqCst);
-        let mut offered = self.offered.lock().unwrap_or_else(|e| e.into_inner());
+        let mut offered = self.offered.locked();
         if let Some(tools) = offered.as_ref().filter(|t| t.generation == generation) {
             return tools.clone();
         }
@@ -441,7 +438,7 @@ impl Inner {
         let mut resources = false;
         for slot in &self.slots {
             if let Some(live) = slot.live() {
-                tools.extend(live.tools.lock().unwrap_or_else(|e| e.into_inner()).iter().cloned());
+                tools.extend(live.tools.locked().iter().cloned());
                 resources |= live.resources;
             }
         }
@@ -464,9 +461,9 @@ impl Inner {
                 .unwrap_or(AuthState::None),
             _ => AuthState::None,
         };
-        let (state, tools, auth, error) = match &*slot.state.lock().unwrap_or_else(|e| e.into_inner()) {
+        let (state, tools, auth, error) = match &*slot.state.locked() {
             State::Connected(live) => {
-                let tools = live.tools.lock().unwrap_or_else(|e| e.into_inner()).len();
+                let tools = live.tools.locked().len();
                 (ServerState::Connected, tools, live.auth, None)
             }
             State::Disabled => (ServerState::Disabled, 0, saved(), None),

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use codeloop_types::LockExt;
 use codeloop_types::{Job as JobInfo, JobId, JobState, SessionId, now_ms};
 use tokio_util::sync::CancellationToken;
 
@@ -71,16 +72,16 @@ pub struct Job {
 
 impl Job {
     pub fn info(&self) -> JobInfo {
-        self.info.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.info.locked().clone()
     }
 
     pub fn id(&self) -> JobId {
-        self.info.lock().unwrap_or_else(|e| e.into_inner()).id.clone()
+        self.info.locked().id.clone()
     }
 
     /// The newest `max` bytes of its output as text, leaving the model's read cursor where it is.
     pub fn tail(&self, max: usize) -> String {
-        String::from_utf8_lossy(&self.output.lock().unwrap_or_else(|e| e.into_inner()).tail(max)).into_owned()
+        String::from_utf8_lossy(&self.output.locked().tail(max)).into_owned()
     }
 
     /// Asks the job's task to end it (TERM, then KILL after 2 s).
@@ -94,11 +95,11 @@ impl Job {
 
     /// Sets the sweep of protected paths this job's walls watch.
     pub(crate) fn watch_protected(&self, sweeper: Sweeper) {
-        *self.sweeper.lock().unwrap_or_else(|e| e.into_inner()) = Some(sweeper);
+        *self.sweeper.locked() = Some(sweeper);
     }
 
     pub(crate) fn watches_protected(&self) -> bool {
-        self.sweeper.lock().unwrap_or_else(|e| e.into_inner()).is_some()
+        self.sweeper.locked().is_some()
     }
 
     /// Waits until the job has ended, at most `limit`; whether it has.
@@ -128,7 +129,7 @@ impl Jobs {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SessionId, SessionJobs>> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+        self.sessions.locked()
     }
 
     /// A new running job of `session`, or the refusal naming `max_jobs`.
@@ -180,7 +181,7 @@ impl Jobs {
     /// The job ended: recorded, announced, noted for the next request.
     pub(crate) fn finish(&self, job: &Arc<Job>, state: JobState, exit_code: Option<i32>) {
         let info = {
-            let mut info = job.info.lock().unwrap_or_else(|e| e.into_inner());
+            let mut info = job.info.locked();
             info.state = state;
             info.exit_code = exit_code;
             info.ended = Some(now_ms());
@@ -243,9 +244,9 @@ impl Jobs {
     /// Moves out of the project the protected paths `job` created (DESIGN.md §5j): the model reads why in
     /// the job's output, the user gets a notice. Blocking: it walks the project.
     pub(crate) fn sweep_job(&self, job: &Job) {
-        let sweeper = job.sweeper.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let sweeper = job.sweeper.locked().clone();
         let Some(swept) = sweeper.and_then(|sweep| sweep()) else { return };
-        job.output.lock().unwrap_or_else(|e| e.into_inner()).push(format!("\n{}\n", swept.note).as_bytes());
+        job.output.locked().push(format!("\n{}\n", swept.note).as_bytes());
         let info = job.info();
         let message = format!(
             "background job {} created protected paths, moved out of the project:\n{}",
@@ -288,7 +289,7 @@ impl Jobs {
             .iter()
             .map(|job| {
                 let info = job.info();
-                let unread = job.output.lock().unwrap_or_else(|e| e.into_inner()).unread();
+                let unread = job.output.locked().unread();
                 JobNote { id: info.id, state: info.state, exit_code: info.exit_code, unread }
             })
             .collect()

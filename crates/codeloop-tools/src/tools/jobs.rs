@@ -14,6 +14,7 @@ use crate::jobs::{Job, Jobs, Unread};
 use crate::schema::{decode, schema_for};
 use crate::truncate::{Keep, cut};
 use crate::{Tool, ToolContext, ToolFailure, ToolOutput};
+use codeloop_types::LockExt;
 
 /// How long `bash_kill` waits for the job's end (TERM, 2 s, KILL, and the reaping).
 const KILL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -118,9 +119,9 @@ impl Tool for BashOutputTool {
         let (_, job) = find(ctx, &params.job_id)?;
         // The state first: output read after it is complete for an ended job.
         let info = job.info();
-        let unread = job.output.lock().unwrap_or_else(|e| e.into_inner()).take_unread();
+        let unread = job.output.locked().take_unread();
         let (saved, cut_at) = {
-            let output = job.output.lock().unwrap_or_else(|e| e.into_inner());
+            let output = job.output.locked();
             (output.saved.clone(), output.cut)
         };
         let text = render_output(unread, filter.as_ref(), ctx, saved.as_deref(), cut_at);

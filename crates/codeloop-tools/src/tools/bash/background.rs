@@ -15,6 +15,7 @@ use super::guarded::{Before, model_note};
 use super::process::{self, Spawned};
 use crate::jobs::{Job, Jobs, PROTECTED_SWEEP_EVERY, Swept};
 use crate::{ToolContext, ToolFailure, ToolOutput, Walls};
+use codeloop_types::LockExt;
 
 /// After the job's main process exits, how long to keep reading what is still in the pipe.
 const DRAIN_AFTER_EXIT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -39,7 +40,7 @@ pub(super) fn start(ctx: &ToolContext, jobs: Arc<Jobs>, start: Start<'_>) -> Res
     };
     let id = job.id();
     let saved = ctx.tool_output_dir.join(format!("{id}.log"));
-    job.output.lock().unwrap_or_else(|e| e.into_inner()).saved = Some(saved.clone());
+    job.output.locked().saved = Some(saved.clone());
     if start.before.watches() {
         let (before, sweep_ctx) = (start.before, ctx.clone());
         job.watch_protected(Arc::new(move || {
@@ -121,7 +122,7 @@ impl Task {
                 }
             }
         }
-        let total = self.job.output.lock().unwrap_or_else(|e| e.into_inner()).total();
+        let total = self.job.output.locked().total();
         if let Some(mut f) = file {
             if total > cap {
                 let note = format!(
@@ -129,7 +130,7 @@ impl Task {
                      ([tool_output] max_saved_bytes)]\n"
                 );
                 let _ = f.write_all(note.as_bytes()).await;
-                self.job.output.lock().unwrap_or_else(|e| e.into_inner()).cut = true;
+                self.job.output.locked().cut = true;
             }
             let _ = f.flush().await;
         }
@@ -140,7 +141,7 @@ impl Task {
     }
 
     fn push(&self, chunk: &[u8]) {
-        self.job.output.lock().unwrap_or_else(|e| e.into_inner()).push(chunk);
+        self.job.output.locked().push(chunk);
     }
 
     /// What the model should know once the job is over: leftovers ended, protected paths it created.
