@@ -9,8 +9,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use codeloop_core::Engine;
 use codeloop_core::mcp::{McpOrigin, McpSettings};
+use codeloop_core::{Engine, EngineError, ErrorKind};
 use codeloop_types::{ModelRef, SessionId};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -19,7 +19,7 @@ use crate::protocol::{
     self, AgentCapabilities, ConfigOption, ConfigValue, Implementation, InitializeRequest,
     InitializeResponse, LoadSessionRequest, LoadSessionResponse, McpCapabilities, McpServer,
     NewSessionRequest, NewSessionResponse, PromptCapabilities, SessionMode, SessionModeState,
-    SessionNotification, SessionUpdate, method,
+    SessionNotification, SessionUpdate, code, method,
 };
 use crate::rpc::{Peer, RpcError};
 use crate::{AcpOptions, Host, stream};
@@ -125,11 +125,8 @@ impl Agent {
     ) -> Result<NewSessionResponse, RpcError> {
         let cwd = directory(&request.cwd)?;
         let (engine, warnings) = self.engine(&cwd, &request.mcp_servers).await?;
-        engine.check_model(None).map_err(|e| RpcError::internal(e.to_string()))?;
-        let session = engine
-            .create_session(&cwd, None, None, None)
-            .await
-            .map_err(|e| RpcError::internal(e.to_string()))?;
+        engine.check_model(None).map_err(|e| engine_error(&e))?;
+        let session = engine.create_session(&cwd, None, None, None).await.map_err(|e| engine_error(&e))?;
         let acp = self.register(engine, session, warnings);
         let response = NewSessionResponse {
             session_id: acp.id.to_string(),
@@ -144,7 +141,7 @@ impl Agent {
         request: LoadSessionRequest,
     ) -> Result<LoadSessionResponse, RpcError> {
         let acp = self.open_session(&request).await?;
-        let history = acp.engine.history(&acp.id).await.map_err(|e| RpcError::internal(e.to_string()))?;
+        let history = acp.engine.history(&acp.id).await.map_err(|e| engine_error(&e))?;
         for update in stream::replay(&history, acp.cwd.clone()) {
             self.send_update(&acp.id, update).await;
         }
@@ -156,7 +153,7 @@ impl Agent {
         let cwd = directory(&request.cwd)?;
         let id = SessionId::from(request.session_id.as_str());
         let (engine, _) = self.engine(&cwd, &request.mcp_servers).await?;
-        let stored = engine.session(&id).await.map_err(|e| RpcError::not_found(e.to_string()))?;
+        let stored = engine.session(&id).await.map_err(|e| engine_error(&e))?;
         let directory = PathBuf::from(&stored.directory);
         let (engine, warnings) = if directory != cwd && directory.is_dir() {
             self.engine(&directory, &request.mcp_servers).await?
@@ -200,7 +197,7 @@ impl Agent {
 
     /// The one agent rule (the engine's), then the client hears the new mode.
     pub(crate) async fn set_mode(&self, session: &AcpSession, mode: &str) -> Result<(), RpcError> {
-        session.engine.check_agent(mode).map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        session.engine.check_agent(mode).map_err(|e| engine_error(&e))?;
         session.choice.locked().mode = mode.to_owned();
         let update = SessionUpdate::CurrentModeUpdate { current_mode_id: mode.to_owned() };
         self.send_update(&session.id, update).await;
@@ -218,7 +215,7 @@ impl Agent {
         let cwd = request.cwd.clone().unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
         let (engine, _) = self.engine(&directory.as_ref().map_or(cwd, PathBuf::from), &[]).await?;
         let filter = codeloop_types::SessionFilter { directory, ..Default::default() };
-        let sessions = engine.sessions(filter).await.map_err(|e| RpcError::internal(e.to_string()))?;
+        let sessions = engine.sessions(filter).await.map_err(|e| engine_error(&e))?;
         // One page: the cursor is the number already sent.
         const PAGE: usize = 100;
         let skip: usize = request.cursor.as_deref().and_then(|c| c.parse().ok()).unwrap_or(0);
@@ -279,10 +276,7 @@ impl Agent {
             "model" => {
                 let model: ModelRef =
                     value.parse().map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;
-                session
-                    .engine
-                    .check_model(Some(&model))
-                    .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+                session.engine.check_model(Some(&model)).map_err(|e| engine_error(&e))?;
                 session.choice.locked().model = Some(model);
             }
             other => {
@@ -373,6 +367,21 @@ impl Agent {
 }
 
 /// An existing absolute directory, canonical.
+/// An engine error as ACP answers it, by whose fault it is (the same [`ErrorKind`] that chooses the HTTP
+/// status): the caller's as invalid params (not found as `-32002`), the configuration's, a server's and
+/// codeloop's own as internal errors; `data.kind` says which.
+pub(crate) fn engine_error(error: &EngineError) -> RpcError {
+    let kind = error.kind();
+    let code = match kind {
+        ErrorKind::NotFound => code::RESOURCE_NOT_FOUND,
+        ErrorKind::Invalid | ErrorKind::Conflict | ErrorKind::Busy | ErrorKind::Refused => {
+            code::INVALID_PARAMS
+        }
+        ErrorKind::Config | ErrorKind::Upstream | ErrorKind::Internal => code::INTERNAL_ERROR,
+    };
+    RpcError { code, message: error.to_string(), data: Some(json!({ "kind": kind })) }
+}
+
 fn directory(cwd: &Path) -> Result<PathBuf, RpcError> {
     if !cwd.is_absolute() {
         return Err(RpcError::invalid_params(format!(
@@ -499,6 +508,33 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     use super::*;
+
+    /// ACP answers every engine error by whose fault it is, as the HTTP API does: the caller's are
+    /// invalid params (not found `-32002`), the rest internal errors, and `data.kind` names the fault.
+    #[test]
+    fn engine_errors_become_rpc_errors_by_whose_fault_they_are() {
+        use codeloop_core::RunError;
+        let cases: Vec<(EngineError, i64, &str)> = vec![
+            (EngineError::Invalid("empty".into()), code::INVALID_PARAMS, "invalid"),
+            (EngineError::SessionNotFound("ses_x".into()), code::RESOURCE_NOT_FOUND, "not_found"),
+            (EngineError::Busy { session: "ses_x".into(), action: "x" }, code::INVALID_PARAMS, "busy"),
+            (EngineError::PromptRefused("no".into()), code::INVALID_PARAMS, "refused"),
+            (
+                EngineError::Config { origin: "codeloop.toml".into(), reason: "bad".into() },
+                code::INTERNAL_ERROR,
+                "config",
+            ),
+            (EngineError::Upstream("down".into()), code::INTERNAL_ERROR, "upstream"),
+            (EngineError::Internal("lost".into()), code::INTERNAL_ERROR, "internal"),
+            (EngineError::Run(RunError::Lost), code::INTERNAL_ERROR, "internal"),
+            (EngineError::Run(RunError::Input("empty".into())), code::INVALID_PARAMS, "invalid"),
+        ];
+        for (error, code, kind) in cases {
+            let rpc = engine_error(&error);
+            assert_eq!((rpc.code, rpc.data.clone()), (code, Some(json!({ "kind": kind }))), "{error}");
+            assert_eq!(rpc.message, error.to_string());
+        }
+    }
 
     #[test]
     fn stdio_and_http_mcp_servers_become_settings_and_sse_a_warning() {

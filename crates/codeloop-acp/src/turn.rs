@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use codeloop_core::{
-    Delivery, EngineError, InputPart, PermissionAnswer, PromptInput, RunError, RunOutcome, SessionCommand,
-    StopReason as EngineStop,
+    Delivery, InputPart, PermissionAnswer, PromptInput, RunOutcome, SessionCommand, StopReason as EngineStop,
 };
 use codeloop_types::{EventPayload, Finish, PermissionId, PermissionRequest, SessionId};
 use serde_json::{Value, json};
@@ -236,17 +235,7 @@ impl<'a> Turn<'a> {
                 Some(outcome) => self.stop_reason(&outcome).await,
                 None => Err(RpcError::internal("the prompt did not run")),
             },
-            Some(Err(
-                error @ (EngineError::Invalid(_)
-                | EngineError::Agent(_)
-                | EngineError::Model(_)
-                | EngineError::SessionNotFound(_)
-                | EngineError::UnknownCommand { .. }
-                | EngineError::Run(
-                    RunError::Input(_) | RunError::UnknownAgent(_) | RunError::Model(_),
-                )),
-            )) => Err(RpcError::invalid_params(error.to_string())),
-            Some(Err(error)) => Err(RpcError::internal(error.to_string())),
+            Some(Err(error)) => Err(crate::agent::engine_error(&error)),
             None => Ok(StopReason::Cancelled),
         }
     }

@@ -518,3 +518,57 @@ async fn run_refuses_a_subagent_as_the_sessions_agent_with_the_engines_one_rule(
     assert!(stderr.contains("choose one of") && stderr.contains("build"), "{stderr}");
     assert_eq!(fake.request_count(), 0);
 }
+
+/// A fault of the configuration is answered as one (422 `config`), not as the caller's 400: a session
+/// whose project's `codeloop.toml` does not parse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_project_config_is_a_config_fault_over_http() {
+    use std::io::BufRead;
+
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("ok"))]).repeating()).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let broken = tempfile::tempdir().unwrap();
+    std::fs::write(broken.path().join("codeloop.toml"), "model = [unclosed\n").unwrap();
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+    serve
+        .args(["serve", "--port", "0"])
+        .current_dir(env.project.path())
+        .env("CODELOOP_DATA_DIR", env.data.path())
+        .env("HOME", env.home.path())
+        .env("CODELOOP_CONFIG", &config)
+        .env("CODELOOP_SERVER_TOKEN", TEST_TOKEN)
+        .env_remove("XDG_CONFIG_HOME")
+        .stderr(std::process::Stdio::piped());
+    let mut server = Killed(serve.spawn().unwrap());
+    let mut lines = std::io::BufReader::new(server.0.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("the server exited before listening").unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..].split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let http = http_client();
+    let session: Value = http
+        .post(format!("{url}/session"))
+        .json(&json!({"directory": broken.path()}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = session["id"].as_str().unwrap_or_else(|| panic!("{session}"));
+    let answer = http
+        .post(format!("{url}/session/{id}/prompt"))
+        .json(&json!({"parts": [{"type": "text", "text": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    let status = answer.status().as_u16();
+    let body: Value = answer.json().await.unwrap();
+    assert_eq!((status, body["error"]["code"].as_str()), (422, Some("config")), "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("codeloop.toml"), "{body}");
+    assert_eq!(fake.request_count(), 0, "nothing was sent");
+}

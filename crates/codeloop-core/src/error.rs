@@ -1,10 +1,37 @@
 //! The engine's errors, with their causes as data: a run that could not start or finish ([`RunError`]),
-//! and an engine operation that was refused ([`EngineError`]). Every message says what to do.
+//! and an engine operation that was refused ([`EngineError`]). Every message says what to do, and every
+//! error says whose fault it is ([`ErrorKind`]): the one thing the HTTP API's statuses and ACP's error
+//! codes are chosen from.
 
 use std::sync::Arc;
 
 use codeloop_store::StoreError;
 use codeloop_types::SessionId;
+
+/// Whose fault an error is, so every client answers it the same way: the caller's (`Invalid`, `NotFound`,
+/// `Conflict`, `Busy`, `Refused`), the configuration's (`Config`), a provider's or server's that codeloop
+/// talked to (`Upstream`), or codeloop's own (`Internal`, never a caller's 400).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// The request is malformed or asks for what cannot be (HTTP 400).
+    Invalid,
+    /// What the request names does not exist (404).
+    NotFound,
+    /// The state does not allow it now: answered already, owned elsewhere (409).
+    Conflict,
+    /// The session runs and this needs it idle (409).
+    Busy,
+    /// A hook of the user's refused it (403).
+    Refused,
+    /// The configuration is wrong or incomplete: a missing API key, a config or command file that does not
+    /// parse (422).
+    Config,
+    /// A provider or server codeloop talked to failed (502).
+    Upstream,
+    /// codeloop's own fault: its storage, a task that was lost (500).
+    Internal,
+}
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RunError {
@@ -27,6 +54,35 @@ pub enum RunError {
     /// The run's task ended without handing back a result (it panicked or was cancelled).
     #[error("the run ended without reporting a result")]
     Lost,
+    /// The configuration cannot be used (a project's config file that does not parse).
+    #[error("{0}")]
+    Config(String),
+    /// codeloop's own fault (stored history it cannot read as it wrote it).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl RunError {
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            RunError::SessionNotFound(_) => ErrorKind::NotFound,
+            RunError::Busy(_) => ErrorKind::Busy,
+            RunError::Input(_) | RunError::UnknownAgent(_) => ErrorKind::Invalid,
+            RunError::Model(model) => model_kind(model),
+            RunError::Config(_) => ErrorKind::Config,
+            RunError::Store(_) | RunError::Lost | RunError::Internal(_) => ErrorKind::Internal,
+        }
+    }
+}
+
+/// A model the caller named that is not there is theirs; a missing key or a provider that cannot be built
+/// is the configuration's.
+fn model_kind(error: &crate::models::ModelError) -> ErrorKind {
+    use crate::models::ModelError;
+    match error {
+        ModelError::UnknownProvider(_) | ModelError::Invalid(_) => ErrorKind::Invalid,
+        ModelError::NoModel | ModelError::MissingKey { .. } | ModelError::Provider(_) => ErrorKind::Config,
+    }
 }
 
 /// A store error every caller of a run shares (they all get a clone of its outcome; store errors hold
@@ -102,12 +158,55 @@ pub enum EngineError {
         "background job {job} runs in another codeloop process ({owner}); end it there, or end that process"
     )]
     JobElsewhere { job: codeloop_types::JobId, owner: String },
+    /// The request is malformed or asks for what cannot be.
     #[error("{0}")]
     Invalid(String),
+    /// A file of the configuration (`origin`: its path, or what it configures) is wrong.
+    #[error("{origin}: {reason}")]
+    Config { origin: String, reason: String },
+    /// A server codeloop talked to (an MCP server, a provider) failed.
+    #[error("{0}")]
+    Upstream(String),
+    /// codeloop's own fault.
+    #[error("internal error: {0}")]
+    Internal(String),
     /// No command of that name (DESIGN.md §5g): nothing was sent.
     #[error("unknown command `{name}`; the available commands are: {available}")]
     UnknownCommand { name: String, available: String },
     /// A UserPromptSubmit hook refused the prompt; its reason.
     #[error("the prompt was refused by a UserPromptSubmit hook: {0}")]
     PromptRefused(String),
+}
+
+impl EngineError {
+    /// Whose fault it is ([`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            EngineError::Run(run) => run.kind(),
+            EngineError::Store(codeloop_store::StoreError::SessionBusy(_)) | EngineError::Busy { .. } => {
+                ErrorKind::Busy
+            }
+            EngineError::Store(_) | EngineError::Snapshot(_) | EngineError::Internal(_) => {
+                ErrorKind::Internal
+            }
+            EngineError::SessionNotFound(_) | EngineError::JobNotFound { .. } => ErrorKind::NotFound,
+            EngineError::Reply(crate::permission::ReplyError::Unknown(_)) => ErrorKind::NotFound,
+            EngineError::Reply(_) | EngineError::Question(_) | EngineError::JobElsewhere { .. } => {
+                ErrorKind::Conflict
+            }
+            EngineError::Agent(_)
+            | EngineError::SnapshotsOff
+            | EngineError::Invalid(_)
+            | EngineError::UnknownCommand { .. } => ErrorKind::Invalid,
+            EngineError::Model(model) => model_kind(model),
+            EngineError::Config { .. } => ErrorKind::Config,
+            EngineError::Upstream(_) => ErrorKind::Upstream,
+            EngineError::PromptRefused(_) => ErrorKind::Refused,
+        }
+    }
+
+    /// A failure of codeloop's own.
+    pub(crate) fn internal(what: impl std::fmt::Display) -> Self {
+        EngineError::Internal(what.to_string())
+    }
 }

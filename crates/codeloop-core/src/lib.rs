@@ -48,7 +48,7 @@ pub use command::{CommandOutcome, PermissionAnswer, SessionCommand};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
 pub use engine::{AgentChoice, GC_MIN_AGE, GcPolicy, GcReport, StorageUsage};
 pub use engine::{Engine, EngineOptions, ProjectConfigLoader, ScaleFigures, TOOL_OUTPUT_RETENTION};
-pub use error::{EngineError, RunError, SharedStoreError};
+pub use error::{EngineError, ErrorKind, RunError, SharedStoreError};
 pub use file_commands::{CommandInfo, CommandSource};
 pub use hooks::TurnHooks;
 pub use input::{Delivery, InputPart, PromptInput};

@@ -1,7 +1,8 @@
 //! JSON errors (`{"error": {"code": "not_found", "message": "session ses_… not found"}}`) and the
 //! extractors that turn axum's rejections into them, so every failure a client sees has the same shape.
 //!
-//! Owns: the mapping from engine, run and permission errors to HTTP statuses.
+//! Owns: the mapping from engine, run and permission errors to HTTP statuses (one status per
+//! [`ErrorKind`]).
 //! Must not: decide anything about sessions; it only translates errors the engine reports.
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
@@ -10,7 +11,7 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use codeloop_core::permission::ReplyError;
-use codeloop_core::{EngineError, RunError};
+use codeloop_core::{EngineError, ErrorKind, RunError};
 use serde::de::DeserializeOwned;
 
 use crate::api::{ErrorBody, ErrorDetail};
@@ -63,39 +64,58 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The status every error of a kind gets: the one place HTTP statuses are chosen (an internal fault is
+/// never the caller's 400).
+pub fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Invalid => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict | ErrorKind::Busy => StatusCode::CONFLICT,
+        ErrorKind::Refused => StatusCode::FORBIDDEN,
+        ErrorKind::Config => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Upstream => StatusCode::BAD_GATEWAY,
+        ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The stable code of a kind, where the error has none more precise.
+fn code_of(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Invalid => "invalid_request",
+        ErrorKind::NotFound => "not_found",
+        ErrorKind::Conflict => "conflict",
+        ErrorKind::Busy => "busy",
+        ErrorKind::Refused => "refused",
+        ErrorKind::Config => "config",
+        ErrorKind::Upstream => "upstream",
+        ErrorKind::Internal => "internal",
+    }
+}
+
 impl From<RunError> for ApiError {
     fn from(error: RunError) -> Self {
-        let message = error.to_string();
-        match error {
-            RunError::SessionNotFound(_) => Self::not_found(message),
-            RunError::Busy(_) => Self::conflict("busy", message),
-            RunError::Input(_) | RunError::UnknownAgent(_) => Self::invalid(message),
-            RunError::Model(_) => Self::new(StatusCode::BAD_REQUEST, "invalid_model", message),
-            RunError::Store(_) | RunError::Lost => Self::internal(message),
-        }
+        let kind = error.kind();
+        let code = match (&error, kind) {
+            (RunError::Model(_), ErrorKind::Invalid) => "invalid_model",
+            _ => code_of(kind),
+        };
+        Self::new(status_of(kind), code, error.to_string())
     }
 }
 
 impl From<EngineError> for ApiError {
     fn from(error: EngineError) -> Self {
-        let message = error.to_string();
-        match error {
-            EngineError::SessionNotFound(_) | EngineError::JobNotFound { .. } => Self::not_found(message),
-            EngineError::JobElsewhere { .. } => Self::conflict("elsewhere", message),
-            EngineError::Invalid(_) | EngineError::Agent(_) | EngineError::SnapshotsOff => {
-                Self::invalid(message)
-            }
-            EngineError::Model(_) => Self::new(StatusCode::BAD_REQUEST, "invalid_model", message),
-            EngineError::UnknownCommand { .. } => {
-                Self::new(StatusCode::BAD_REQUEST, "unknown_command", message)
-            }
-            EngineError::Busy { .. } => Self::conflict("busy", message),
-            EngineError::Run(run) => run.into(),
-            EngineError::Store(_) | EngineError::Snapshot(_) => Self::internal(message),
-            EngineError::Reply(reply) => reply.into(),
-            EngineError::Question(_) => Self::conflict("not_pending", message),
-            EngineError::PromptRefused(_) => Self::new(StatusCode::FORBIDDEN, "prompt_refused", message),
-        }
+        let kind = error.kind();
+        let code = match (&error, kind) {
+            (EngineError::Run(run), _) => return run.clone().into(),
+            (EngineError::Model(_), ErrorKind::Invalid) => "invalid_model",
+            (EngineError::UnknownCommand { .. }, _) => "unknown_command",
+            (EngineError::JobElsewhere { .. }, _) => "elsewhere",
+            (EngineError::Reply(_) | EngineError::Question(_), ErrorKind::Conflict) => "not_pending",
+            (EngineError::PromptRefused(_), _) => "prompt_refused",
+            _ => code_of(kind),
+        };
+        Self::new(status_of(kind), code, error.to_string())
     }
 }
 
@@ -196,5 +216,49 @@ mod tests {
             ApiError::from(RunError::from(codeloop_store::StoreError::Interrupted("disk".into()))).status,
             StatusCode::INTERNAL_SERVER_ERROR
         );
+    }
+
+    /// Every kind of fault through the one mapping: the caller's are 4xx, the configuration's 422, a
+    /// server's 502, codeloop's own 500 — an internal fault is never a 400.
+    #[test]
+    fn every_error_says_whose_fault_it_is() {
+        use codeloop_core::models::ModelError;
+        let missing_key = ModelError::MissingKey { provider: "p".into(), env: "P_KEY".into() };
+        let cases: Vec<(EngineError, u16, &str)> = vec![
+            (EngineError::Invalid("empty".into()), 400, "invalid_request"),
+            (EngineError::Model(ModelError::UnknownProvider("x".into())), 400, "invalid_model"),
+            (
+                EngineError::UnknownCommand { name: "n".into(), available: String::new() },
+                400,
+                "unknown_command",
+            ),
+            (EngineError::SnapshotsOff, 400, "invalid_request"),
+            (EngineError::SessionNotFound("ses_x".into()), 404, "not_found"),
+            (EngineError::Busy { session: "ses_x".into(), action: "x" }, 409, "busy"),
+            (EngineError::JobElsewhere { job: "job_x".into(), owner: "o".into() }, 409, "elsewhere"),
+            (EngineError::PromptRefused("no".into()), 403, "prompt_refused"),
+            (EngineError::Model(missing_key), 422, "config"),
+            (EngineError::Config { origin: "codeloop.toml".into(), reason: "bad".into() }, 422, "config"),
+            (EngineError::Run(RunError::Config("bad".into())), 422, "config"),
+            (EngineError::Upstream("the MCP server failed".into()), 502, "upstream"),
+            (EngineError::Internal("lost".into()), 500, "internal"),
+            (EngineError::Run(RunError::Lost), 500, "internal"),
+            (EngineError::Run(RunError::Internal("x".into())), 500, "internal"),
+            (EngineError::Store(codeloop_store::StoreError::Interrupted("disk".into())), 500, "internal"),
+            (EngineError::Run(RunError::Input("empty".into())), 400, "invalid_request"),
+        ];
+        for (error, status, code) in cases {
+            let kind = error.kind();
+            let answered = ApiError::from(error);
+            assert_eq!(
+                (answered.status.as_u16(), answered.code),
+                (status, code),
+                "{kind:?}: {}",
+                answered.message
+            );
+            if kind == ErrorKind::Internal {
+                assert!(answered.status.is_server_error());
+            }
+        }
     }
 }

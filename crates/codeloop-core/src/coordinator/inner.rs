@@ -195,7 +195,7 @@ impl Inner {
 
     /// Stores `input` behind the session's run.
     pub(super) fn enqueue(&self, session: &SessionId, input: &PromptInput) -> Result<i64, RunError> {
-        let json = serde_json::to_string(input).map_err(|e| RunError::Input(e.to_string()))?;
+        let json = serde_json::to_string(input).map_err(|e| RunError::Internal(e.to_string()))?;
         Ok(self.services.store.enqueue_input(session, &json)?)
     }
 
@@ -219,7 +219,7 @@ impl Inner {
             };
             let reply = replies.remove(&queued.id);
             let recorded = serde_json::from_str::<PromptInput>(&queued.input)
-                .map_err(|e| RunError::Input(format!("queued input {} cannot be read: {e}", queued.id)))
+                .map_err(|e| RunError::Internal(format!("queued input {} cannot be read: {e}", queued.id)))
                 .and_then(|input| self.record_input(session, &input, Some(queued.id)));
             match recorded {
                 Ok(()) => return Some(reply),

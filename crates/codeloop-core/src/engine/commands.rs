@@ -54,7 +54,7 @@ impl Engine {
                 Ok(()) => Ok(handle),
                 // Refused on the way (busy, storage): the command's own error says why.
                 Err(_) => Err(finished(handle.await)?.err().unwrap_or_else(|| {
-                    EngineError::Invalid("the command ended before it was accepted".into())
+                    EngineError::internal("the command ended before it was accepted")
                 })),
             },
             outcome = &mut handle => {
@@ -337,7 +337,7 @@ impl Engine {
 fn finished(
     joined: Result<Result<CommandOutcome, EngineError>, tokio::task::JoinError>,
 ) -> Result<Result<CommandOutcome, EngineError>, EngineError> {
-    joined.map_err(|e| EngineError::Invalid(format!("the command failed: {e}")))
+    joined.map_err(|e| EngineError::internal(format!("the command failed: {e}")))
 }
 
 /// A session runs in its directory: a worker that cannot see it says so instead of running the tools
@@ -346,9 +346,12 @@ pub(super) fn check_directory(session: &Session) -> Result<(), EngineError> {
     if std::path::Path::new(&session.directory).is_dir() {
         return Ok(());
     }
-    Err(EngineError::Invalid(format!(
-        "session {} runs in {}, which this process cannot see: run it on a machine (or worker) where that \
-         directory exists",
-        session.id, session.directory
-    )))
+    Err(EngineError::Config {
+        origin: format!("session {}", session.id),
+        reason: format!(
+            "it runs in {}, which this process cannot see: run it on a machine (or worker) where that \
+             directory exists",
+            session.directory
+        ),
+    })
 }

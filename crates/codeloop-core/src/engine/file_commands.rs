@@ -127,8 +127,9 @@ impl Engine {
 
     /// The model a file's front matter names, checked; for a subtask, its agent must be a subagent.
     fn check_front_matter(&self, file: &CommandFile) -> Result<Option<ModelRef>, EngineError> {
-        let context = |e: String| {
-            EngineError::Invalid(format!("command `{}` ({}): {e}", file.name, file.path.display()))
+        let context = |e: String| EngineError::Config {
+            origin: format!("command `{}` ({})", file.name, file.path.display()),
+            reason: e,
         };
         if let Some(agent) = &file.agent {
             if file.subtask {
@@ -202,7 +203,8 @@ impl Engine {
                 if index + 1 == names.len() { std::mem::take(&mut words).join(" ") } else { words.remove(0) };
             filled.insert(name.clone(), value);
         }
-        let text = self.mcp_prompt(command, filled).await.map_err(|e| EngineError::Invalid(e.to_string()))?;
+        let text =
+            self.mcp_prompt(command, filled).await.map_err(|e| EngineError::Upstream(e.to_string()))?;
         Ok(text.text)
     }
 
@@ -236,9 +238,10 @@ impl Engine {
             let (services, directory) = (self.services.clone(), directory.clone());
             tokio::task::spawn_blocking(move || services.project_policy(&directory))
                 .await
-                .map_err(|_| EngineError::Invalid("the command could not be read".into()))?
-                .map_err(|e| {
-                    EngineError::Invalid(format!("cannot use the config of the session's project ({e})"))
+                .map_err(|_| EngineError::internal("the command could not be read"))?
+                .map_err(|e| EngineError::Config {
+                    origin: "the config of the session's project".into(),
+                    reason: e.to_string(),
                 })?
         };
         let trusted = self.project_trusted(&directory);
@@ -256,7 +259,7 @@ impl Engine {
         }
         self.check_prompt(id, &input).await?;
         let child = crate::subagent::command_child(&self.services, &session, &agent, &file.name)
-            .map_err(|e| EngineError::Invalid(e.to_string()))?;
+            .map_err(EngineError::internal)?;
         Ok(self.coordinator.prompt_accepted(&child.id, input, Delivery::Queue, accepted).await?)
     }
 }

@@ -29,7 +29,10 @@ impl Engine {
     ) -> Result<Admitted, EngineError> {
         let session = self.session(id).await?;
         let hooks = self.services.session_hooks(id, Path::new(&session.directory)).await.map_err(|e| {
-            EngineError::Invalid(format!("cannot use the config of the session's project ({e})"))
+            EngineError::Config {
+                origin: "the config of the session's project".into(),
+                reason: e.to_string(),
+            }
         })?;
         if hooks.hooks.any(HookEvent::SessionEnd) {
             self.services.open_sessions.locked().insert(id.clone());

@@ -66,7 +66,7 @@ impl Run<'_> {
     pub(super) async fn summarize(&mut self, index: usize) -> Result<Flow, RunError> {
         let request_message = &self.history[index];
         let Message::User(request_user) = &request_message.info else {
-            return Err(RunError::Input("internal: compaction request is not a user message".into()));
+            return Err(RunError::Internal("the compaction request is not a user message".into()));
         };
         let request_user = request_user.clone();
         let part = request_message.parts.iter().find_map(|p| p.as_compaction()).cloned().unwrap_or_default();

@@ -215,7 +215,7 @@ pub(crate) async fn run_session(
             .await
             .map_err(|_| RunError::Lost)?
             .map_err(|e| {
-                RunError::Input(format!(
+                RunError::Config(format!(
                     "cannot use the config of the session's project ({e}); fix the file, or move it aside"
                 ))
             })?

@@ -156,7 +156,7 @@ impl Run<'_> {
     /// A normal provider turn answering the user message at `user_index`.
     pub(super) async fn turn(&mut self, user_index: usize) -> Result<Flow, RunError> {
         let Message::User(user) = &self.history[user_index].info else {
-            return Err(RunError::Input("internal: the last user message is not a user message".into()));
+            return Err(RunError::Internal("the last user message is not a user message".into()));
         };
         let user = user.clone();
         let agent = self.agent(&user.agent)?;
