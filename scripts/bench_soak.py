@@ -9,7 +9,7 @@ import json, os, subprocess, sys, tempfile, threading, urllib.request
 
 codeloop, fake = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 RUNS = int(sys.argv[3]) if len(sys.argv) > 3 else 3000
-CHECKPOINTS = {n for n in range(1000, RUNS + 1, 1000)} | {RUNS}
+CHECKPOINTS = {n for n in (100, 500) if n < RUNS} | {n for n in range(1000, RUNS + 1, 1000)} | {RUNS}
 TOKEN = "soak-token"
 
 

@@ -300,6 +300,9 @@ pub struct MessageListQuery {
     pub limit: Option<usize>,
     /// Only messages older than this message id (the cursor of the previous page).
     pub before: Option<String>,
+    /// The page also ends once its messages hold this many parts (at least one message is sent), so a
+    /// page of a few very long messages stays light.
+    pub max_parts: Option<usize>,
 }
 
 /// `POST /session/{id}/command` (DESIGN.md §5g).

@@ -288,7 +288,11 @@ fn bench_load(c: &mut Criterion) {
     group.throughput(Throughput::Elements(50));
     group.sample_size(50);
     group.bench_function("list_messages_newest_50_of_2k", |b| {
-        b.iter(|| black_box(store.list_messages(&session, &Page { before: None, limit: 50 }).unwrap()))
+        b.iter(|| {
+            black_box(
+                store.list_messages(&session, &Page { before: None, limit: 50, max_parts: None }).unwrap(),
+            )
+        })
     });
     group.finish();
 }

@@ -21,6 +21,9 @@ const ALL_PARTS: &str = "SELECT p.id, p.message_id, p.session_id, p.kind, p.data
 const NEWEST_MESSAGES: &str = "SELECT id, data FROM message WHERE session_id = ?1 ORDER BY id DESC LIMIT ?2";
 const MESSAGES_BEFORE: &str =
     "SELECT id, data FROM message WHERE session_id = ?1 AND id < ?3 ORDER BY id DESC LIMIT ?2";
+const PART_COUNTS_IN_RANGE: &str = "SELECT m.id, COUNT(p.id)
+     FROM message m LEFT JOIN part p ON p.message_id = m.id
+     WHERE m.session_id = ?1 AND m.id >= ?2 AND m.id <= ?3 GROUP BY m.id ORDER BY m.id DESC";
 pub(crate) const PARTS_IN_RANGE: &str = "SELECT p.id, p.message_id, p.session_id, p.kind, p.data
      FROM message m JOIN part p ON p.message_id = m.id
      WHERE m.session_id = ?1 AND m.id >= ?2 AND m.id <= ?3 ORDER BY m.id, p.id";
@@ -75,6 +78,16 @@ pub(crate) fn list_messages(
         while let Some(row) = rows.next()? {
             messages.push(MessageWithParts { info: message_from_row(row)?, parts: Vec::new() });
         }
+    }
+    if page.max_parts.is_some()
+        && let (Some(newest), Some(oldest)) = (messages.first(), messages.last())
+    {
+        let (low, high) = (oldest.info.id().as_str().to_owned(), newest.info.id().as_str().to_owned());
+        let mut stmt = conn.prepare_cached(PART_COUNTS_IN_RANGE)?;
+        let counts = stmt
+            .query_map(rusqlite::params![session.as_str(), low, high], |row| row.get::<_, i64>(1))?
+            .collect::<std::result::Result<Vec<i64>, _>>()?;
+        messages.truncate(page.keep(counts.into_iter().map(|n| usize::try_from(n).unwrap_or(0))));
     }
     let (Some(newest), Some(oldest)) = (messages.first(), messages.last()) else { return Ok(messages) };
     let (low, high) = (oldest.info.id().as_str().to_owned(), newest.info.id().as_str().to_owned());

@@ -241,7 +241,9 @@ fn messages_page_newest_first_with_an_exclusive_cursor(kind: Kind) {
     let mut pages = Vec::new();
     let mut before = None;
     loop {
-        let page = store.list_messages(&session.id, &Page { before: before.clone(), limit: 4 }).unwrap();
+        let page = store
+            .list_messages(&session.id, &Page { before: before.clone(), limit: 4, max_parts: None })
+            .unwrap();
         let Some(last) = page.last() else { break };
         before = Some(last.info.id().clone());
         pages.push(page);
@@ -258,7 +260,39 @@ fn messages_page_newest_first_with_an_exclusive_cursor(kind: Kind) {
         assert!(message.parts.iter().all(|p| &p.message_id == message.info.id()));
     }
     assert_eq!(store.list_messages(&session.id, &Page::default()).unwrap().len(), 10);
-    assert_eq!(store.list_messages(&"ses_none".into(), &Page { before: None, limit: 5 }).unwrap(), vec![]);
+    assert_eq!(
+        store.list_messages(&"ses_none".into(), &Page { before: None, limit: 5, max_parts: None }).unwrap(),
+        vec![]
+    );
+}
+
+fn a_page_bounded_by_parts_ends_early_but_holds_at_least_one_message(kind: Kind) {
+    let Some(place) = Place::new(kind) else { return };
+    let store = place.open();
+    let session = session("/p");
+    seed(&*store, &session, 5, 3); // newest first: an answer of 3 parts, its question of 1, …
+    let history = store.load_history(&session.id).unwrap();
+    let pages_of = |max_parts: usize| {
+        let mut sizes = Vec::new();
+        let mut paged: Vec<MessageWithParts> = Vec::new();
+        loop {
+            let before = paged.last().map(|m| m.info.id().clone());
+            let page = store
+                .list_messages(&session.id, &Page { before, limit: 10, max_parts: Some(max_parts) })
+                .unwrap();
+            if page.is_empty() {
+                break;
+            }
+            sizes.push(page.len());
+            paged.extend(page);
+        }
+        paged.reverse();
+        assert_eq!(paged, history, "every message once, whole, whatever the bound");
+        sizes
+    };
+    assert_eq!(pages_of(4), [2, 2, 2, 2, 2], "an answer and its question fill 4 parts");
+    assert_eq!(pages_of(2), [1; 10], "an answer over the bound still comes, alone");
+    assert_eq!(pages_of(100), [10], "the message limit still holds");
 }
 
 fn sessions_list_roots_children_and_directories_most_recently_updated_first(kind: Kind) {
@@ -536,6 +570,7 @@ on_both_stores!(
     every_part_kind_and_both_message_kinds_round_trip,
     tool_state_data_round_trips_unchanged_through_every_transition,
     messages_page_newest_first_with_an_exclusive_cursor,
+    a_page_bounded_by_parts_ends_early_but_holds_at_least_one_message,
     sessions_list_roots_children_and_directories_most_recently_updated_first,
     removing_parts_and_messages_takes_them_out_of_history,
     a_failing_write_rolls_back_its_whole_batch,

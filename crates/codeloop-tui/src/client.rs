@@ -9,8 +9,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use codeloop_types::MessageWithParts;
 use codeloop_types::{Event, MessageId, ModelRef, PermissionReply, QuestionId, Session, SessionId};
+use codeloop_types::{MessageWithParts, Page};
 use tokio::sync::mpsc;
 
 /// What the live feed carries.
@@ -64,14 +64,10 @@ pub trait Client: Send + Sync + 'static {
     ) -> anyhow::Result<Session>;
     async fn delete_session(&self, id: &SessionId) -> anyhow::Result<()>;
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>>;
-    /// Up to `limit` messages older than `before` (`None`: the newest), newest first. The UI opens a
-    /// session a page at a time, so a long one is never in memory whole.
-    async fn history_page(
-        &self,
-        id: &SessionId,
-        before: Option<&MessageId>,
-        limit: usize,
-    ) -> anyhow::Result<Vec<MessageWithParts>>;
+    /// A page of messages (`page.before`: `None` for the newest), newest first. The UI opens a session a
+    /// page at a time, bounded by parts as well as messages, so neither a long session nor a long message
+    /// is ever in memory whole.
+    async fn history_page(&self, id: &SessionId, page: Page) -> anyhow::Result<Vec<MessageWithParts>>;
     /// Sends input; a busy session queues it as its own turn after the run. Returns when the engine
     /// accepted it (in-process: when the run it started ended); the run itself is watched through events.
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()>;
@@ -119,26 +115,28 @@ pub trait Client: Send + Sync + 'static {
     ) -> anyhow::Result<codeloop_types::Job>;
 }
 
-/// A whole history read a page of `limit` at a time (`fetch(before, limit)`: up to `limit` messages
-/// older than `before`, newest first), each message turned into what the caller keeps as its page
-/// arrives. Returned oldest first.
+/// A whole history read a page at a time (`fetch(page)`: the page's messages older than `page.before`,
+/// newest first; `shape` gives every page's limits), each message turned into what the caller keeps as
+/// its page arrives. Returned oldest first. A page bounded by parts may end before `shape.limit`, so
+/// only an empty page ends the history.
 pub(crate) async fn read_pages<T, F, Fut>(
-    limit: usize,
+    shape: Page,
     mut fetch: F,
     keep: impl Fn(MessageWithParts) -> T,
     id_of: impl Fn(&T) -> &MessageId,
 ) -> anyhow::Result<Vec<T>>
 where
-    F: FnMut(Option<MessageId>, usize) -> Fut,
+    F: FnMut(Page) -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<Vec<MessageWithParts>>>,
 {
     let mut kept: Vec<T> = Vec::new();
     loop {
         let before = kept.last().map(|m| id_of(m).clone());
-        let page = fetch(before, limit).await?;
-        let full = page.len() == limit;
+        let page = fetch(Page { before, ..shape.clone() }).await?;
+        let last =
+            page.is_empty() || shape.limit == 0 || (shape.max_parts.is_none() && page.len() < shape.limit);
         kept.extend(page.into_iter().map(&keep));
-        if !full || limit == 0 {
+        if last {
             break;
         }
     }
@@ -182,14 +180,14 @@ mod tests {
         let stored: Vec<MessageWithParts> = (0..120).map(message).collect();
         let mut asked = Vec::new();
         let all = read_pages(
-            50,
-            |before: Option<MessageId>, limit| {
-                asked.push(before.clone());
+            Page { limit: 50, ..Page::default() },
+            |page: Page| {
+                asked.push(page.before.clone());
                 let older: Vec<MessageWithParts> = stored
                     .iter()
                     .rev()
-                    .filter(|m| before.as_ref().is_none_or(|b| m.info.id() < b))
-                    .take(limit)
+                    .filter(|m| page.before.as_ref().is_none_or(|b| m.info.id() < b))
+                    .take(page.limit)
                     .cloned()
                     .collect();
                 async move { Ok(older) }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use codeloop_types::{MessageId, ModelRef, Session, SessionId};
+use codeloop_types::{ModelRef, Page, Session, SessionId};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -303,15 +303,14 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
     }
 }
 
-/// Messages read from the store per page when a session opens.
-const OPEN_PAGE: usize = 50;
+/// What one page read from the store holds at most when a session opens: messages, and parts (a page
+/// of a few very long messages is as light as one of many short ones; one message is always read whole).
+const OPEN_PAGE: Page = Page { before: None, limit: 50, max_parts: Some(500) };
 
 /// A session's history as the UI keeps it, read a page at a time and compacted page by page, so only
 /// one page is ever held in full.
 async fn kept_history(client: &dyn Client, id: &SessionId) -> anyhow::Result<Vec<Kept>> {
-    let fetch = |before: Option<MessageId>, limit| async move {
-        client.history_page(id, before.as_ref(), limit).await
-    };
+    let fetch = |page: Page| async move { client.history_page(id, page).await };
     client::read_pages(OPEN_PAGE, fetch, Kept::new, |m| m.info.id()).await
 }
 

@@ -75,16 +75,11 @@ impl Client for LocalClient {
         Ok(self.engine.history(id).await?)
     }
 
-    async fn history_page(
-        &self,
-        id: &SessionId,
-        before: Option<&MessageId>,
-        limit: usize,
-    ) -> anyhow::Result<Vec<MessageWithParts>> {
-        if before.is_none() {
+    async fn history_page(&self, id: &SessionId, page: Page) -> anyhow::Result<Vec<MessageWithParts>> {
+        if page.before.is_none() {
             self.engine.flush().await?;
         }
-        Ok(self.engine.messages(id, Page { before: before.cloned(), limit }).await?)
+        Ok(self.engine.messages(id, page).await?)
     }
 
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()> {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use codeloop_types::MessageWithParts;
 use codeloop_types::{
     Event, MessageId, ModelRef, PermissionId, PermissionReply, PermissionRequest, QuestionId,
     QuestionRequest, Session, SessionId,
 };
+use codeloop_types::{MessageWithParts, Page};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -149,22 +149,18 @@ impl Client for RemoteClient {
     }
 
     async fn history(&self, id: &SessionId) -> anyhow::Result<Vec<MessageWithParts>> {
-        let fetch = |before: Option<MessageId>, limit| async move {
-            self.history_page(id, before.as_ref(), limit).await
-        };
-        read_pages(PAGE, fetch, |m| m, |m| m.info.id()).await
+        let fetch = |page: Page| async move { self.history_page(id, page).await };
+        read_pages(Page { limit: PAGE, ..Page::default() }, fetch, |m| m, |m| m.info.id()).await
     }
 
-    async fn history_page(
-        &self,
-        id: &SessionId,
-        before: Option<&MessageId>,
-        limit: usize,
-    ) -> anyhow::Result<Vec<MessageWithParts>> {
-        let limit = limit.to_string();
+    async fn history_page(&self, id: &SessionId, page: Page) -> anyhow::Result<Vec<MessageWithParts>> {
+        let (limit, max_parts) = (page.limit.to_string(), page.max_parts.map(|n| n.to_string()));
         let mut params = vec![("limit", limit.as_str())];
-        if let Some(before) = before {
+        if let Some(before) = &page.before {
             params.push(("before", before.as_str()));
+        }
+        if let Some(max_parts) = &max_parts {
+            params.push(("max_parts", max_parts.as_str()));
         }
         self.http.get(&format!("/session/{id}/message"), &params).await
     }

@@ -33,10 +33,30 @@ pub struct ToolSpec {
 }
 
 /// A page of history, newest first: messages strictly older than `before`. `limit == 0` means no limit.
+/// With `max_parts`, the page also ends once its messages hold that many parts (it always holds at least
+/// one message), so a page of a few very long messages stays as light as one of many short ones.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Page {
     pub before: Option<MessageId>,
     pub limit: usize,
+    pub max_parts: Option<usize>,
+}
+
+impl Page {
+    /// How many of `part_counts` (the page's messages, newest first) the page keeps under `max_parts`.
+    pub fn keep(&self, part_counts: impl IntoIterator<Item = usize>) -> usize {
+        let Some(max) = self.max_parts else { return usize::MAX };
+        let mut total = 0usize;
+        let mut kept = 0usize;
+        for count in part_counts {
+            if kept > 0 && total + count > max {
+                break;
+            }
+            total += count;
+            kept += 1;
+        }
+        kept
+    }
 }
 
 /// A saved "always" approval: a permission rule remembered for one project.

@@ -297,6 +297,9 @@ pub(crate) async fn run_session(
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })
 }
 
+/// Sessions whose last prompt prefix is kept in memory ([`Run::note_prefix`]).
+const PREFIXES_KEPT: usize = 1024;
+
 /// See [`Run::sweep_jobs`]; nothing to do (and no thread) when no job of the session watches.
 async fn sweep_jobs(services: &Services, session_id: &SessionId) {
     if !services.jobs.watches_protected(session_id) {
@@ -541,6 +544,11 @@ impl Run<'_> {
         let before = {
             let mut prefixes = self.services.prefixes.locked();
             let before = prefixes.get(&self.session.id).cloned();
+            // Bounded: a server sees ever new sessions; a session forgotten here is compared with its
+            // stored history instead.
+            if before.is_none() && prefixes.len() >= PREFIXES_KEPT {
+                prefixes.clear();
+            }
             prefixes.insert(self.session.id.clone(), prefix.clone());
             before
         };

@@ -32,7 +32,11 @@ pub async fn messages(
         return Err(ApiError::invalid(format!("limit must be between 1 and {MAX_PAGE}")));
     }
     let session = load(&state.engine, &id).await?;
-    let page = Page { before: query.before.filter(|b| !b.is_empty()).map(MessageId::from), limit };
+    if query.max_parts == Some(0) {
+        return Err(ApiError::invalid("max_parts must be at least 1 (leave it out for no bound)"));
+    }
+    let before = query.before.filter(|b| !b.is_empty()).map(MessageId::from);
+    let page = Page { before, limit, max_parts: query.max_parts };
     Ok(Json(state.engine.messages(&session.id, page).await?))
 }
 

@@ -91,6 +91,12 @@ async fn a_blocking_prompt_returns_the_final_message_and_history_pages() {
     let (_, older) = h.get(&format!("/session/{session}/message?limit=3&before={before}")).await;
     assert_eq!(older.as_array().unwrap().len(), 1);
     assert_eq!(older[0]["info"]["role"], "user");
+    // Bounded by parts too: the newest answer holds more than one part, and comes alone (never none).
+    let (status, light) = h.get(&format!("/session/{session}/message?limit=3&max_parts=1")).await;
+    assert_eq!(status, 200, "{light}");
+    assert_eq!(light.as_array().unwrap().len(), 1, "{light}");
+    assert_eq!(light[0]["info"]["id"], page[0]["info"]["id"]);
+    assert!(light[0]["parts"].as_array().unwrap().len() > 1, "the whole message: {light}");
 
     let message_id = result["info"]["id"].as_str().unwrap();
     let (status, one) = h.get(&format!("/session/{session}/message/{message_id}")).await;
@@ -146,6 +152,8 @@ async fn bad_requests_get_json_errors_that_say_what_is_wrong() {
     let (status, body) = h.get(&format!("/session/{session}/message?limit=0")).await;
     assert_eq!((status, error_code(&body)), (400, "invalid_request"));
     let (status, body) = h.get(&format!("/session/{session}/message?limit=abc")).await;
+    assert_eq!((status, error_code(&body)), (400, "invalid_request"));
+    let (status, body) = h.get(&format!("/session/{session}/message?max_parts=0")).await;
     assert_eq!((status, error_code(&body)), (400, "invalid_request"));
     let (status, body) = h.post("/session", json!({"directory": "/definitely/not/here"})).await;
     assert_eq!((status, error_code(&body)), (400, "invalid_request"));

@@ -40,6 +40,9 @@ const NEWEST_MESSAGES: &str =
     "SELECT id, data::text FROM message WHERE session_id = $1 ORDER BY id DESC LIMIT $2";
 const MESSAGES_BEFORE: &str =
     "SELECT id, data::text FROM message WHERE session_id = $1 AND id < $3 ORDER BY id DESC LIMIT $2";
+const PART_COUNTS_IN_RANGE: &str = "SELECT m.id, COUNT(p.id)
+     FROM message m LEFT JOIN part p ON p.message_id = m.id
+     WHERE m.session_id = $1 AND m.id >= $2 AND m.id <= $3 GROUP BY m.id ORDER BY m.id DESC";
 const PARTS_IN_RANGE: &str = "SELECT p.id, p.message_id, p.session_id, p.kind, p.data::text
      FROM message m JOIN part p ON p.message_id = m.id
      WHERE m.session_id = $1 AND m.id >= $2 AND m.id <= $3 ORDER BY m.id, p.id";
@@ -181,6 +184,15 @@ pub(crate) async fn list_messages(
         .iter()
         .map(|row| Ok(MessageWithParts { info: message_from_row(row)?, parts: Vec::new() }))
         .collect::<Result<Vec<_>>>()?;
+    if page.max_parts.is_some()
+        && let (Some(newest), Some(oldest)) = (messages.first(), messages.last())
+    {
+        let (low, high) = (oldest.info.id().as_str().to_owned(), newest.info.id().as_str().to_owned());
+        let stmt = tx.prepare_cached(PART_COUNTS_IN_RANGE).await?;
+        let counts = tx.query(&stmt, &[&session.as_str(), &low, &high]).await?;
+        let counts = counts.iter().map(|row| usize::try_from(row.get::<_, i64>(1)).unwrap_or(0));
+        messages.truncate(page.keep(counts));
+    }
     let (Some(newest), Some(oldest)) = (messages.first(), messages.last()) else { return Ok(messages) };
     let (low, high) = (oldest.info.id().as_str().to_owned(), newest.info.id().as_str().to_owned());
     messages.reverse();
