@@ -7,13 +7,12 @@
 
 use std::sync::Arc;
 
-use codeloop_store::Store;
+use codeloop_store::{Store, StoreWriter, Write};
 use codeloop_tools::jobs::{DEFAULT_MAX_JOBS, JobNote, JobObserver};
 use codeloop_types::{EventPayload, Job, JobState, now_ms};
 use serde::{Deserialize, Serialize};
 
 use crate::bus::Bus;
-use codeloop_types::LockExt;
 
 /// `[bash]`: background jobs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,52 +28,21 @@ impl Default for BashConfig {
     }
 }
 
-/// Stores and announces every job's start and end. Writes go through one thread, in order (a job that
-/// ends at once is never left recorded as running); it ends with the recorder.
+/// Stores and announces every job's start and end. Records go through the engine's one store writer,
+/// in order with everything else (a job that ends at once is never left recorded as running).
 pub(crate) struct JobRecorder {
     bus: Bus,
-    writes: std::sync::Mutex<std::sync::mpsc::Sender<Record>>,
+    writer: Arc<StoreWriter>,
+    owner: Owner,
 }
-
-enum Record {
-    Save(Job),
-    /// Answered once every record before it is written.
-    Flush(std::sync::mpsc::Sender<()>),
-}
-
-/// How long a quitting process waits for its jobs' last records.
-const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl JobRecorder {
-    pub(crate) fn new(store: Arc<dyn Store>, bus: Bus, owner: Owner) -> Self {
-        let (writes, pending) = std::sync::mpsc::channel::<Record>();
-        let spawned = std::thread::Builder::new().name("codeloop-jobs".into()).spawn(move || {
-            for record in pending {
-                match record {
-                    Record::Save(job) => {
-                        if let Err(error) = store.save_job(&job, &owner.0) {
-                            tracing::warn!(%error, "background job {} could not be recorded", job.id);
-                        }
-                    }
-                    Record::Flush(done) => {
-                        let _ = done.send(());
-                    }
-                }
-            }
-        });
-        if let Err(error) = spawned {
-            tracing::warn!(%error, "background jobs will not be recorded");
-        }
-        Self { bus, writes: std::sync::Mutex::new(writes) }
-    }
-
-    fn send(&self, record: Record) -> bool {
-        // Fails only when the thread could not start (said once, above).
-        self.writes.locked().send(record).is_ok()
+    pub(crate) fn new(writer: Arc<StoreWriter>, bus: Bus, owner: Owner) -> Self {
+        Self { bus, writer, owner }
     }
 
     fn record(&self, job: &Job) {
-        self.send(Record::Save(job.clone()));
+        self.writer.send(Write::Job { job: job.clone(), owner: self.owner.0.clone() });
     }
 }
 
@@ -89,9 +57,8 @@ impl JobObserver for JobRecorder {
     }
 
     fn flush(&self) {
-        let (done, flushed) = std::sync::mpsc::channel();
-        if self.send(Record::Flush(done)) {
-            let _ = flushed.recv_timeout(FLUSH_WAIT);
+        if let Err(error) = self.writer.flush().wait() {
+            tracing::warn!(%error, "background jobs' last records could not be written");
         }
     }
 

@@ -245,8 +245,8 @@ pub struct Journal {
 }
 
 impl Journal {
-    pub fn new(writer: StoreWriter, bus: Bus) -> Self {
-        Self { writer: Arc::new(writer), bus, renames: Default::default() }
+    pub fn new(writer: Arc<StoreWriter>, bus: Bus) -> Self {
+        Self { writer, bus, renames: Default::default() }
     }
 
     /// Persists a part (batched by the writer) and tells watchers.

@@ -42,6 +42,11 @@ pub enum Write {
     RemoveMessage(MessageId),
     /// Takes a queued input off its queue (in the batch that records it as a user message).
     RemoveQueued(i64),
+    /// A background job's record, and the process that runs it (`host:pid:start`).
+    Job {
+        job: codeloop_types::Job,
+        owner: String,
+    },
 }
 
 /// Input posted while its session was busy, kept until a run records it (DESIGN.md §5b "durable input").

@@ -42,7 +42,18 @@ pub(crate) fn apply_write(conn: &Connection, write: &Write) -> Result<()> {
             conn.prepare_cached("DELETE FROM queued_input WHERE id = ?1")?.execute([id])?;
             Ok(())
         }
+        Write::Job { job, owner } => upsert_job(conn, job, owner),
     }
+}
+
+pub(crate) fn upsert_job(conn: &Connection, job: &codeloop_types::Job, owner: &str) -> Result<()> {
+    let data = encode_json("job", job.id.as_str(), job)?;
+    conn.prepare_cached(
+        "INSERT INTO job (id, session_id, state, owner, data) VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
+    )?
+    .execute(params![job.id.as_str(), job.session_id.as_str(), job.state.as_str(), owner, data])?;
+    Ok(())
 }
 
 pub(crate) fn upsert_session(conn: &Connection, session: &Session) -> Result<()> {

@@ -331,15 +331,7 @@ impl Store for SqliteStore {
     }
 
     fn save_job(&self, job: &codeloop_types::Job, owner: &str) -> Result<()> {
-        let data = encode_json("job", job.id.as_str(), job)?;
-        self.write(|conn| {
-            conn.prepare_cached(
-                "INSERT INTO job (id, session_id, state, owner, data) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
-            )?
-            .execute(params![job.id.as_str(), job.session_id.as_str(), job.state.as_str(), owner, data])?;
-            Ok(())
-        })
+        self.write(|conn| crate::rows::upsert_job(conn, job, owner))
     }
 
     fn list_jobs(&self, session: Option<&SessionId>) -> Result<Vec<(codeloop_types::Job, String)>> {

@@ -299,6 +299,7 @@ fn describe(write: &Write) -> String {
         Write::RemovePart(id) => format!("remove part {id}"),
         Write::RemoveMessage(id) => format!("remove message {id}"),
         Write::RemoveQueued(id) => format!("remove queued input {id}"),
+        Write::Job { job, .. } => format!("job {}", job.id),
     }
 }
 

@@ -426,7 +426,8 @@ fn jobs_are_saved_listed_and_go_with_their_session(kind: Kind) {
         ended: Some(5),
         ..build.clone()
     };
-    store.save_job(&exited, "host:1:2").unwrap();
+    // As a write in a batch (the engine's one writer sends them so), the same upsert.
+    store.apply(&[Write::Job { job: exited.clone(), owner: "host:1:2".into() }]).unwrap();
     let owned =
         |jobs: Vec<(codeloop_types::Job, String)>| jobs.into_iter().map(|(j, _)| j).collect::<Vec<_>>();
     assert_eq!(owned(store.list_jobs(Some(&s.id)).unwrap()), vec![server.clone(), exited]);

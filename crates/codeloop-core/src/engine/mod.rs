@@ -139,7 +139,7 @@ impl Engine {
     /// Opens the data directory (recovering what a crashed run left open) and builds the services.
     pub fn open(options: EngineOptions) -> Result<Engine, EngineError> {
         let store = open_store(&options.store, &options.data_dir, &options.env, &options.config)?;
-        let writer = StoreWriter::new(store.clone())?;
+        let writer = Arc::new(StoreWriter::new(store.clone())?);
         let (bus, peers) = match (options.events, store.event_log()) {
             (EventIds::Store, Some(log)) => (
                 relayed_bus(log, options.bus_channel_capacity, options.bus_replay_capacity)?,
@@ -187,7 +187,7 @@ impl Engine {
         let owner = crate::jobs::Owner::this_process();
         settle_lost_jobs(store.as_ref());
         let settled_at_open = store.settled_at_open();
-        let recorder = crate::jobs::JobRecorder::new(store.clone(), bus.clone(), owner);
+        let recorder = crate::jobs::JobRecorder::new(writer.clone(), bus.clone(), owner);
         let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
         let credentials = crate::credentials::credential_variables(&options.config);
         let mcp = crate::mcp::McpServers::new(

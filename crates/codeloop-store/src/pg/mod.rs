@@ -261,7 +261,10 @@ impl PgStore {
                 Write::Session(session) => Some(&session.id),
                 Write::Message(message) => Some(message.session_id()),
                 Write::Part(part) => Some(&part.session_id),
-                Write::RemovePart(_) | Write::RemoveMessage(_) | Write::RemoveQueued(_) => None,
+                Write::RemovePart(_)
+                | Write::RemoveMessage(_)
+                | Write::RemoveQueued(_)
+                | Write::Job { .. } => None,
             })
             .filter_map(|session| held.get(session).map(|owner| (session.clone(), owner.clone())))
             .collect();
@@ -426,20 +429,8 @@ impl Store for PgStore {
     }
 
     fn save_job(&self, job: &codeloop_types::Job, owner: &str) -> Result<()> {
-        let data = encode_json("job", job.id.as_str(), job)?;
-        let (id, session, state, owner) =
-            (job.id.to_string(), job.session_id.to_string(), job.state.as_str(), owner.to_owned());
-        self.write(move |tx| {
-            Box::pin(async move {
-                tx.execute(
-                    "INSERT INTO job (id, session_id, state, owner, data) VALUES ($1, $2, $3, $4, $5::text::json)
-                     ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
-                    &[&id, &session, &state, &owner, &data],
-                )
-                .await?;
-                Ok(())
-            })
-        })
+        let (job, owner) = (job.clone(), owner.to_owned());
+        self.write(move |tx| Box::pin(async move { rows::upsert_job(tx, &job, &owner).await }))
     }
 
     fn list_jobs(&self, session: Option<&SessionId>) -> Result<Vec<(codeloop_types::Job, String)>> {

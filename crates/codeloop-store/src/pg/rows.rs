@@ -76,7 +76,21 @@ pub(crate) async fn apply_write(tx: &Transaction<'_>, write: &Write) -> Result<(
             tx.execute(&stmt, &[id]).await?;
             Ok(())
         }
+        Write::Job { job, owner } => upsert_job(tx, job, owner).await,
     }
+}
+
+pub(crate) async fn upsert_job(tx: &Transaction<'_>, job: &codeloop_types::Job, owner: &str) -> Result<()> {
+    let data = encode_json("job", job.id.as_str(), job)?;
+    let stmt = tx
+        .prepare_cached(
+            "INSERT INTO job (id, session_id, state, owner, data) VALUES ($1, $2, $3, $4, $5::text::json)
+             ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
+        )
+        .await?;
+    tx.execute(&stmt, &[&job.id.as_str(), &job.session_id.as_str(), &job.state.as_str(), &owner, &data])
+        .await?;
+    Ok(())
 }
 
 async fn upsert_session(tx: &Transaction<'_>, session: &Session) -> Result<()> {
