@@ -46,8 +46,20 @@ pub struct ToolGate {
     project: String,
     /// The session's hooks and what they run with.
     hooks: TurnHooks,
-    /// PreToolUse verdicts of calls that are running, by call id: an ask or an allow a hook gave.
-    verdicts: std::sync::Mutex<HashMap<String, Decision>>,
+    /// What the hooks know of the calls that are running, by call id: the names and arguments a
+    /// PermissionRequest hook sees, and a PreToolUse hook's ask or allow.
+    calls: std::sync::Mutex<HashMap<String, HookedCall>>,
+}
+
+/// A running call as its hooks see it.
+#[derive(Debug, Clone)]
+pub struct HookedCall {
+    /// Claude Code's name first, then codeloop's (what matchers match).
+    pub names: Vec<String>,
+    /// The arguments in Claude Code's shape.
+    pub input: serde_json::Value,
+    /// What a PreToolUse hook said: ask, or allow.
+    pub verdict: Option<Decision>,
 }
 
 impl ToolGate {
@@ -70,7 +82,7 @@ impl ToolGate {
             narrowing,
             project,
             hooks,
-            verdicts: Default::default(),
+            calls: Default::default(),
         }
     }
 
@@ -84,13 +96,17 @@ impl ToolGate {
         &self.hooks
     }
 
-    /// Records what a PreToolUse hook said of a running call (`None`: forget it).
-    pub fn set_verdict(&self, call_id: &str, decision: Option<Decision>) {
-        let mut verdicts = self.verdicts.locked();
-        match decision {
-            Some(decision) => verdicts.insert(call_id.to_owned(), decision),
-            None => verdicts.remove(call_id),
+    /// Records a running call for its hooks (`None`: it ended).
+    pub fn set_call(&self, call_id: &str, call: Option<HookedCall>) {
+        let mut calls = self.calls.locked();
+        match call {
+            Some(call) => calls.insert(call_id.to_owned(), call),
+            None => calls.remove(call_id),
         };
+    }
+
+    fn call(&self, tool: Option<&ToolCallRef>) -> Option<HookedCall> {
+        tool.and_then(|t| self.calls.locked().get(&t.call_id).cloned())
     }
 
     /// False when the rules switch `permission` off: its tools are then not offered to the model.
@@ -111,13 +127,14 @@ impl ToolGate {
         let layers: [&[PermissionRule]; 1] = [&self.layers];
         let permissions = &self.services.permissions;
         let hooks = &self.hooks.hooks;
-        if !hooks.any(HookEvent::PermissionRequest) && !hooks.any(HookEvent::Notification) {
-            let verdict = tool.as_ref().and_then(|t| self.verdicts.locked().get(&t.call_id).copied());
-            if verdict.is_none() {
-                return permissions.ask(self.context(&layers, tool), ask).await;
-            }
+        let call = self.call(tool.as_ref());
+        let verdict = call.as_ref().and_then(|c| c.verdict);
+        if !hooks.any(HookEvent::PermissionRequest)
+            && !hooks.any(HookEvent::Notification)
+            && verdict.is_none()
+        {
+            return permissions.ask(self.context(&layers, tool), ask).await;
         }
-        let verdict = tool.as_ref().and_then(|t| self.verdicts.locked().get(&t.call_id).copied());
         let action = permissions.decision(&self.context(&layers, None), &ask);
         let grantable = ask.grant != Grant::Explicit;
         match (action, verdict) {
@@ -127,13 +144,22 @@ impl ToolGate {
             (PermissionAction::Ask, Some(Decision::Allow)) if grantable => return Ok(()),
             (PermissionAction::Ask, _) => {}
         }
+        // A tool call's hooks see it as Claude Code shows it (`tool_name` "Bash", its arguments); the
+        // engine's own asks (the doom-loop brake) by their permission.
+        let (names, tool_input) = match call {
+            Some(call) => (call.names, call.input),
+            None => (vec![ask.permission.clone()], ask.metadata.clone()),
+        };
         let input = json!({
-            "tool_name": ask.metadata.get("tool").cloned().unwrap_or_else(|| ask.permission.clone().into()),
-            "tool_input": ask.metadata,
+            "tool_name": names[0],
+            "tool_input": tool_input,
+            "permission_suggestions": suggestions(&names[0], &ask),
             "permission": ask.permission,
             "patterns": ask.patterns,
         });
-        let outcome = self.hooks.fire(HookEvent::PermissionRequest, &[&ask.permission], input).await;
+        let mut subjects: Vec<&str> = names.iter().map(String::as_str).collect();
+        subjects.push(&ask.permission);
+        let outcome = self.hooks.fire(HookEvent::PermissionRequest, &subjects, input).await;
         if grantable {
             if let Some(reason) = outcome.denial() {
                 let reason =
@@ -253,4 +279,15 @@ impl ToolHost for RunToolHost {
         gate.services.bus.publish(EventPayload::TodoUpdated { session_id: gate.session_id.clone(), todos });
         Ok(())
     }
+}
+
+/// What answering "always" would add, as Claude Code's `permission_suggestions` (`addRules`); none for an
+/// ask only a person or a rule naming it may grant.
+fn suggestions(tool: &str, ask: &PermissionAsk) -> serde_json::Value {
+    if ask.grant == Grant::Explicit || ask.always.is_empty() {
+        return json!([]);
+    }
+    let rules: Vec<serde_json::Value> =
+        ask.always.iter().map(|pattern| json!({"toolName": tool, "ruleContent": pattern})).collect();
+    json!([{"type": "addRules", "rules": rules, "behavior": "allow", "destination": "session"}])
 }

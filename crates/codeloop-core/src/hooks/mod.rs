@@ -7,6 +7,7 @@
 //! permission gate apply it), or load config files (that is [`crate::config`]'s). Hooks are not walled:
 //! they are the user's programs, and never come from an untrusted project.
 
+pub(crate) mod claude;
 mod config;
 mod merge;
 mod run;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use codeloop_tools::{ToolContext, ToolFailure, ToolOutput, ToolRegistry};
 use serde_json::{Value, json};
 
-use crate::hooks::{Decision, HookEvent, tool_names};
-use crate::tool_host::ToolGate;
+use crate::hooks::{Decision, HookEvent, claude, tool_names};
+use crate::tool_host::{HookedCall, ToolGate};
 
 /// Runs `name` with `input` under the turn's hooks, stopped at `limit` (also a command template's
 /// `` !`cmd` ``, a Bash call to a user's guard hook).
@@ -24,7 +24,8 @@ pub(crate) async fn execute(
 ) -> Result<ToolOutput, ToolFailure> {
     let hooks = gate.hooks().clone();
     let tool_events = [HookEvent::PreToolUse, HookEvent::PostToolUse, HookEvent::PostToolUseFailure];
-    if !tool_events.iter().any(|e| hooks.hooks.any(*e)) {
+    let asks = hooks.hooks.any(HookEvent::PermissionRequest);
+    if !asks && !tool_events.iter().any(|e| hooks.hooks.any(*e)) {
         return execute_plain(&tools, &name, input, &ctx, limit).await;
     }
     let declared = tools.get(&name).and_then(|t| t.hook_name().map(str::to_owned));
@@ -33,14 +34,17 @@ pub(crate) async fn execute(
     let pre = hooks.hooks.matches(HookEvent::PreToolUse, &subjects);
     let post = hooks.hooks.matches(HookEvent::PostToolUse, &subjects)
         || hooks.hooks.matches(HookEvent::PostToolUseFailure, &subjects);
-    if !pre && !post {
+    if !pre && !post && !asks {
         return execute_plain(&tools, &name, input, &ctx, limit).await;
     }
     let call_id = ctx.call.call_id.clone();
+    let cwd = ctx.project.directory.clone();
+    let mut verdict = None;
+    let mut note = None;
     if pre {
         let event = json!({
             "tool_name": names[0],
-            "tool_input": hook_input(&name, &input, &ctx),
+            "tool_input": claude::tool_input(&name, &input, &cwd),
             "tool_use_id": call_id,
         });
         let outcome = hooks.fire(HookEvent::PreToolUse, &subjects, event).await;
@@ -49,23 +53,36 @@ pub(crate) async fn execute(
             return Err(ToolFailure::Failed(format!("Blocked by a PreToolUse hook: {reason}")));
         }
         if let Some(updated) = outcome.updated_input.clone() {
-            input = updated;
+            // A hook written for Claude Code answers in Claude's keys.
+            input = claude::codeloop_input(&name, updated);
         }
-        let verdict = outcome.decision.filter(|d| *d != Decision::Deny);
-        if let Some(verdict) = verdict {
-            gate.set_verdict(&call_id, Some(verdict));
-        }
-        let note = outcome.context_text();
-        let result = execute_plain(&tools, &name, input.clone(), &ctx, limit).await;
-        gate.set_verdict(&call_id, None);
-        let result = with_note(result, note);
-        if !post {
-            return result;
-        }
-        return after(&hooks, &name, &names, &subjects, &input, &ctx, result).await;
+        verdict = outcome.decision.filter(|d| *d != Decision::Deny);
+        note = outcome.context_text();
     }
+    let call = HookedCall { names: names.clone(), input: claude::tool_input(&name, &input, &cwd), verdict };
+    gate.set_call(&call_id, Some(call));
+    // What a Write or Edit replaces, for the response a PostToolUse hook reads.
+    let original = if post { claude::read_original(&name, &input, &cwd) } else { None };
+    let started = std::time::Instant::now();
     let result = execute_plain(&tools, &name, input.clone(), &ctx, limit).await;
-    after(&hooks, &name, &names, &subjects, &input, &ctx, result).await
+    let took = started.elapsed();
+    gate.set_call(&call_id, None);
+    let result = with_note(result, note);
+    if !post {
+        return result;
+    }
+    let call = Finished { name: &name, names: &names, subjects: &subjects, input: &input, original, took };
+    after(&hooks, &call, &ctx, result).await
+}
+
+/// A call that ran, as its PostToolUse hooks see it.
+struct Finished<'a> {
+    name: &'a str,
+    names: &'a [String],
+    subjects: &'a [&'a str],
+    input: &'a Value,
+    original: claude::Original,
+    took: Duration,
 }
 
 async fn execute_plain(
@@ -91,35 +108,38 @@ async fn execute_plain(
 /// model with the result.
 async fn after(
     hooks: &crate::hooks::TurnHooks,
-    name: &str,
-    names: &[String],
-    subjects: &[&str],
-    input: &Value,
+    call: &Finished<'_>,
     ctx: &ToolContext,
     result: Result<ToolOutput, ToolFailure>,
 ) -> Result<ToolOutput, ToolFailure> {
+    let cwd = &ctx.project.directory;
     let failed = match &result {
         Err(_) => true,
-        Ok(output) => name == "bash" && output.metadata.get("exit").is_some_and(|e| e.as_i64() != Some(0)),
+        Ok(output) => {
+            call.name == "bash" && output.metadata.get("exit").is_some_and(|e| e.as_i64() != Some(0))
+        }
     };
     let mut event = json!({
-        "tool_name": names[0],
-        "tool_input": hook_input(name, input, ctx),
+        "tool_name": call.names[0],
+        "tool_input": claude::tool_input(call.name, call.input, cwd),
         "tool_use_id": ctx.call.call_id,
+        "duration_ms": u64::try_from(call.took.as_millis()).unwrap_or(u64::MAX),
     });
     let kind = if failed { HookEvent::PostToolUseFailure } else { HookEvent::PostToolUse };
     match &result {
-        Ok(output) => {
-            let response =
-                json!({"output": output.output, "title": output.title, "metadata": output.metadata});
-            event["tool_response"] = response;
-            if failed {
-                event["error"] = json!(output.output);
-            }
+        Ok(output) if failed => {
+            event["error"] = json!(claude::failure_error(call.name, output));
+            event["is_interrupt"] = json!(output.metadata.get("exit").is_some_and(Value::is_null));
         }
-        Err(failure) => event["error"] = json!(failure.to_string()),
+        Ok(output) => {
+            event["tool_response"] = claude::tool_response(call.name, call.input, output, &call.original, cwd)
+        }
+        Err(failure) => {
+            event["error"] = json!(failure.to_string());
+            event["is_interrupt"] = json!(false);
+        }
     }
-    let outcome = hooks.fire(kind, subjects, event).await;
+    let outcome = hooks.fire(kind, call.subjects, event).await;
     let mut notes: Vec<String> = Vec::new();
     if let Some(reason) = outcome.block.clone().filter(|r| !r.is_empty()) {
         notes.push(format!("{} hook: {reason}", kind.name()));
@@ -144,17 +164,4 @@ fn with_note(
         }
         Err(other) => Err(other),
     }
-}
-
-/// The model's arguments as a hook sees them: plus `command` for bash (it has one) and an absolute
-/// `file_path` for file tools.
-fn hook_input(name: &str, input: &Value, ctx: &ToolContext) -> Value {
-    let mut input = input.clone();
-    let path = input.get("filePath").or_else(|| input.get("file_path")).and_then(Value::as_str);
-    if let Some(path) = path.filter(|_| matches!(name, "read" | "write" | "edit")) {
-        let path = std::path::Path::new(path);
-        let absolute = if path.is_absolute() { path.to_owned() } else { ctx.project.directory.join(path) };
-        input["file_path"] = json!(absolute.display().to_string());
-    }
-    input
 }

@@ -211,6 +211,9 @@ async fn post_tool_use_failure_fires_on_a_non_zero_bash_exit_and_its_stderr_reac
     let input: Value =
         serde_json::from_str(&std::fs::read_to_string(s.path("failure.json")).unwrap()).unwrap();
     assert_eq!(input["hook_event_name"], "PostToolUseFailure");
+    // As Claude Code writes it: the exit code, then the output.
+    assert_eq!(input["error"], "Exit code 3", "{input}");
+    assert_eq!(input["is_interrupt"], false, "{input}");
     let results = tool_results(&h.request_messages(1));
     assert!(results[0].1.contains("tests are red"), "{results:?}");
 
@@ -223,7 +226,9 @@ async fn post_tool_use_failure_fires_on_a_non_zero_bash_exit_and_its_stderr_reac
     assert_eq!(h.prompt("go").await.stop, StopReason::Completed);
     assert!(!s2.path("failure.json").exists());
     let input: Value = serde_json::from_str(&std::fs::read_to_string(s2.path("ok.json")).unwrap()).unwrap();
-    assert!(input["tool_response"]["output"].as_str().unwrap().contains("fine"));
+    // Claude Code's Bash response.
+    assert_eq!(input["tool_response"]["stdout"], "fine", "{input}");
+    assert_eq!(input["tool_response"]["interrupted"], false, "{input}");
     let results = tool_results(&h.request_messages(1));
     assert!(results[0].1.contains("formatted"), "{results:?}");
 }

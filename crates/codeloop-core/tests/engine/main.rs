@@ -10,6 +10,7 @@ mod compaction;
 mod coordinator;
 mod harness;
 mod hooks;
+mod hooks_claude;
 mod hooks_events;
 mod jobs;
 mod limits;

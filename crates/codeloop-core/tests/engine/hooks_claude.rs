@@ -1,0 +1,207 @@
+//! Hooks against the real Claude Code (DESIGN.md §5d): the scenarios recorded from Claude Code 2.1.332
+//! (`fixtures/claude-code-2.1.332`, see its README) replayed through codeloop with the same hooks, and what
+//! each hook read compared field by field — `tool_name`, `tool_input`, `tool_response`, a failure's
+//! `error` — and the fields every payload carries.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use codeloop_core::StopReason;
+use codeloop_core::permission::AskPolicy;
+use codeloop_testkit::{Reply, Script, Turn};
+use serde_json::{Value, json};
+
+use crate::harness::Harness;
+use crate::hooks::{Scripts, hook, user_hooks};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/engine/fixtures/claude-code-2.1.332");
+
+/// One recorded hook call: the event and what the hook read on stdin.
+fn recorded(name: &str) -> Vec<(String, Value)> {
+    let text = std::fs::read_to_string(Path::new(FIXTURES).join(name)).unwrap();
+    text.lines()
+        .map(|line| {
+            let line: Value = serde_json::from_str(line).unwrap();
+            (line["event"].as_str().unwrap().to_owned(), line["input"].clone())
+        })
+        .collect()
+}
+
+/// A hook for every tool event that keeps what it read, in order.
+fn dumping_hooks(scripts: &Scripts) -> String {
+    let dump = scripts.script("dump.sh", "cat > \"$(dirname \"$0\")/$(date +%s%N)-$1.json\"");
+    ["PreToolUse", "PostToolUse", "PostToolUseFailure"]
+        .iter()
+        .map(|e| hook(e, "*", &format!("{dump} {e}")))
+        .collect()
+}
+
+/// What the dumping hooks read, in order, with the project's path written as Claude Code's recording has
+/// it.
+fn dumped(scripts: &Scripts, project: &Path) -> Vec<(String, Value)> {
+    let mut files: Vec<_> = std::fs::read_dir(scripts.dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    files.sort();
+    let project = project.display().to_string();
+    files
+        .iter()
+        .map(|name| {
+            let event = name.split_once('-').unwrap().1.trim_end_matches(".json").to_owned();
+            let text = std::fs::read_to_string(scripts.dir.path().join(name)).unwrap();
+            (event, serde_json::from_str(&text.replace(&project, "$PROJECT")).unwrap())
+        })
+        .collect()
+}
+
+/// The fields Claude Code 2.1.332 sends that codeloop does not yet; each is named in the README's hooks
+/// section.
+const NOT_SENT: [&str; 2] = ["effort", "prompt_id"];
+
+fn compare(claude: &[(String, Value)], ours: &[(String, Value)]) {
+    assert_eq!(
+        claude.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(),
+        ours.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(),
+        "the events, in order"
+    );
+    for ((event, theirs), (_, mine)) in claude.iter().zip(ours) {
+        for field in ["tool_name", "tool_input", "tool_response", "error", "is_interrupt"] {
+            assert_eq!(
+                mine.get(field),
+                theirs.get(field),
+                "{event} `{field}`:\nclaude:   {theirs}\ncodeloop: {mine}"
+            );
+        }
+        let missing: BTreeSet<&str> = theirs
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|k| mine.get(*k).is_none() && !NOT_SENT.contains(k))
+            .collect();
+        assert!(missing.is_empty(), "{event}: codeloop does not send {missing:?}:\n{mine}");
+    }
+}
+
+#[tokio::test]
+async fn bash_read_write_and_edit_hooks_read_what_claude_codes_read() {
+    let claude: Vec<(String, Value)> =
+        recorded("hooks-tools.jsonl").into_iter().filter(|(event, _)| event.contains("ToolUse")).collect();
+    let scripts = Scripts::new();
+    // The recorded scenario, in codeloop's tools (Claude Code 2.1.332 has no Grep or Glob tool).
+    let script = Script::new([
+        Turn::from(Reply::tool_call(
+            "bash",
+            json!({"command": "echo hello; echo err >&2", "description": "Say hello"}),
+        )),
+        Turn::from(Reply::tool_call("write", json!({"filePath": "new.txt", "content": "one\ntwo\n"}))),
+        Turn::from(Reply::tool_call("read", json!({"filePath": "new.txt"}))),
+        Turn::from(Reply::tool_call(
+            "edit",
+            json!({"filePath": "new.txt", "oldString": "two", "newString": "three"}),
+        )),
+        Turn::from(Reply::tool_call("write", json!({"filePath": "new.txt", "content": "replaced\n"}))),
+        Turn::from(Reply::tool_call("bash", json!({"command": "echo oops; exit 3", "description": "Fail"}))),
+        Turn::from(Reply::text("All done.")),
+    ]);
+    let h = Harness::with(script, AskPolicy::Allow, user_hooks(&dumping_hooks(&scripts))).await;
+    assert_eq!(h.prompt("do the steps").await.stop, StopReason::Completed);
+    let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
+    // Claude's tool_use ids are its model's; the rest must match.
+    let strip = |all: Vec<(String, Value)>| -> Vec<(String, Value)> {
+        all.into_iter()
+            .map(|(e, mut v)| {
+                v["tool_use_id"] = Value::Null;
+                (e, v)
+            })
+            .collect()
+    };
+    compare(&strip(claude), &strip(ours));
+}
+
+#[tokio::test]
+async fn a_claude_style_guard_blocks_edits_writes_and_commands_by_their_claude_fields() {
+    let scripts = Scripts::new();
+    // The guard a Claude Code user has: jq-free, it greps the fields Claude Code names.
+    let guard = scripts.script(
+        "guard.sh",
+        "input=$(cat); for field in '\"new_string\":\"[^\"]*SECRET' '\"content\":\"[^\"]*SECRET' '\"command\":\"[^\"]*SECRET'; do \
+         printf '%s' \"$input\" | grep -q \"$field\" && { echo \"no secrets in $field\" >&2; exit 2; }; done; exit 0",
+    );
+    let script = Script::new([
+        Turn::from(
+            Reply::text("trying")
+                .with_tool_call("write", json!({"filePath": "a.txt", "content": "SECRET=1\n"}))
+                .with_tool_call("bash", json!({"command": "echo SECRET > b.txt"})),
+        ),
+        Turn::from(Reply::tool_call("write", json!({"filePath": "c.txt", "content": "fine\n"}))),
+        Turn::from(Reply::tool_call(
+            "edit",
+            json!({"filePath": "c.txt", "oldString": "fine", "newString": "SECRET"}),
+        )),
+        Turn::from(Reply::text("done")),
+    ]);
+    let h =
+        Harness::with(script, AskPolicy::Allow, user_hooks(&hook("PreToolUse", "Edit|Write|Bash", &guard)))
+            .await;
+    assert_eq!(h.prompt("go").await.stop, StopReason::Completed);
+    let root = h.project.path();
+    assert!(!root.join("a.txt").exists() && !root.join("b.txt").exists());
+    assert_eq!(std::fs::read_to_string(root.join("c.txt")).unwrap(), "fine\n", "the edit was blocked");
+}
+
+#[tokio::test]
+async fn a_permission_request_hook_matched_on_bash_sees_the_call_and_answers_it() {
+    let claude = recorded("hooks-permission.jsonl");
+    let scripts = Scripts::new();
+    let dump = scripts.script("dump.sh", "cat > \"$(dirname \"$0\")/$(date +%s%N)-$1.json\"");
+    let allow = scripts.script(
+        "allow.sh",
+        "cat > \"$(dirname \"$0\")/$(date +%s%N)-PermissionRequest.json\"; \
+         echo '{\"hookSpecificOutput\": {\"hookEventName\": \"PermissionRequest\", \"decision\": {\"behavior\": \"allow\"}}}'",
+    );
+    // The recorded settings: PermissionRequest and PreToolUse matched on "Bash", PostToolUse on "*".
+    let hooks = format!(
+        "{}{}{}",
+        hook("PermissionRequest", "Bash", &allow),
+        hook("PreToolUse", "Bash", &format!("{dump} PreToolUse")),
+        hook("PostToolUse", "*", &format!("{dump} PostToolUse"))
+    );
+    let script = Script::new([
+        Turn::from(Reply::tool_call(
+            "bash",
+            json!({"command": "touch made-by-bash.txt && echo made", "description": "Make a file"}),
+        )),
+        Turn::from(Reply::text("Made it.")),
+    ]);
+    // A rule that asks, and no one to answer but the hook.
+    let tweak = |config: &mut codeloop_core::config::Config| {
+        user_hooks(&hooks)(config);
+        config.permission =
+            codeloop_core::config::PermissionConfig(vec![codeloop_types::PermissionRule::new(
+                "bash",
+                "*",
+                codeloop_types::PermissionAction::Ask,
+            )]);
+    };
+    let h = Harness::with(script, AskPolicy::Deny, tweak).await;
+    assert_eq!(h.prompt("make the file").await.stop, StopReason::Completed);
+    assert!(h.project.path().join("made-by-bash.txt").exists(), "the hook's allow answered the ask");
+    let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
+    let strip = |all: Vec<(String, Value)>| -> Vec<(String, Value)> {
+        all.into_iter()
+            .map(|(e, mut v)| {
+                v["tool_use_id"] = Value::Null;
+                (e, v)
+            })
+            .collect()
+    };
+    compare(&strip(claude.clone()), &strip(ours.clone()));
+    // What "always" would add: Claude Code suggests directories and a mode, codeloop its rule (the
+    // README's hooks section says so).
+    let suggested = &ours[1].1["permission_suggestions"];
+    assert_eq!(suggested[0]["type"], "addRules", "{suggested}");
+}
