@@ -390,6 +390,7 @@ impl Services {
                 bus: Some(self.bus.clone()),
                 store: Some(self.store.clone()),
                 permission_mode,
+                transcripts: Some(self.data_dir.join("transcripts")),
             },
             stop,
         }

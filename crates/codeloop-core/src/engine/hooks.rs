@@ -125,6 +125,7 @@ impl Engine {
             bus: None,
             store: None,
             permission_mode: "default",
+            transcripts: None,
         };
         let subjects = crate::hooks::subjects(event, tool, &input);
         let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();

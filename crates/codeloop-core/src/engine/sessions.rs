@@ -242,6 +242,8 @@ impl Engine {
             })
             .await?;
         if deleted {
+            let transcript = crate::hooks::transcript::path(&self.services.data_dir.join("transcripts"), id);
+            let _ = std::fs::remove_file(transcript);
             self.services.bus.publish(EventPayload::SessionDeleted { session_id: id.clone() });
         }
         Ok(deleted)

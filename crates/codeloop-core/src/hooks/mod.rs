@@ -11,6 +11,7 @@ pub(crate) mod claude;
 mod config;
 mod merge;
 mod run;
+pub(crate) mod transcript;
 mod turn;
 
 pub use config::{

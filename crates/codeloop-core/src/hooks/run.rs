@@ -28,6 +28,8 @@ pub struct HookEnv {
     pub store: Option<Arc<dyn Store>>,
     /// `default`, or `bypassPermissions` for `--on-ask allow`.
     pub permission_mode: &'static str,
+    /// Where sessions' transcripts for `transcript_path` are kept (`None`: no transcript).
+    pub transcripts: Option<PathBuf>,
 }
 
 /// Runs the handlers of `event` that match `subjects` with `input` (the event's own fields; the common
@@ -47,13 +49,12 @@ pub async fn fire(
     if handlers.is_empty() {
         return HookOutcome::default();
     }
-    // The transcript exists while the hooks run: the file goes when `_transcript` is dropped.
-    let _transcript = transcript(env).await;
+    let transcript = transcript(env).await;
     let mut input = match input {
         Value::Object(map) => map,
         _ => serde_json::Map::new(),
     };
-    let path = _transcript.as_ref().map(|t| t.path().display().to_string()).unwrap_or_default();
+    let path = transcript.map(|t| t.display().to_string()).unwrap_or_default();
     // Fields the caller gave (`codeloop hooks test`'s input) stay; missing ones are filled in.
     input.entry("session_id").or_insert_with(|| env.session_id.as_str().into());
     input.entry("transcript_path").or_insert_with(|| path.into());
@@ -198,26 +199,23 @@ async fn run_http(handler: &Handler, body: &str) -> Ended {
     }
 }
 
-/// The session exported as JSON into a temp file for `transcript_path`.
-async fn transcript(env: &HookEnv) -> Option<tempfile::NamedTempFile> {
-    let export = match &env.store {
-        Some(store) => {
-            let (store, id) = (store.clone(), env.session_id.clone());
-            tokio::task::spawn_blocking(move || {
-                let session = store.get_session(&id).ok()??;
-                let history = store.load_history(&id).ok()?;
-                let messages: Vec<Value> =
-                    history.iter().map(|m| serde_json::json!({"info": m.info, "parts": m.parts})).collect();
-                Some(serde_json::json!({"info": session, "messages": messages}))
-            })
-            .await
-            .ok()
-            .flatten()
+/// The session's transcript for `transcript_path` ([`super::transcript`]), brought up to date; `None`
+/// without a store or a place for it (`codeloop hooks test`).
+async fn transcript(env: &HookEnv) -> Option<std::path::PathBuf> {
+    let (Some(store), Some(dir)) = (env.store.clone(), env.transcripts.clone()) else { return None };
+    let (id, cwd) = (env.session_id.clone(), env.project_dir.clone());
+    tokio::task::spawn_blocking(move || {
+        let history = store.load_history(&id).ok()?;
+        let path = super::transcript::path(&dir, &id);
+        match super::transcript::write(&path, &id, &cwd, &history) {
+            Ok(()) => Some(path),
+            Err(error) => {
+                tracing::warn!(%error, "the transcript for hooks could not be written to {}", path.display());
+                None
+            }
         }
-        None => None,
-    };
-    let export = export.unwrap_or_else(|| serde_json::json!({"info": null, "messages": []}));
-    let mut file = tempfile::Builder::new().prefix("codeloop-transcript-").suffix(".json").tempfile().ok()?;
-    std::io::Write::write_all(&mut file, export.to_string().as_bytes()).ok()?;
-    Some(file)
+    })
+    .await
+    .ok()
+    .flatten()
 }

@@ -27,6 +27,7 @@ impl TurnHooks {
                 bus: None,
                 store: None,
                 permission_mode: "default",
+                transcripts: None,
             },
             stop: Default::default(),
         }

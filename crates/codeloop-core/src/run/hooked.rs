@@ -28,9 +28,21 @@ impl Run<'_> {
         if !self.policy.hooks.any(event) || self.stop_blocks >= MAX_STOP_BLOCKS {
             return Ok(Flow::Stop(StopReason::Completed));
         }
+        // The session's background jobs still running, as Claude Code lists its background tasks (it
+        // has scheduled prompts too, `session_crons`; codeloop has none).
+        let jobs: Vec<serde_json::Value> = self
+            .services
+            .jobs
+            .list(&self.session.id)
+            .into_iter()
+            .filter(|job| job.state.is_running())
+            .map(|job| json!({"id": job.id, "command": job.command, "status": "running"}))
+            .collect();
         let input = json!({
             "stop_hook_active": self.stop_blocks > 0,
             "last_assistant_message": self.last_assistant_text(),
+            "background_tasks": jobs,
+            "session_crons": [],
         });
         let outcome = self.hooks().fire(event, &[], input).await;
         if let Some(reason) = outcome.stop {

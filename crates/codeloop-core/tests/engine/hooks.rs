@@ -447,10 +447,22 @@ async fn the_hook_runs_in_the_project_with_its_environment_and_a_transcript() {
     assert_eq!(lines[1], h.project.path().display().to_string());
     assert_eq!(lines[2], lines[1]);
     assert_eq!(lines[3], h.session.id.as_str());
-    let transcript: Value =
-        serde_json::from_str(&std::fs::read_to_string(s.path("transcript.json")).unwrap()).unwrap();
-    assert_eq!(transcript["info"]["id"], h.session.id.as_str());
-    assert!(transcript["messages"].as_array().is_some_and(|m| !m.is_empty()));
+    // Claude Code's transcript: JSON Lines, one message a line, that outlives the hook.
+    let lines: Vec<Value> = std::fs::read_to_string(s.path("transcript.json"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines[0]["type"], "user", "{lines:?}");
+    assert_eq!(lines[0]["message"], json!({"role": "user", "content": "go"}));
+    assert_eq!(lines[0]["sessionId"], h.session.id.as_str());
+    assert_eq!(lines[0]["parentUuid"], Value::Null);
+    let call = lines.iter().find(|l| l["type"] == "assistant").unwrap();
+    assert_eq!(call["message"]["content"][0]["type"], "tool_use", "{call}");
+    assert_eq!(call["message"]["content"][0]["name"], "Bash", "{call}");
+    assert_eq!(call["parentUuid"], lines[0]["uuid"]);
+    let kept = h.engine.data_dir().join("transcripts").join(format!("{}.jsonl", h.session.id));
+    assert!(kept.exists(), "the transcript stays for the session's life");
 }
 
 #[tokio::test]

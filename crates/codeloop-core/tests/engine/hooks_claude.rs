@@ -205,3 +205,34 @@ async fn a_permission_request_hook_matched_on_bash_sees_the_call_and_answers_it(
     let suggested = &ours[1].1["permission_suggestions"];
     assert_eq!(suggested[0]["type"], "addRules", "{suggested}");
 }
+
+#[tokio::test]
+async fn the_sessions_own_events_carry_claude_codes_fields() {
+    let claude: Vec<(String, Value)> =
+        recorded("hooks-tools.jsonl").into_iter().filter(|(event, _)| !event.contains("ToolUse")).collect();
+    let scripts = Scripts::new();
+    let dump = scripts.script("dump.sh", "cat > \"$(dirname \"$0\")/$(date +%s%N)-$1.json\"");
+    let hooks: String = ["SessionStart", "UserPromptSubmit", "Stop", "SessionEnd"]
+        .iter()
+        .map(|e| format!("[[{e}]]\n[[{e}.hooks]]\ntype = \"command\"\ncommand = '''{dump} {e}'''\n"))
+        .collect();
+    let script = Script::new([Turn::from(Reply::text("All done."))]);
+    let h = Harness::with(script, AskPolicy::Allow, user_hooks(&hooks)).await;
+    assert_eq!(h.prompt("do the steps").await.stop, StopReason::Completed);
+    h.engine.end_started_sessions("other").await;
+    let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
+    for (event, theirs) in &claude {
+        let mine = &ours.iter().find(|(e, _)| e == event).unwrap_or_else(|| panic!("no {event}: {ours:?}")).1;
+        let missing: Vec<&str> = theirs
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .filter(|k| mine.get(*k).is_none() && !NOT_SENT.contains(k))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{event}: codeloop does not send {missing:?}:\nclaude:   {theirs}\ncodeloop: {mine}"
+        );
+    }
+}
