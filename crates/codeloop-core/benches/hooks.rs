@@ -22,6 +22,7 @@ fn bench(c: &mut Criterion) {
         bus: None,
         store: None,
         permission_mode: "default",
+        transcripts: None,
     };
     let matching = hooks("[[PreToolUse]]\nmatcher = \"Bash\"\n[[PreToolUse.hooks]]\ncommand = \"true\"\n");
     let other_tool = hooks("[[PreToolUse]]\nmatcher = \"Edit\"\n[[PreToolUse.hooks]]\ncommand = \"true\"\n");
