@@ -91,6 +91,8 @@ impl Tool for TaskTool {
 
 /// Runs `task` for the call `call` of a run: asks the `task` permission through `host`, starts (or
 /// continues) the child session and waits for its answer.
+/// `started` is told of the child session once it exists and is about to run (SubagentStart): never for a
+/// subagent that does not exist or was refused.
 pub(crate) async fn run_subtask(
     services: &Services,
     runs: &dyn Runs,
@@ -98,6 +100,7 @@ pub(crate) async fn run_subtask(
     call: &CallInfo,
     task: Subtask,
     cancel: &CancellationToken,
+    started: impl AsyncFnOnce(&Session, &Agent),
 ) -> Result<ToolOutput, ToolFailure> {
     let parent = services
         .store
@@ -140,6 +143,7 @@ pub(crate) async fn run_subtask(
         Some(task.description.clone()),
         Some(json!({"session_id": child.id, "agent": agent.name})),
     );
+    started(&child, &agent).await;
     let run = runs.prompt(&child.id, PromptInput::text(task.prompt.clone()), Delivery::Queue);
     let outcome = tokio::select! {
         outcome = run => outcome,

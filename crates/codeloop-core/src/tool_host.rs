@@ -259,13 +259,21 @@ impl ToolHost for RunToolHost {
         cancel: &CancellationToken,
     ) -> Result<ToolOutput, ToolFailure> {
         let hooks = &self.gate.hooks;
-        if hooks.hooks.any(HookEvent::SubagentStart) {
-            let input =
-                json!({"agent_type": task.agent, "description": task.description, "prompt": task.prompt});
-            hooks.fire(HookEvent::SubagentStart, &[&task.agent], input).await;
-        }
-        crate::subagent::run_subtask(&self.gate.services, self.gate.runs.as_ref(), self, call, task, cancel)
-            .await
+        let (description, prompt) = (task.description.clone(), task.prompt.clone());
+        // As Claude Code: the child's id as `agent_id`, once the subagent exists and starts.
+        let started = async |child: &codeloop_types::Session, agent: &crate::agents::Agent| {
+            if hooks.hooks.any(HookEvent::SubagentStart) {
+                let input = json!({
+                    "agent_id": child.id,
+                    "agent_type": agent.name,
+                    "description": description,
+                    "prompt": prompt,
+                });
+                hooks.fire(HookEvent::SubagentStart, &[&agent.name], input).await;
+            }
+        };
+        let (services, runs) = (&self.gate.services, self.gate.runs.as_ref());
+        crate::subagent::run_subtask(services, runs, self, call, task, cancel, started).await
     }
 
     fn jobs(&self) -> Option<Arc<codeloop_tools::jobs::Jobs>> {

@@ -116,7 +116,8 @@ pub fn tool_names(tool: &str, declared: Option<&str>) -> Vec<String> {
         "glob" => Some("Glob"),
         "webfetch" => Some("WebFetch"),
         "todowrite" => Some("TodoWrite"),
-        "task" => Some("Task"),
+        // Claude Code 2.1 calls it `Agent`; a `Task` matcher still matches it (recorded).
+        "task" => Some("Agent"),
         "question" => Some("AskUserQuestion"),
         "skill" => Some("Skill"),
         "apply_patch" => Some("ApplyPatch"),
@@ -130,6 +131,9 @@ pub fn tool_names(tool: &str, declared: Option<&str>) -> Vec<String> {
     }
     if tool == "apply_patch" {
         names.extend(["Edit".to_owned(), "Write".to_owned()]);
+    }
+    if tool == "task" {
+        names.push("Task".to_owned());
     }
     if !names.iter().any(|n| n == tool) {
         names.push(tool.to_owned());
@@ -154,7 +158,7 @@ fn codeloop_name(claude: &str) -> Option<&'static str> {
         "apply_patch",
     ]
     .into_iter()
-    .find(|tool| tool_names(tool, None).first().map(String::as_str) == Some(claude))
+    .find(|tool| tool_names(tool, None).iter().any(|name| name == claude))
 }
 
 /// What the matchers of `event` see for a hook input given from outside (`codeloop hooks test`).

@@ -36,14 +36,22 @@ impl Run<'_> {
             .list(&self.session.id)
             .into_iter()
             .filter(|job| job.state.is_running())
-            .map(|job| json!({"id": job.id, "command": job.command, "status": "running"}))
+            .map(|job| json!({"id": job.id, "type": "bash", "status": "running", "description": job.command}))
             .collect();
-        let input = json!({
+        let mut input = json!({
             "stop_hook_active": self.stop_blocks > 0,
             "last_assistant_message": self.last_assistant_text(),
             "background_tasks": jobs,
             "session_crons": [],
         });
+        if event == HookEvent::SubagentStop {
+            // The subagent's own session: its id and its transcript, as Claude Code names them.
+            let transcripts = self.services.data_dir.join("transcripts");
+            input["agent_id"] = json!(self.session.id);
+            input["agent_type"] = json!(self.session.agent);
+            input["agent_transcript_path"] =
+                json!(crate::hooks::transcript::path(&transcripts, &self.session.id).display().to_string());
+        }
         let outcome = self.hooks().fire(event, &[], input).await;
         if let Some(reason) = outcome.stop {
             return Ok(Flow::Stop(StopReason::HookStopped(reason)));

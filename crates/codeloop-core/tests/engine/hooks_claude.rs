@@ -236,3 +236,71 @@ async fn the_sessions_own_events_carry_claude_codes_fields() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_subagent_tool_is_agent_and_its_hooks_carry_the_agents_id() {
+    let claude = recorded("hooks-subagent.jsonl");
+    let scripts = Scripts::new();
+    let dump = scripts.script("dump.sh", "cat > \"$(dirname \"$0\")/$(date +%s%N)-$1.json\"");
+    // The recorded settings: the tool hooks matched on "Task", which matches Claude Code's `Agent`.
+    let hooks = format!(
+        "{}{}{}{}",
+        hook("PreToolUse", "Task", &format!("{dump} PreToolUse")),
+        hook("PostToolUse", "Task", &format!("{dump} PostToolUse")),
+        hook("SubagentStart", "", &format!("{dump} SubagentStart")),
+        hook("SubagentStop", "", &format!("{dump} SubagentStop")),
+    );
+    let script = Script::new([
+        Turn::from(Reply::tool_call(
+            "task",
+            json!({"description": "Look around", "prompt": "Say what is here.", "subagent_type": "general"}),
+        )),
+        Turn::from(Reply::text("Nothing much here.")),
+        Turn::from(Reply::text("All done.")),
+    ]);
+    let h = Harness::with(script, AskPolicy::Allow, user_hooks(&hooks)).await;
+    assert_eq!(h.prompt("look").await.stop, StopReason::Completed);
+    let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
+    let find = |all: &[(String, Value)], event: &str| -> Value {
+        all.iter().find(|(e, _)| e == event).unwrap_or_else(|| panic!("no {event} in {all:?}")).1.clone()
+    };
+    for event in ["PreToolUse", "SubagentStart", "SubagentStop"] {
+        let (theirs, mine) = (find(&claude, event), find(&ours, event));
+        let missing: Vec<&String> = theirs
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| mine.get(k.as_str()).is_none() && !NOT_SENT.contains(&k.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "{event}: codeloop does not send {missing:?}:\n{mine}");
+    }
+    let pre = find(&ours, "PreToolUse");
+    assert_eq!(pre["tool_name"], "Agent");
+    assert_eq!(pre["tool_input"]["subagent_type"], "general");
+    let (start, stop) = (find(&ours, "SubagentStart"), find(&ours, "SubagentStop"));
+    assert_eq!(start["agent_id"], stop["agent_id"], "one subagent, one id");
+    assert_eq!(stop["agent_type"], "general");
+    assert_eq!(stop["last_assistant_message"], "Nothing much here.");
+    assert!(Path::new(stop["agent_transcript_path"].as_str().unwrap()).exists(), "{stop}");
+}
+
+#[tokio::test]
+async fn no_subagent_start_fires_for_a_subagent_that_does_not_exist() {
+    let scripts = Scripts::new();
+    let dump = scripts.script("dump.sh", "cat > \"$(dirname \"$0\")/$(date +%s%N)-$1.json\"");
+    let script = Script::new([
+        Turn::from(Reply::tool_call(
+            "task",
+            json!({"description": "x", "prompt": "y", "subagent_type": "no-such-agent"}),
+        )),
+        Turn::from(Reply::text("oh well")),
+    ]);
+    let h = Harness::with(
+        script,
+        AskPolicy::Allow,
+        user_hooks(&hook("SubagentStart", "", &format!("{dump} SubagentStart"))),
+    )
+    .await;
+    assert_eq!(h.prompt("go").await.stop, StopReason::Completed);
+    assert!(dumped(&scripts, h.project.path()).is_empty(), "nothing started");
+}
