@@ -105,9 +105,10 @@ impl Run<'_> {
         let summary = self.last_assistant_text();
         let input = json!({"trigger": trigger, "compact_summary": summary});
         let turn_hooks = self.hooks();
-        turn_hooks.fire(HookEvent::PostCompact, &[trigger], input).await;
+        // Claude Code's order: the session starts again from the summary, then PostCompact.
         let outcome =
             turn_hooks.fire(HookEvent::SessionStart, &["compact"], json!({"source": "compact"})).await;
+        turn_hooks.fire(HookEvent::PostCompact, &[trigger], input).await;
         if let Some(context) = outcome.context_text() {
             self.session_context(context);
         }

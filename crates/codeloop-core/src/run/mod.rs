@@ -178,6 +178,9 @@ pub(crate) struct Run<'a> {
     hook_stop: Arc<Mutex<Option<String>>>,
     /// Stop hooks that blocked in a row (at most [`MAX_STOP_BLOCKS`]).
     stop_blocks: u32,
+    /// The run did nothing but a manual compaction (`/compact`) since it began: it ends without Stop hooks,
+    /// as Claude Code's does.
+    compacted_only: bool,
 }
 
 /// Stop-hook blocks in a row after which the run ends all the same (DESIGN.md §5d).
@@ -245,6 +248,7 @@ pub(crate) async fn run_session(
         spend: limits::Spend::new(),
         hook_stop: Default::default(),
         stop_blocks: 0,
+        compacted_only: false,
     };
     services.set_status(session_id, SessionStatus::Busy);
     let result = run.drive().await;
@@ -371,6 +375,9 @@ impl Run<'_> {
                 return Ok(StopReason::HookStopped(reason));
             }
             if latest.should_exit(&self.history) {
+                if self.compacted_only {
+                    return Ok(StopReason::Completed);
+                }
                 match self.stop_hooks().await? {
                     Flow::Continue => continue,
                     Flow::Stop(reason) => return Ok(reason),
@@ -388,6 +395,7 @@ impl Run<'_> {
                 let flow = self.summarize(index).await?;
                 if matches!(flow, Flow::Continue) {
                     self.compacted_hooks(auto).await;
+                    self.compacted_only = !auto && self.step == 0;
                 }
                 match flow {
                     Flow::Continue => continue,
@@ -405,6 +413,7 @@ impl Run<'_> {
                 return Ok(StopReason::Limit(reached));
             }
             self.step += 1;
+            self.compacted_only = false;
             self.sweep_jobs().await;
             let user = self.note_ended_jobs(latest.last_user.unwrap_or(0));
             match self.turn(user).await? {

@@ -304,3 +304,24 @@ async fn no_subagent_start_fires_for_a_subagent_that_does_not_exist() {
     assert_eq!(h.prompt("go").await.stop, StopReason::Completed);
     assert!(dumped(&scripts, h.project.path()).is_empty(), "nothing started");
 }
+
+/// Claude Code's order after a compaction: SessionStart (`compact`), then PostCompact; a `/compact` on its
+/// own fires no Stop.
+#[tokio::test]
+async fn a_manual_compaction_starts_the_session_again_then_post_compact_and_no_stop() {
+    let scripts = Scripts::new();
+    let dump = scripts.script("dump.sh", "cat > \"$(dirname \"$0\")/$(date +%s%N)-$1.json\"");
+    let hooks: String = ["SessionStart", "PostCompact", "Stop"]
+        .iter()
+        .map(|e| format!("[[{e}]]\n[[{e}.hooks]]\ntype = \"command\"\ncommand = '''{dump} {e}'''\n"))
+        .collect();
+    let script = Script::new([Turn::from(Reply::text("a")), Turn::from(Reply::text("the summary"))]);
+    let h = Harness::with(script, AskPolicy::Allow, user_hooks(&hooks)).await;
+    h.prompt("one").await;
+    let before = dumped(&scripts, h.project.path()).len();
+    h.engine.compact(&h.session.id).await.unwrap();
+    let after: Vec<(String, Value)> = dumped(&scripts, h.project.path()).into_iter().skip(before).collect();
+    let events: Vec<&str> = after.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(events, ["SessionStart", "PostCompact"], "{after:?}");
+    assert_eq!(after[0].1["source"], "compact");
+}
