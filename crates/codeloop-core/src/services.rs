@@ -391,6 +391,9 @@ impl Services {
                 store: Some(self.store.clone()),
                 permission_mode,
                 transcripts: Some(self.data_dir.join("transcripts")),
+                env_file: codeloop_tools::session_temp_dir(session_id.as_str())
+                    .ok()
+                    .map(|dir| dir.join(codeloop_tools::SESSION_ENV_FILE)),
             },
             stop,
         }

@@ -23,7 +23,7 @@ pub use context::{
     ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
 };
 pub use locks::FileLocks;
-pub use paths::{expand_home, is_protected, is_secret, real_path, session_temp_dir};
+pub use paths::{SESSION_ENV_FILE, expand_home, is_protected, is_secret, real_path, session_temp_dir};
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
 pub use summary::{call_summary, patch_files};

@@ -123,6 +123,10 @@ pub fn is_protected(project: &crate::ProjectPaths, path: &Path) -> bool {
         || claude_settings
 }
 
+/// In the session's temp dir: where a SessionStart hook writes `export NAME=value` lines (Claude Code's
+/// `CLAUDE_ENV_FILE`), read before each of the session's later bash calls.
+pub const SESSION_ENV_FILE: &str = "claude-env.sh";
+
 /// The session's own temp dir, `<system temp>/codeloop-<uid>/<session>`, created with mode 0700. The
 /// per-user parent must be a real directory owned by this user (not a link someone planted in `/tmp`).
 pub fn session_temp_dir(session: &str) -> std::io::Result<PathBuf> {

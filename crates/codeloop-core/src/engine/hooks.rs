@@ -126,6 +126,7 @@ impl Engine {
             store: None,
             permission_mode: "default",
             transcripts: None,
+            env_file: None,
         };
         let subjects = crate::hooks::subjects(event, tool, &input);
         let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();

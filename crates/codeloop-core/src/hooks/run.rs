@@ -30,6 +30,9 @@ pub struct HookEnv {
     pub permission_mode: &'static str,
     /// Where sessions' transcripts for `transcript_path` are kept (`None`: no transcript).
     pub transcripts: Option<PathBuf>,
+    /// `CLAUDE_ENV_FILE` for SessionStart hooks: what they export there reaches the session's later bash
+    /// calls ([`codeloop_tools::SESSION_ENV_FILE`] in its temp dir).
+    pub env_file: Option<PathBuf>,
 }
 
 /// Runs the handlers of `event` that match `subjects` with `input` (the event's own fields; the common
@@ -86,7 +89,7 @@ pub async fn fire(
 async fn run_one(event: HookEvent, handler: &Handler, body: &str, env: &HookEnv) -> HookOutcome {
     let started = Instant::now();
     let ended = match handler.kind {
-        HandlerKind::Command => run_command(handler, body, env).await,
+        HandlerKind::Command => run_command(event, handler, body, env).await,
         HandlerKind::Http => run_http(handler, body).await,
     };
     let exit_code = match &ended {
@@ -112,7 +115,7 @@ async fn run_one(event: HookEvent, handler: &Handler, body: &str, env: &HookEnv)
     outcome
 }
 
-async fn run_command(handler: &Handler, body: &str, env: &HookEnv) -> Ended {
+async fn run_command(event: HookEvent, handler: &Handler, body: &str, env: &HookEnv) -> Ended {
     let mut command = tokio::process::Command::new("sh");
     command
         .arg("-c")
@@ -121,6 +124,12 @@ async fn run_command(handler: &Handler, body: &str, env: &HookEnv) -> Ended {
         .env("CODELOOP_PROJECT_DIR", &env.project_dir)
         .env("CLAUDE_PROJECT_DIR", &env.project_dir)
         .env("CODELOOP_SESSION_ID", env.session_id.as_str())
+        .envs(
+            env.env_file
+                .as_ref()
+                .filter(|_| event == HookEvent::SessionStart)
+                .map(|file| ("CLAUDE_ENV_FILE", file.as_os_str())),
+        )
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

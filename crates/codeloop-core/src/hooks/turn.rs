@@ -28,6 +28,7 @@ impl TurnHooks {
                 store: None,
                 permission_mode: "default",
                 transcripts: None,
+                env_file: None,
             },
             stop: Default::default(),
         }

@@ -325,3 +325,20 @@ async fn a_manual_compaction_starts_the_session_again_then_post_compact_and_no_s
     assert_eq!(events, ["SessionStart", "PostCompact"], "{after:?}");
     assert_eq!(after[0].1["source"], "compact");
 }
+
+/// `CLAUDE_ENV_FILE`: what a SessionStart hook exports there is set for the session's later Bash calls.
+#[tokio::test]
+async fn a_session_start_hooks_env_file_reaches_later_bash_calls() {
+    let scripts = Scripts::new();
+    let export = scripts.script("export.sh", "echo 'export GREETING=from-the-hook' >> \"$CLAUDE_ENV_FILE\"");
+    let hooks =
+        format!("[[SessionStart]]\n[[SessionStart.hooks]]\ntype = \"command\"\ncommand = '''{export}'''\n");
+    let script = Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "echo \"greeting=$GREETING\""}))),
+        Turn::from(Reply::text("done")),
+    ]);
+    let h = Harness::with(script, AskPolicy::Allow, user_hooks(&hooks)).await;
+    assert_eq!(h.prompt("go").await.stop, StopReason::Completed);
+    let results = crate::harness::tool_results(&h.request_messages(1));
+    assert!(results[0].1.contains("greeting=from-the-hook"), "{results:?}");
+}

@@ -77,6 +77,18 @@ pub(crate) fn spawn(
     walls: Option<&Walls>,
 ) -> std::io::Result<Spawned> {
     let (reader, writer) = std::io::pipe()?;
+    // What the session's SessionStart hooks exported (`CLAUDE_ENV_FILE`) is set before the command runs.
+    let with_env;
+    let script = match session_env(ctx) {
+        Some(file) => {
+            with_env = format!(
+                ". '{}' >/dev/null 2>&1\n{script}",
+                file.display().to_string().replace('\'', "'\\''")
+            );
+            with_env.as_str()
+        }
+        None => script,
+    };
     let mut channel = None;
     let mut command = match walls {
         Some(walls) => {
@@ -106,6 +118,12 @@ pub(crate) fn spawn(
     let pgid = child.id().map(|id| Pid::from_raw(id as i32));
     let pipe = tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())?;
     Ok(Spawned { child, pipe, channel, pgid })
+}
+
+/// The session's env file when a hook wrote something to it.
+fn session_env(ctx: &ToolContext) -> Option<PathBuf> {
+    let file = ctx.project.temp_dir.as_ref()?.join(crate::SESSION_ENV_FILE);
+    std::fs::metadata(&file).is_ok_and(|m| m.is_file() && m.len() > 0).then_some(file)
 }
 
 /// Runs `script` in `cwd` (inside `walls` when given), feeding output into `sink` and live progress into
