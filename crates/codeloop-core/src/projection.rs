@@ -192,6 +192,18 @@ fn assistant_messages(
     out.extend(results.into_iter().map(ChatMessage::Tool));
 }
 
+/// A command that ran and failed (exited non-zero, timed out or was interrupted) is a failed call for the
+/// model (Anthropic's `is_error`), though its output is kept whole (DESIGN.md §5l). A job that started
+/// (`background`) is no failure.
+fn failed_command(metadata: &serde_json::Value) -> bool {
+    let background = metadata.get("background").and_then(serde_json::Value::as_bool).unwrap_or(false);
+    match metadata.get("exit") {
+        Some(serde_json::Value::Number(code)) => code.as_i64() != Some(0),
+        Some(serde_json::Value::Null) => !background,
+        _ => false,
+    }
+}
+
 fn tool_result(call_id: &str, name: &str, state: &ToolState, options: ProjectionOptions) -> ToolResult {
     let (output, is_error, attachments) = match state {
         ToolState::Completed(done) if done.time.compacted.is_some() => {
@@ -217,7 +229,7 @@ fn tool_result(call_id: &str, name: &str, state: &ToolState, options: Projection
                     output.push_str(&media_note(file));
                 }
             }
-            (output, false, attachments)
+            (output, failed_command(&done.metadata), attachments)
         }
         ToolState::Error(error) => {
             // An interrupted call that had produced output is replayed with that output.
@@ -234,4 +246,19 @@ fn tool_result(call_id: &str, name: &str, state: &ToolState, options: Projection
         ToolState::Pending(_) | ToolState::Running(_) => (INTERRUPTED_RESULT.to_owned(), true, Vec::new()),
     };
     ToolResult { call_id: call_id.to_owned(), name: name.to_owned(), output, is_error, attachments }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_command_that_failed_is_a_failed_call_for_the_model_but_a_started_job_is_not() {
+        assert!(failed_command(&json!({"exit": 3})));
+        assert!(failed_command(&json!({"exit": null})), "timed out or interrupted");
+        assert!(!failed_command(&json!({"exit": 0})));
+        assert!(!failed_command(&json!({"exit": null, "background": true})));
+        assert!(!failed_command(&json!({"filepath": "a.txt"})), "not a command");
+    }
 }

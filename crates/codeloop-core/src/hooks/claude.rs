@@ -111,7 +111,7 @@ pub(crate) fn tool_response(
     let text = |key: &str| input.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
     match tool {
         "bash" => json!({
-            "stdout": command_output(&output.output),
+            "stdout": command_output(&output.output, &output.metadata),
             "stderr": "",
             "interrupted": output.metadata.get("exit").is_some_and(Value::is_null),
             "isImage": false,
@@ -152,12 +152,19 @@ pub(crate) fn tool_response(
 /// Claude's `Exit code N` and its output; anything else is the failure's text.
 pub(crate) fn failure_error(tool: &str, output: &ToolOutput) -> String {
     match (tool, output.metadata.get("exit").and_then(Value::as_i64)) {
-        ("bash", Some(code)) => match command_output(&output.output) {
+        ("bash", Some(code)) => match command_output(&output.output, &output.metadata) {
             own if own.is_empty() => format!("Exit code {code}"),
             own => format!("Exit code {code}\n{own}"),
         },
         _ => output.output.clone(),
     }
+}
+
+/// Whether `line` is the bash tool's first line of a failed call.
+fn is_status_line(line: &str) -> bool {
+    line.strip_prefix("Exit code ").is_some_and(|code| code == "unknown" || code.parse::<i64>().is_ok())
+        || line.starts_with("Timed out after ")
+        || line == "Interrupted"
 }
 
 fn generic(output: &ToolOutput) -> Value {
@@ -182,9 +189,16 @@ fn read_response(path: &str, content: &str, input: &Value) -> Value {
     })
 }
 
-/// The command's own output: codeloop's notes to the model (`<shell_metadata>`, `<sandbox>`) and the
-/// placeholder of an empty output left out, the last newline trimmed (as Claude Code's `stdout`).
-fn command_output(text: &str) -> String {
+/// The command's own output: codeloop's notes to the model (the failure's first line, `<shell_metadata>`,
+/// `<sandbox>`) and the placeholder of an empty output left out, the last newline trimmed (as Claude
+/// Code's `stdout`).
+fn command_output(text: &str, metadata: &Value) -> String {
+    let failed =
+        !matches!(metadata.get("exit").and_then(Value::as_i64), Some(0)) && metadata.get("exit").is_some();
+    let text = match text.split_once('\n') {
+        Some((first, rest)) if failed && is_status_line(first) => rest,
+        _ => text,
+    };
     let cut = ["\n\n<shell_metadata>", "\n\n<sandbox>", "\n\n<hook>"]
         .iter()
         .filter_map(|marker| text.find(marker))
@@ -277,8 +291,11 @@ mod tests {
 
     #[test]
     fn a_commands_own_output_is_its_stdout() {
-        assert_eq!(command_output("hello\nerr\n"), "hello\nerr");
-        assert_eq!(command_output("(no output)"), "");
-        assert_eq!(command_output("x\n\n<shell_metadata>\nUser aborted\n</shell_metadata>"), "x");
+        let ok = json!({"exit": 0});
+        assert_eq!(command_output("hello\nerr\n", &ok), "hello\nerr");
+        assert_eq!(command_output("(no output)", &ok), "");
+        assert_eq!(command_output("x\n\n<shell_metadata>\nUser aborted\n</shell_metadata>", &ok), "x");
+        assert_eq!(command_output("Exit code 3\noops\n", &json!({"exit": 3})), "oops");
+        assert_eq!(command_output("Exit code 3\nis printed", &ok), "Exit code 3\nis printed");
     }
 }

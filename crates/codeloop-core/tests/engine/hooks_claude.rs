@@ -342,3 +342,39 @@ async fn a_session_start_hooks_env_file_reaches_later_bash_calls() {
     let results = crate::harness::tool_results(&h.request_messages(1));
     assert!(results[0].1.contains("greeting=from-the-hook"), "{results:?}");
 }
+
+/// What the model is told of a failed command, as Claude Code tells its model (recorded:
+/// `model-tool-results.json`): `Exit code N` and the output, flagged as an error.
+#[tokio::test]
+async fn the_model_is_told_a_command_failed_as_claude_codes_model_is() {
+    let recorded: Vec<Value> = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(FIXTURES).join("model-tool-results.json")).unwrap(),
+    )
+    .unwrap();
+    let theirs = recorded.iter().find(|r| r["tool_use_id"] == "toolu_08_0").unwrap();
+    let script = Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "echo oops; exit 3", "description": "Fail"}))),
+        Turn::from(Reply::text("noted")),
+    ]);
+    let anthropic = |config: &mut codeloop_core::config::Config| {
+        if let Some(fake) = config.provider.get_mut("fake") {
+            fake.api = codeloop_provider::WireApi::Anthropic;
+        }
+    };
+    let h = Harness::with(script, AskPolicy::Allow, anthropic).await;
+    assert_eq!(h.prompt("go").await.stop, StopReason::Completed);
+    let sent = &h.fake.requests()[1].body["messages"];
+    let result = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|block| block["type"] == "tool_result")
+        .unwrap_or_else(|| panic!("no tool_result in {sent}"));
+    assert_eq!(result["is_error"], theirs["is_error"], "{result}");
+    let content = match &result["content"] {
+        Value::String(text) => text.clone(),
+        blocks => blocks[0]["text"].as_str().unwrap_or_default().to_owned(),
+    };
+    assert_eq!(content.trim_end(), theirs["content"].as_str().unwrap(), "{result}");
+}

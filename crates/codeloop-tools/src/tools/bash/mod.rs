@@ -240,6 +240,10 @@ fn render(
     out: output::FinalOutput,
 ) -> ToolOutput {
     let mut text = if out.text.is_empty() { "(no output)".to_string() } else { out.text };
+    // The model is told first that the command failed (DESIGN.md §5l), then what it printed.
+    if let Some(status) = status_line(ending, timeout_ms) {
+        text = format!("{status}\n{text}");
+    }
     let note = match ending {
         Ending::Exited(_) => None,
         Ending::TimedOut => Some(format!(
@@ -265,6 +269,18 @@ fn render(
         metadata["outputPath"] = json!(path.to_string_lossy());
     }
     ToolOutput { title, output: text, metadata, attachments: Vec::new() }
+}
+
+/// The first line of a failed call's result: `Exit code N`, `Timed out after Ns`, `Interrupted`; none for
+/// a command that exited 0.
+fn status_line(ending: Ending, timeout_ms: u64) -> Option<String> {
+    match ending {
+        Ending::Exited(Some(0)) => None,
+        Ending::Exited(Some(code)) => Some(format!("Exit code {code}")),
+        Ending::Exited(None) => Some("Exit code unknown".to_owned()),
+        Ending::TimedOut => Some(format!("Timed out after {}s", timeout_ms.div_ceil(1000))),
+        Ending::Aborted => Some("Interrupted".to_owned()),
+    }
 }
 
 /// `external_directory` for paths outside the project, `read` for every path argument, `edit` (explicit
