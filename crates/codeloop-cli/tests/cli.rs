@@ -280,10 +280,38 @@ impl Drop for Killed {
     }
 }
 
+/// `codeloop serve` on `port` (0: any) in the project with `config`, its token given in the environment
+/// (`None`: it makes one); the server and its URL once it listens.
+fn start_serve(env: &Env, config: &Path, port: u16, token: Option<&str>) -> (Killed, String) {
+    use std::io::BufRead;
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
+    serve
+        .args(["serve", "--port", &port.to_string()])
+        .current_dir(env.project.path())
+        .env("CODELOOP_DATA_DIR", env.data.path())
+        .env("HOME", env.home.path())
+        .env("CODELOOP_CONFIG", config)
+        .env_remove("XDG_CONFIG_HOME")
+        .env_remove("CODELOOP_SERVER_TOKEN")
+        .stderr(std::process::Stdio::piped());
+    if let Some(token) = token {
+        serve.env("CODELOOP_SERVER_TOKEN", token);
+    }
+    let mut server = Killed(serve.spawn().unwrap());
+    // The server says where it listens once it does.
+    let mut lines = std::io::BufReader::new(server.0.stderr.take().unwrap()).lines();
+    let url = loop {
+        let line = lines.next().expect("the server exited before listening").unwrap();
+        if let Some(at) = line.find("http://") {
+            break line[at..].split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (server, url)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_attach_drives_a_running_server_with_the_same_output() {
-    use std::io::BufRead;
-
     let env = Env::new();
     std::fs::write(env.project.path().join("a.txt"), "hello\n").unwrap();
     let fake = FakeProvider::start(
@@ -303,29 +331,7 @@ async fn run_attach_drives_a_running_server_with_the_same_output() {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             listener.local_addr().unwrap().port()
         };
-        let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
-        serve
-            .args(["serve", "--port", &port.to_string()])
-            .current_dir(env.project.path())
-            .env("CODELOOP_DATA_DIR", env.data.path())
-            .env("HOME", env.home.path())
-            .env("CODELOOP_CONFIG", &config)
-            .env_remove("XDG_CONFIG_HOME")
-            .env_remove("CODELOOP_SERVER_TOKEN")
-            .stderr(std::process::Stdio::piped());
-        if let Some(token) = given {
-            serve.env("CODELOOP_SERVER_TOKEN", token);
-        }
-        let mut server = Killed(serve.spawn().unwrap());
-        // The server says where it listens once it does.
-        let stderr = server.0.stderr.take().unwrap();
-        let mut lines = std::io::BufReader::new(stderr).lines();
-        let url = loop {
-            let line = lines.next().expect("the server exited before listening").unwrap();
-            if let Some(at) = line.find("http://") {
-                break line[at..].split_whitespace().next().unwrap().to_owned();
-            }
-        };
+        let (server, url) = start_serve(&env, &config, port, given);
         let project = env.project.path().to_owned();
         let home = env.home.path().to_owned();
         let data = env.data.path().to_owned();
@@ -523,32 +529,12 @@ async fn run_refuses_a_subagent_as_the_sessions_agent_with_the_engines_one_rule(
 /// whose project's `codeloop.toml` does not parse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_project_config_is_a_config_fault_over_http() {
-    use std::io::BufRead;
-
     let env = Env::new();
     let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("ok"))]).repeating()).await.unwrap();
     let config = env.config(&fake.base_url(), "");
     let broken = tempfile::tempdir().unwrap();
     std::fs::write(broken.path().join("codeloop.toml"), "model = [unclosed\n").unwrap();
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_codeloop"));
-    serve
-        .args(["serve", "--port", "0"])
-        .current_dir(env.project.path())
-        .env("CODELOOP_DATA_DIR", env.data.path())
-        .env("HOME", env.home.path())
-        .env("CODELOOP_CONFIG", &config)
-        .env("CODELOOP_SERVER_TOKEN", TEST_TOKEN)
-        .env_remove("XDG_CONFIG_HOME")
-        .stderr(std::process::Stdio::piped());
-    let mut server = Killed(serve.spawn().unwrap());
-    let mut lines = std::io::BufReader::new(server.0.stderr.take().unwrap()).lines();
-    let url = loop {
-        let line = lines.next().expect("the server exited before listening").unwrap();
-        if let Some(at) = line.find("http://") {
-            break line[at..].split_whitespace().next().unwrap().to_owned();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
+    let (_server, url) = start_serve(&env, &config, 0, Some(TEST_TOKEN));
     let http = http_client();
     let session: Value = http
         .post(format!("{url}/session"))

@@ -61,6 +61,16 @@ fn dumped(scripts: &Scripts, project: &Path) -> Vec<(String, Value)> {
 /// section.
 const NOT_SENT: [&str; 2] = ["effort", "prompt_id"];
 
+/// The payloads without `tool_use_id`: Claude's ids are its model's; the rest must match.
+fn without_call_ids(all: Vec<(String, Value)>) -> Vec<(String, Value)> {
+    all.into_iter()
+        .map(|(event, mut input)| {
+            input["tool_use_id"] = Value::Null;
+            (event, input)
+        })
+        .collect()
+}
+
 fn compare(claude: &[(String, Value)], ours: &[(String, Value)]) {
     assert_eq!(
         claude.iter().map(|(e, _)| e.as_str()).collect::<Vec<_>>(),
@@ -110,16 +120,7 @@ async fn bash_read_write_and_edit_hooks_read_what_claude_codes_read() {
     let h = Harness::with(script, AskPolicy::Allow, user_hooks(&dumping_hooks(&scripts))).await;
     assert_eq!(h.prompt("do the steps").await.stop, StopReason::Completed);
     let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
-    // Claude's tool_use ids are its model's; the rest must match.
-    let strip = |all: Vec<(String, Value)>| -> Vec<(String, Value)> {
-        all.into_iter()
-            .map(|(e, mut v)| {
-                v["tool_use_id"] = Value::Null;
-                (e, v)
-            })
-            .collect()
-    };
-    compare(&strip(claude), &strip(ours));
+    compare(&without_call_ids(claude), &without_call_ids(ours));
 }
 
 #[tokio::test]
@@ -191,15 +192,7 @@ async fn a_permission_request_hook_matched_on_bash_sees_the_call_and_answers_it(
     assert_eq!(h.prompt("make the file").await.stop, StopReason::Completed);
     assert!(h.project.path().join("made-by-bash.txt").exists(), "the hook's allow answered the ask");
     let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
-    let strip = |all: Vec<(String, Value)>| -> Vec<(String, Value)> {
-        all.into_iter()
-            .map(|(e, mut v)| {
-                v["tool_use_id"] = Value::Null;
-                (e, v)
-            })
-            .collect()
-    };
-    compare(&strip(claude.clone()), &strip(ours.clone()));
+    compare(&without_call_ids(claude), &without_call_ids(ours.clone()));
     // What "always" would add: Claude Code suggests directories and a mode, codeloop its rule (the
     // README's hooks section says so).
     let suggested = &ours[1].1["permission_suggestions"];

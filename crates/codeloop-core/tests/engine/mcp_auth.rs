@@ -33,6 +33,11 @@ async fn protected(options: OAuthOptions, revision: Revision) -> (OAuthTestServe
     (auth, mcp)
 }
 
+/// `codeloop mcp login web` up to the browser: the URL to open and the listener waiting for its redirect.
+async fn begin(mcp: &McpTestServer, data: &Path) -> codeloop_core::mcp::PendingLogin {
+    codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data, vec![])).await.unwrap()
+}
+
 /// Signs in as `codeloop mcp login` does, with a "browser" that follows the URL to the redirect.
 async fn sign_in(
     name: &str,
@@ -135,10 +140,7 @@ async fn an_authorization_server_found_by_openid_discovery_works_too() {
 async fn the_test_authorization_server_refuses_a_wrong_pkce_verifier() {
     let (auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
     let data = tempfile::tempdir().unwrap();
-    let pending =
-        codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data.path(), vec![]))
-            .await
-            .unwrap();
+    let pending = begin(&mcp, data.path()).await;
     // Follow the authorization URL by hand, but redeem the code with a wrong verifier.
     codeloop_core::mcp::ensure_crypto_provider();
     let client =
@@ -365,10 +367,7 @@ async fn without_a_sign_in_a_run_never_waits_and_names_the_login_command() {
 async fn a_login_that_never_comes_back_times_out_with_a_clear_message() {
     let (_auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
     let data = tempfile::tempdir().unwrap();
-    let pending =
-        codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data.path(), vec![]))
-            .await
-            .unwrap();
+    let pending = begin(&mcp, data.path()).await;
     let error = pending.finish(Duration::from_millis(300)).await.unwrap_err();
     assert!(matches!(error, LoginError::TimedOut { .. }), "{error}");
     assert!(error.to_string().contains("codeloop mcp login web"), "{error}");
@@ -378,10 +377,7 @@ async fn a_login_that_never_comes_back_times_out_with_a_clear_message() {
 async fn a_redirect_with_the_wrong_state_gets_an_error_page_and_the_sign_in_waits_on() {
     let (auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
     let data = tempfile::tempdir().unwrap();
-    let pending =
-        codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data.path(), vec![]))
-            .await
-            .unwrap();
+    let pending = begin(&mcp, data.path()).await;
     let redirect = pending.redirect_uri().to_owned();
     let url = pending.authorization_url().to_owned();
     codeloop_core::mcp::ensure_crypto_provider();
@@ -415,10 +411,7 @@ async fn a_redirect_with_the_wrong_state_gets_an_error_page_and_the_sign_in_wait
 async fn an_authorization_servers_error_is_shown_with_its_control_characters_escaped() {
     let (_auth, mcp) = protected(OAuthOptions::default(), Revision::Stateless).await;
     let data = tempfile::tempdir().unwrap();
-    let pending =
-        codeloop_core::mcp::begin_login("web", &remote(&mcp.url()), &data_context(data.path(), vec![]))
-            .await
-            .unwrap();
+    let pending = begin(&mcp, data.path()).await;
     let state = reqwest_mcp::Url::parse(pending.authorization_url())
         .unwrap()
         .query_pairs()

@@ -41,7 +41,8 @@ async fn bash_runs_in_the_project_dir_merges_streams_and_reports_the_exit_code()
     let env = Env::new();
     let out = env.ok("bash", json!({"command": "pwd; echo to-stdout; echo to-stderr >&2; exit 3"})).await;
     let root = env.root().display().to_string();
-    assert_eq!(out.output, format!("{root}\nto-stdout\nto-stderr\n"));
+    // The failure first (DESIGN.md §5l), then the output.
+    assert_eq!(out.output, format!("Exit code 3\n{root}\nto-stdout\nto-stderr\n"));
     assert_eq!(out.metadata["exit"], json!(3));
     assert_eq!(out.metadata["truncated"], json!(false));
     assert_eq!(out.title, "pwd; echo to-stdout; echo to-stderr >&2; exit 3");
