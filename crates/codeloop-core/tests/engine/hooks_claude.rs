@@ -85,15 +85,20 @@ fn compare(claude: &[(String, Value)], ours: &[(String, Value)]) {
                 "{event} `{field}`:\nclaude:   {theirs}\ncodeloop: {mine}"
             );
         }
-        let missing: BTreeSet<&str> = theirs
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .filter(|k| mine.get(*k).is_none() && !NOT_SENT.contains(k))
-            .collect();
+        let missing = missing_fields(theirs, mine);
         assert!(missing.is_empty(), "{event}: codeloop does not send {missing:?}:\n{mine}");
     }
+}
+
+/// The fields Claude Code sent that codeloop's payload lacks, beyond those it does not send yet.
+fn missing_fields<'a>(theirs: &'a Value, mine: &Value) -> BTreeSet<&'a str> {
+    theirs
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .filter(|k| mine.get(*k).is_none() && !NOT_SENT.contains(k))
+        .collect()
 }
 
 #[tokio::test]
@@ -216,13 +221,7 @@ async fn the_sessions_own_events_carry_claude_codes_fields() {
     let ours = dumped(&scripts, &h.project.path().canonicalize().unwrap());
     for (event, theirs) in &claude {
         let mine = &ours.iter().find(|(e, _)| e == event).unwrap_or_else(|| panic!("no {event}: {ours:?}")).1;
-        let missing: Vec<&str> = theirs
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .filter(|k| mine.get(*k).is_none() && !NOT_SENT.contains(k))
-            .collect();
+        let missing = missing_fields(theirs, mine);
         assert!(
             missing.is_empty(),
             "{event}: codeloop does not send {missing:?}:\nclaude:   {theirs}\ncodeloop: {mine}"
@@ -259,12 +258,7 @@ async fn the_subagent_tool_is_agent_and_its_hooks_carry_the_agents_id() {
     };
     for event in ["PreToolUse", "SubagentStart", "SubagentStop"] {
         let (theirs, mine) = (find(&claude, event), find(&ours, event));
-        let missing: Vec<&String> = theirs
-            .as_object()
-            .unwrap()
-            .keys()
-            .filter(|k| mine.get(k.as_str()).is_none() && !NOT_SENT.contains(&k.as_str()))
-            .collect();
+        let missing = missing_fields(&theirs, &mine);
         assert!(missing.is_empty(), "{event}: codeloop does not send {missing:?}:\n{mine}");
     }
     let pre = find(&ours, "PreToolUse");
