@@ -24,6 +24,7 @@ fn bench(c: &mut Criterion) {
         permission_mode: "default",
         transcripts: None,
         env_file: None,
+        writer: None,
     };
     let matching = hooks("[[PreToolUse]]\nmatcher = \"Bash\"\n[[PreToolUse.hooks]]\ncommand = \"true\"\n");
     let other_tool = hooks("[[PreToolUse]]\nmatcher = \"Edit\"\n[[PreToolUse.hooks]]\ncommand = \"true\"\n");

@@ -291,6 +291,11 @@ impl Journal {
         self.writer.flush()
     }
 
+    /// The store writer itself, for those that must flush it on their own (hooks' transcripts).
+    pub fn writer(&self) -> Arc<StoreWriter> {
+        self.writer.clone()
+    }
+
     /// Writes that failed since the writer started.
     pub fn failed_writes(&self) -> u64 {
         self.writer.failed_writes()
@@ -394,6 +399,7 @@ impl Services {
                 env_file: codeloop_tools::session_temp_dir(session_id.as_str())
                     .ok()
                     .map(|dir| dir.join(codeloop_tools::SESSION_ENV_FILE)),
+                writer: Some(self.journal.writer()),
             },
             stop,
         }

@@ -127,6 +127,7 @@ impl Engine {
             permission_mode: "default",
             transcripts: None,
             env_file: None,
+            writer: None,
         };
         let subjects = crate::hooks::subjects(event, tool, &input);
         let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();

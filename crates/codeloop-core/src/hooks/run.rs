@@ -30,6 +30,9 @@ pub struct HookEnv {
     pub permission_mode: &'static str,
     /// Where sessions' transcripts for `transcript_path` are kept (`None`: no transcript).
     pub transcripts: Option<PathBuf>,
+    /// The writer the session's parts go through: flushed before the transcript is read, so a hook sees
+    /// the call it is about.
+    pub writer: Option<Arc<codeloop_store::StoreWriter>>,
     /// `CLAUDE_ENV_FILE` for SessionStart hooks: what they export there reaches the session's later bash
     /// calls ([`codeloop_tools::SESSION_ENV_FILE`] in its temp dir).
     pub env_file: Option<PathBuf>,
@@ -212,6 +215,11 @@ async fn run_http(handler: &Handler, body: &str) -> Ended {
 /// without a store or a place for it (`codeloop hooks test`).
 async fn transcript(env: &HookEnv) -> Option<std::path::PathBuf> {
     let (Some(store), Some(dir)) = (env.store.clone(), env.transcripts.clone()) else { return None };
+    if let Some(writer) = &env.writer
+        && let Err(error) = writer.flush().await
+    {
+        tracing::debug!(%error, "the transcript may miss the newest parts");
+    }
     let (id, cwd) = (env.session_id.clone(), env.project_dir.clone());
     tokio::task::spawn_blocking(move || {
         let history = store.load_history(&id).ok()?;

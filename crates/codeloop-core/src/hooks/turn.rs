@@ -29,6 +29,7 @@ impl TurnHooks {
                 permission_mode: "default",
                 transcripts: None,
                 env_file: None,
+                writer: None,
             },
             stop: Default::default(),
         }
