@@ -578,8 +578,11 @@ fn a_small_process_limit_binds_root_too() {
     policy.max_processes = 32;
     let (started, report) = fork_probe_run(&policy, 64, false);
     if report.process_limit == ProcessLimit::NotEnforced {
-        // Root with no pids cgroup to make: `sandbox check` says so.
-        skip("a_small_process_limit_binds_root_too", "no pids cgroup here and the tests run as root");
+        // Root on a machine that gives no pids cgroup: a fact of the machine, which `sandbox check` states
+        // (its ✗ line), not a broken wall.
+        eprintln!(
+            "!!! SKIPPED a_small_process_limit_binds_root_too: no pids cgroup here and the tests run as root"
+        );
         return;
     }
     assert!(started < 32, "{started} processes started under max_processes = 32 ({report:?})");
