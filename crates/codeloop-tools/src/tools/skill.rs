@@ -38,21 +38,34 @@ impl SkillTool {
         Self { parameters: schema_for::<Params>(), dirs }
     }
 
-    /// `.codeloop/skills` (project) and `$XDG_CONFIG_HOME/codeloop/skills` or `~/.config/codeloop/skills`.
+    /// The project's `.codeloop/skills`, then Claude Code's `.claude/skills` and OpenCode's
+    /// `.opencode/skill(s)`; then the user's: `$XDG_CONFIG_HOME/codeloop/skills` (or
+    /// `~/.config/codeloop/skills`), `~/.claude/skills`, `~/.config/opencode/skill(s)`. The first folder
+    /// that has a name wins.
     pub fn default_dirs() -> Vec<PathBuf> {
-        let mut dirs = vec![PathBuf::from(".codeloop/skills")];
+        let mut dirs: Vec<PathBuf> =
+            [".codeloop/skills", ".claude/skills", ".opencode/skill", ".opencode/skills"]
+                .map(PathBuf::from)
+                .into();
+        let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).map(PathBuf::from);
         let config = std::env::var_os("XDG_CONFIG_HOME")
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")));
-        if let Some(config) = config {
+            .or_else(|| home.as_ref().map(|home| home.join(".config")));
+        if let Some(config) = &config {
             dirs.push(config.join("codeloop").join("skills"));
+        }
+        if let Some(home) = &home {
+            dirs.push(home.join(".claude").join("skills"));
+        }
+        if let Some(config) = &config {
+            dirs.extend(["skill", "skills"].map(|name| config.join("opencode").join(name)));
         }
         dirs
     }
 
     fn search_dirs(&self, root: &Path) -> Vec<PathBuf> {
-        self.dirs.iter().map(|d| if d.is_relative() { root.join(d) } else { d.clone() }).collect()
+        resolved(&self.dirs, root)
     }
 }
 
@@ -128,8 +141,7 @@ pub struct SkillInfo {
 /// Every skill in `dirs` (relative entries resolved against `root`), sorted by name; the first folder
 /// that has a name wins, as in the tool.
 pub fn list_skills(dirs: &[PathBuf], root: &Path) -> Vec<SkillInfo> {
-    let dirs: Vec<PathBuf> =
-        dirs.iter().map(|d| if d.is_relative() { root.join(d) } else { d.clone() }).collect();
+    let dirs = resolved(dirs, root);
     available(&dirs)
         .into_iter()
         .filter_map(|name| {
@@ -155,6 +167,22 @@ fn skill_description(text: &str) -> String {
         .unwrap_or_default()
         .chars()
         .take(200)
+        .collect()
+}
+
+/// `dirs` with relative entries (the project's) resolved against `root`; a project's folder counts only
+/// where its real path is inside the project (a `.claude/skills` that links out would read any folder's
+/// files into the prompt). The user's own folders count wherever they are.
+fn resolved(dirs: &[PathBuf], root: &Path) -> Vec<PathBuf> {
+    let real_root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    dirs.iter()
+        .filter_map(|dir| {
+            if !dir.is_relative() {
+                return Some(dir.clone());
+            }
+            let dir = root.join(dir);
+            dir.canonicalize().is_ok_and(|real| real.starts_with(&real_root)).then_some(dir)
+        })
         .collect()
 }
 
@@ -204,6 +232,26 @@ fn sample_files(base: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn claude_codes_skill_folder_counts_but_not_where_it_links_out_of_the_project() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(outside.path().join("leak")).unwrap();
+        std::fs::write(outside.path().join("leak/SKILL.md"), "---\ndescription: leaked\n---\nx").unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let root = project.path();
+        std::fs::create_dir_all(root.join(".claude/skills/pdf")).unwrap();
+        std::fs::write(
+            root.join(".claude/skills/pdf/SKILL.md"),
+            "---\ndescription: Fill PDF forms\n---\nbody",
+        )
+        .unwrap();
+        std::fs::create_dir_all(root.join(".opencode")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.join(".opencode/skill")).unwrap();
+        let dirs = [".codeloop/skills", ".claude/skills", ".opencode/skill"].map(PathBuf::from);
+        let skills = list_skills(&dirs, root);
+        assert_eq!(skills, vec![SkillInfo { name: "pdf".into(), description: "Fill PDF forms".into() }]);
+    }
 
     #[test]
     fn frontmatter_is_removed() {
