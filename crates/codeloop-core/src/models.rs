@@ -170,6 +170,24 @@ impl Models {
         Err(ModelError::NoModel)
     }
 
+    /// The model a bare id means here (`claude-sonnet-4-5`, as Claude Code's command files write it): a
+    /// configured provider that lists it, else a provider the catalogue knows it from that can be used
+    /// (its key is set); `None` when none can.
+    pub fn by_bare_id(&self, id: &str) -> Option<ModelRef> {
+        let configured = self
+            .config
+            .provider
+            .iter()
+            .filter(|(_, settings)| settings.models.contains_key(id))
+            .map(|(provider, _)| ModelRef::new(provider.clone(), id));
+        let catalogued = self
+            .catalogue
+            .models()
+            .filter(|(_, info)| info.id == id)
+            .map(|(provider, _)| ModelRef::new(provider, id));
+        configured.chain(catalogued).find(|model| self.resolve(model).is_ok())
+    }
+
     fn has_env(&self, name: &str) -> bool {
         (self.env)(name).is_some_and(|v| !v.is_empty())
     }

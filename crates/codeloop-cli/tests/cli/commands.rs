@@ -89,3 +89,23 @@ async fn an_unknown_command_is_an_error_naming_the_available_ones_and_nothing_is
     let sessions: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
     assert_eq!(sessions, serde_json::json!([]), "no empty session is left behind");
 }
+
+/// A bare model id in front matter, as many published command files write it: a provider that can serve it
+/// is found; when none can, the session's model runs the command and a warning says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_model_in_front_matter_is_resolved_or_the_sessions_model_runs_it() {
+    let env = Env::new();
+    let fake = fake().await;
+    let config = env.config(&fake.base_url(), "");
+    let commands = env.home.path().join(".config/codeloop/commands");
+    write(&commands, "known.md", "---\nmodel: test\n---\nKnown model.");
+    write(&commands, "elsewhere.md", "---\nmodel: claude-sonnet-4-0\n---\nA model no provider here serves.");
+    let output = codeloop(&env, Some(&config), &["run", "--command", "known"]).await;
+    assert!(output.status.success(), "{:?}", text(&output));
+    assert!(!text(&output).1.contains("warning"), "{:?}", text(&output));
+    let output = codeloop(&env, Some(&config), &["run", "--command", "elsewhere"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("claude-sonnet-4-0") && stderr.contains("session's model is used"), "{stderr}");
+    assert!(last_request(&fake).contains("A model no provider here serves."), "{}", last_request(&fake));
+}

@@ -125,8 +125,13 @@ impl Engine {
         (CommandFile { agent: None, model: None, subtask: false, ..file }, Some(warning))
     }
 
-    /// The model a file's front matter names, checked; for a subtask, its agent must be a subagent.
-    fn check_front_matter(&self, file: &CommandFile) -> Result<Option<ModelRef>, EngineError> {
+    /// The model a file's front matter names, checked; for a subtask, its agent must be a subagent. A bare
+    /// model id (`model: claude-sonnet-4-0`, as many published command files write it) is looked up among
+    /// the providers that can serve it; when none can, the session's model is used and the warning says so.
+    fn check_front_matter(
+        &self,
+        file: &CommandFile,
+    ) -> Result<(Option<ModelRef>, Option<String>), EngineError> {
         let context = |e: String| EngineError::Config {
             origin: format!("command `{}` ({})", file.name, file.path.display()),
             reason: e,
@@ -138,10 +143,24 @@ impl Engine {
                 self.check_agent(agent).map_err(|e| context(e.to_string()))?;
             }
         }
-        let Some(model) = &file.model else { return Ok(None) };
+        let Some(model) = &file.model else { return Ok((None, None)) };
+        if !model.contains('/') {
+            return Ok(match self.services.models.by_bare_id(model.trim()) {
+                Some(found) => (Some(found), None),
+                None => (
+                    None,
+                    Some(format!(
+                        "command `{}` ({}) names model `{model}`, which none of your providers can serve: the \
+                         session's model is used (write `provider/model`, or configure a provider that has it)",
+                        file.name,
+                        file.path.display()
+                    )),
+                ),
+            });
+        }
         let model = ModelRef::from_str(model).map_err(|e| context(e.to_string()))?;
         self.check_model(Some(&model)).map_err(|e| context(e.to_string()))?;
-        Ok(Some(model))
+        Ok((Some(model), None))
     }
 
     fn subagent(&self, name: &str) -> Result<crate::agents::Agent, String> {
@@ -220,8 +239,8 @@ impl Engine {
         let directory = std::path::PathBuf::from(&session.directory);
         let (file, ignored) = self.as_trusted(file.clone(), &directory);
         let file = &file;
-        let model = self.check_front_matter(file)?;
-        if let Some(message) = ignored {
+        let (model, unserved) = self.check_front_matter(file)?;
+        for message in ignored.into_iter().chain(unserved) {
             self.services
                 .bus
                 .publish(codeloop_types::EventPayload::SessionWarning { session_id: id.clone(), message });
