@@ -148,6 +148,7 @@ async fn attach(url: &str, args: &RunArgs, message: String) -> anyhow::Result<Ex
         model: args.target.model.clone().map(ModelSpec::Text),
         agent: args.target.agent.clone(),
         delivery: Some(DeliveryMode::Queue),
+        effort: args.effort.map(|e| e.to_string()),
         ..PromptBody::text(message)
     };
     let path = format!("/session/{}/prompt", session.id);

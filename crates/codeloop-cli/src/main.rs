@@ -69,12 +69,16 @@ enum Command {
     ///   does); `edit` = edit and write, for the others.
     /// sampling: the temperature (t) and top_p (p) sent unless an agent sets its own temperature, from the
     ///   model's family (Qwen t=0.55 p=1, Gemini t=1 p=0.95, Kimi K2 t=0.6…); `-` sends none.
+    /// effort: the levels `run --effort` and `effort = ".."` may ask of the model (none, low, medium, high,
+    ///   max), sent as its provider takes them (Anthropic thinking, OpenAI reasoning effort, Gemini
+    ///   thinking config); `-`: the model does not reason.
     /// Set them per model in your config:
     ///
     ///   [provider.local.models."qwen2.5-coder"]
     ///   tools = "edit"              # or "patch"
     ///   temperature = 0.55
     ///   top_p = 1.0
+    ///   effort = "high"             # the default effort; `reasoning = true` for a model not listed
     ///   tool_call_text = "parse"    # "off" | "warn" (default) | "parse": an answer that is a tool call
     ///                               # written as text (a server without a tool-call parser) becomes a call
     #[command(verbatim_doc_comment)]

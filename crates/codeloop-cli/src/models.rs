@@ -46,6 +46,7 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
                     "tools": e.tools.as_str(),
                     "temperature": e.temperature.map(decimal),
                     "top_p": e.top_p.map(decimal),
+                    "effort": e.effort,
                 })
             })
             .collect();
@@ -54,13 +55,13 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     }
     writeln!(
         out,
-        "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  {:<5}  sampling",
-        "model", "context", "output", "input", "output", "cached", "tools"
+        "{:<44} {:>10} {:>8}  {:>8} {:>8} {:>8}  {:<5}  {:<10}  effort",
+        "model", "context", "output", "input", "output", "cached", "tools", "sampling"
     )?;
     for e in entries {
         writeln!(
             out,
-            "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}  {:<5}  {}",
+            "{:<44} {:>10} {:>8}  {:>8.2} {:>8.2} {:>8.2}  {:<5}  {:<10}  {}",
             e.reference.to_string(),
             group(e.limits.context),
             group(e.limits.output),
@@ -69,10 +70,22 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
             e.pricing.cache_read,
             e.tools.as_str(),
             sampling(e.temperature, e.top_p),
+            effort(&e.effort),
         )?;
     }
-    writeln!(out, "prices in USD per 1M tokens; tools and sampling: see `codeloop models --help`")?;
+    writeln!(out, "prices in USD per 1M tokens; tools, sampling and effort: see `codeloop models --help`")?;
+    if let Some(source) = codeloop_core::models::catalogue_source() {
+        writeln!(out, "catalogue: {source}")?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `low,medium,high`, or `-` for a model that does not reason.
+fn effort(levels: &[codeloop_types::Effort]) -> String {
+    if levels.is_empty() {
+        return "-".into();
+    }
+    levels.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(",")
 }
 
 /// `t=0.55 p=1`, or `-` when nothing is sent.

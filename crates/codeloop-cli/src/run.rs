@@ -36,6 +36,12 @@ pub struct RunArgs {
     /// Sets `[limits] run_max_cost_usd` for this run.
     #[arg(long, value_name = "USD", value_parser = parse_max_cost)]
     pub max_cost: Option<f64>,
+    /// How hard the model thinks for this message: none, low, medium, high or max. Sent in the form the
+    /// model's provider takes (Anthropic thinking, OpenAI reasoning effort, Gemini thinking config); a
+    /// level the model does not take is not sent (a warning says so). Default: the agent's or model's
+    /// `effort` in config, else the provider's default.
+    #[arg(long, value_name = "LEVEL")]
+    pub effort: Option<codeloop_types::Effort>,
     /// Run command NAME (a Markdown command file, an MCP prompt `mcp__SERVER__PROMPT`, `init` or
     /// `compact`); the words after it are its arguments.
     #[arg(long, value_name = "NAME")]
@@ -46,6 +52,12 @@ pub struct RunArgs {
 
 /// `codeloop run` in this process (`--attach` runs go to [`crate::attach::run`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    if args.command.is_some() && args.effort.is_some() {
+        anyhow::bail!(
+            "--effort applies to a message, not to --command yet: set `effort` in the config of the agent the \
+             command runs with ([agent.NAME] effort = \"high\")"
+        );
+    }
     let message = match &args.command {
         Some(_) => args.message.join(" "),
         None => message_text(&args.message)?,
@@ -90,6 +102,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => Send::Prompt(PromptInput {
             model,
             agent: args.target.agent.clone(),
+            effort: args.effort,
             ..PromptInput::text(message)
         }),
     };

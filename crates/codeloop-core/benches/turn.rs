@@ -30,6 +30,7 @@ fn populate(engine: &codeloop_core::Engine, session: &SessionId, parts: usize) {
             system: None,
             format: None,
             command: None,
+            effort: None,
         })));
         batch.push(Write::Part(Part::user_text(
             session.clone(),

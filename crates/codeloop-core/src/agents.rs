@@ -25,6 +25,8 @@ pub struct Agent {
     /// Maximum provider calls per run.
     pub steps: Option<u32>,
     pub temperature: Option<f32>,
+    /// How hard the agent's model thinks (DESIGN.md §5l), unless a prompt says otherwise.
+    pub effort: Option<codeloop_types::Effort>,
     pub permission: Vec<PermissionRule>,
     pub mode: AgentMode,
 }
@@ -42,6 +44,7 @@ fn builtin() -> Vec<Agent> {
             model: None,
             steps: None,
             temperature: None,
+            effort: None,
             permission: Vec::new(),
             mode: AgentMode::Primary,
         },
@@ -52,6 +55,7 @@ fn builtin() -> Vec<Agent> {
             model: None,
             steps: None,
             temperature: None,
+            effort: None,
             permission: vec![PermissionRule::new("edit", "*", Deny), PermissionRule::new("bash", "*", Ask)],
             mode: AgentMode::Primary,
         },
@@ -64,6 +68,7 @@ fn builtin() -> Vec<Agent> {
             model: None,
             steps: None,
             temperature: None,
+            effort: None,
             permission: vec![PermissionRule::new("todowrite", "*", Deny)],
             mode: AgentMode::Subagent,
         },
@@ -74,6 +79,7 @@ fn builtin() -> Vec<Agent> {
             model: None,
             steps: None,
             temperature: None,
+            effort: None,
             permission: vec![
                 PermissionRule::new("*", "*", Deny),
                 PermissionRule::new("read", "*", Allow),
@@ -91,6 +97,7 @@ fn builtin() -> Vec<Agent> {
             model: None,
             steps: Some(1),
             temperature: None,
+            effort: None,
             permission: vec![PermissionRule::new("*", "*", Deny)],
             mode: AgentMode::Hidden,
         },
@@ -167,6 +174,7 @@ pub fn agents(config: &Config) -> BTreeMap<String, Agent> {
             model: None,
             steps: None,
             temperature: None,
+            effort: None,
             permission: Vec::new(),
             mode: AgentMode::Primary,
         });
@@ -184,6 +192,9 @@ pub fn agents(config: &Config) -> BTreeMap<String, Agent> {
         }
         if settings.temperature.is_some() {
             agent.temperature = settings.temperature;
+        }
+        if settings.effort.is_some() {
+            agent.effort = settings.effort;
         }
         agent.permission.extend(settings.permission.0.iter().cloned());
     }

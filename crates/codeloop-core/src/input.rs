@@ -24,6 +24,9 @@ pub struct PromptInput {
     /// The command (DESIGN.md §5g) this input's text was expanded from; recorded on the message.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// How hard the model is asked to think this turn (DESIGN.md §5l); else the agent's or model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<codeloop_types::Effort>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -128,6 +131,7 @@ pub(crate) fn user_message(
         system: input.system.clone(),
         format: None,
         command: input.command.clone(),
+        effort: input.effort,
     };
     let parts: Vec<Part> = input
         .parts

@@ -42,6 +42,10 @@ pub struct ResolvedModel {
     /// What an answer that is a tool call written as text becomes.
     pub tool_call_text: ToolCallText,
     pub wire: WireApi,
+    /// The config's default effort for this model.
+    pub effort: Option<codeloop_types::Effort>,
+    /// What the catalogue says (reasoning options decide what an effort becomes).
+    pub info: Arc<ModelInfo>,
     pub provider: Arc<dyn Provider>,
 }
 
@@ -289,9 +293,11 @@ impl Models {
             tool_call_text: overrides.tool_call_text.or(settings.tool_call_text).unwrap_or_default(),
             api_id,
             accepts_temperature: info.temperature,
-            pricing: info.cost,
+            pricing: info.cost.clone(),
             known,
             wire: settings.api,
+            effort: overrides.effort,
+            info: Arc::new(info),
             provider,
         })
     }
@@ -328,6 +334,7 @@ fn model_override(settings: &ModelSettings) -> ModelOverride {
             cache_write: c.cache_write,
             context_over_200k: None,
         }),
+        reasoning: settings.reasoning,
     }
 }
 
@@ -343,6 +350,23 @@ pub struct CatalogueEntry {
     /// that takes no temperature).
     pub temperature: Option<f32>,
     pub top_p: Option<f32>,
+    /// The effort levels the model takes on its provider's API (empty: it does not reason).
+    pub effort: Vec<codeloop_types::Effort>,
+}
+
+/// Where the built-in catalogue comes from (repository and commit).
+pub fn catalogue_source() -> Option<&'static str> {
+    Catalogue::builtin().source()
+}
+
+/// The API a provider speaks: its config's, else the built-in provider's, else OpenAI chat.
+fn wire_of(config: &Config, provider: &str) -> WireApi {
+    config
+        .provider
+        .get(provider)
+        .map(|p| p.api)
+        .or_else(|| builtin_provider(provider).map(|(wire, ..)| wire))
+        .unwrap_or(WireApi::OpenAiChat)
 }
 
 /// Every model the built-in catalogue and the config know, sorted by provider then model.
@@ -365,8 +389,21 @@ pub fn catalogue(config: &Config) -> Vec<CatalogueEntry> {
                 tools: overrides.tools.unwrap_or(family.tools),
                 temperature: overrides.temperature.or(family.temperature).filter(|_| info.temperature),
                 top_p: overrides.top_p.or(family.top_p).filter(|_| info.temperature),
+                effort: effort_levels(info, wire_of(config, provider)),
             }
         })
+        .collect()
+}
+
+/// The levels `effort` can take for a reasoning model on `wire` (none for a model that does not reason).
+fn effort_levels(info: &ModelInfo, wire: WireApi) -> Vec<codeloop_types::Effort> {
+    if !info.reasoning {
+        return Vec::new();
+    }
+    let max_output = crate::compaction::max_output(&info.limit);
+    codeloop_types::Effort::ALL
+        .into_iter()
+        .filter(|effort| info.reasoning_for(*effort, wire, max_output).is_ok())
         .collect()
 }
 

@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 
 use serde::{Deserialize, Serialize};
 
+use codeloop_types::Effort;
+
 use crate::Usage;
 
 /// The embedded snapshot (`src/catalogue.json`).
@@ -39,6 +41,127 @@ pub struct ModelInfo {
     pub limit: Limit,
     #[serde(default)]
     pub cost: Cost,
+    /// How thinking is controlled (models.dev's `reasoning_options`): levels, a token budget, on/off.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning_options: Vec<ReasoningOption>,
+}
+
+/// One of models.dev's `reasoning_options`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReasoningOption {
+    /// Levels as the API names them (`minimal`, `low`, …, `xhigh`, `max`).
+    Effort { values: Vec<String> },
+    /// A thinking budget in tokens.
+    BudgetTokens {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        min: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max: Option<u64>,
+    },
+    /// Thinking can be switched on or off, nothing finer.
+    Toggle,
+    #[serde(other)]
+    Other,
+}
+
+/// The smallest budget Anthropic accepts, and the default floor for a model that names none.
+const MIN_BUDGET: u64 = 1_024;
+
+impl ModelInfo {
+    /// What `effort` becomes on `wire` for this model, within `max_output` tokens: `Ok(None)` sends nothing
+    /// (the model does not think, or Anthropic's "no thinking" default), `Err` says why the level cannot be
+    /// honoured. A reasoning model the catalogue says nothing more about takes the family's usual control.
+    pub fn reasoning_for(
+        &self,
+        effort: Effort,
+        wire: crate::WireApi,
+        max_output: u64,
+    ) -> Result<Option<crate::Reasoning>, String> {
+        use crate::{Reasoning, WireApi};
+        if !self.reasoning {
+            return if effort == Effort::None { Ok(None) } else { Err("the model does not reason".into()) };
+        }
+        if effort == Effort::None && wire == WireApi::Anthropic {
+            return Ok(None);
+        }
+        let defaults;
+        let options = if self.reasoning_options.is_empty() {
+            defaults = match wire {
+                WireApi::OpenAiChat | WireApi::OpenAiResponses => {
+                    vec![ReasoningOption::Effort {
+                        values: vec!["low".into(), "medium".into(), "high".into()],
+                    }]
+                }
+                WireApi::Anthropic | WireApi::Gemini => {
+                    vec![ReasoningOption::BudgetTokens { min: Some(MIN_BUDGET), max: None }]
+                }
+            };
+            &defaults
+        } else {
+            &self.reasoning_options
+        };
+        let levels = options.iter().find_map(|o| match o {
+            ReasoningOption::Effort { values } => Some(values),
+            _ => None,
+        });
+        let budget = options.iter().find_map(|o| match o {
+            ReasoningOption::BudgetTokens { min, max } => Some((*min, *max)),
+            _ => None,
+        });
+        let named = |values: &Vec<String>| {
+            let wanted: &[&str] = match effort {
+                Effort::None => &["none", "minimal"],
+                Effort::Low => &["low"],
+                Effort::Medium => &["medium"],
+                Effort::High => &["high"],
+                Effort::Max => &["max", "xhigh"],
+            };
+            wanted.iter().find(|w| values.iter().any(|v| v == *w)).map(|w| (*w).to_owned())
+        };
+        // Anthropic's adaptive thinking came with `max` (4.6); before it, a model with levels and a budget
+        // (Opus 4.5) thinks by budget, its levels needing a beta codeloop does not send.
+        let prefer_budget = wire == WireApi::Anthropic
+            && budget.is_some()
+            && levels.is_some_and(|values| !values.iter().any(|v| v == "max"));
+        if wire != WireApi::OpenAiChat
+            && wire != WireApi::OpenAiResponses
+            && let Some((min, max)) = budget
+            && (prefer_budget || levels.is_none())
+        {
+            if effort == Effort::None {
+                return if min == Some(0) {
+                    Ok(Some(Reasoning::Budget(0)))
+                } else {
+                    Err("the model cannot stop thinking".into())
+                };
+            }
+            let tokens = budget_tokens(effort, max_output, min.unwrap_or(MIN_BUDGET), max);
+            return tokens.map(|t| Some(Reasoning::Budget(t))).ok_or_else(|| {
+                format!("an output limit of {max_output} tokens leaves no room for a thinking budget")
+            });
+        }
+        match levels {
+            Some(values) => named(values)
+                .map(|level| Some(Reasoning::Effort(level)))
+                .ok_or_else(|| format!("the model takes effort {}", values.join(", "))),
+            None => Err("the model takes no effort setting".into()),
+        }
+    }
+}
+
+/// A budget for `effort` out of `max_output` (low ⅛, medium ¼, high ½, max ¾), within the model's range
+/// and leaving at least as much for the answer as the smallest budget; `None` when that cannot fit.
+fn budget_tokens(effort: Effort, max_output: u64, min: u64, max: Option<u64>) -> Option<u64> {
+    let share = match effort {
+        Effort::None => return Some(0),
+        Effort::Low => max_output / 8,
+        Effort::Medium => max_output / 4,
+        Effort::High => max_output / 2,
+        Effort::Max => max_output / 4 * 3,
+    };
+    let tokens = share.max(min).min(max.unwrap_or(u64::MAX));
+    (tokens + MIN_BUDGET <= max_output).then_some(tokens)
 }
 
 fn yes() -> bool {
@@ -121,6 +244,8 @@ pub struct ModelOverride {
     pub input: Option<u64>,
     pub output: Option<u64>,
     pub cost: Option<Cost>,
+    /// The model thinks (`reasoning = true` for a model the catalogue does not describe).
+    pub reasoning: Option<bool>,
 }
 
 /// Where a resolved model's data came from.
@@ -154,7 +279,13 @@ impl Resolved {
 struct ProviderModels {
     #[serde(default)]
     name: String,
+    #[serde(default)]
     models: BTreeMap<String, ModelInfo>,
+    /// Only in the `_source` entry: where the snapshot comes from.
+    #[serde(default)]
+    commit: Option<String>,
+    #[serde(default)]
+    from: Option<String>,
 }
 
 /// Models by provider. Cheap to clone (a few dozen entries) so config can extend a copy.
@@ -163,7 +294,11 @@ pub struct Catalogue {
     providers: BTreeMap<String, ProviderModels>,
     /// `(provider, model)` entries set by config.
     overridden: BTreeSet<(String, String)>,
+    source: Option<String>,
 }
+
+/// The catalogue file's entry that names its source instead of a provider.
+const SOURCE_KEY: &str = "_source";
 
 impl Catalogue {
     /// The embedded snapshot, parsed once.
@@ -181,7 +316,17 @@ impl Catalogue {
 
     /// A catalogue in the models.dev shape: `{provider: {name, models: {id: model}}}`.
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
-        Ok(Self { providers: serde_json::from_str(text)?, overridden: BTreeSet::new() })
+        let mut providers: BTreeMap<String, ProviderModels> = serde_json::from_str(text)?;
+        let source = providers.remove(SOURCE_KEY).map(|s| match (s.from, s.commit) {
+            (Some(from), Some(commit)) => format!("{from} at {commit}"),
+            (from, commit) => from.or(commit).unwrap_or_default(),
+        });
+        Ok(Self { providers, overridden: BTreeSet::new(), source })
+    }
+
+    /// Where the catalogue comes from (the embedded snapshot's repository and commit), when it says.
+    pub fn source(&self) -> Option<&str> {
+        self.source.as_deref().filter(|s| !s.is_empty())
     }
 
     /// The entry for exactly this provider and model; dated or `-latest` ids (`claude-sonnet-4-5-20250929`,
@@ -230,6 +375,9 @@ impl Catalogue {
         if let Some(cost) = &changes.cost {
             info.cost = cost.clone();
         }
+        if let Some(reasoning) = changes.reasoning {
+            info.reasoning = reasoning;
+        }
         let entry = self.providers.entry(provider.to_owned()).or_default();
         entry.models.insert(model.to_owned(), info);
         self.overridden.insert((provider.to_owned(), model.to_owned()));
@@ -257,6 +405,7 @@ pub fn unknown_model(id: &str) -> ModelInfo {
         modalities: Modalities::default(),
         limit: DEFAULT_LIMIT,
         cost: Cost::default(),
+        reasoning_options: Vec::new(),
     }
 }
 
@@ -318,12 +467,14 @@ mod tests {
             ("anthropic", "claude-sonnet-4-5"),
             ("anthropic", "claude-opus-4-1"),
             ("anthropic", "claude-haiku-4-5"),
-            ("anthropic", "claude-3-7-sonnet"),
+            ("anthropic", "claude-sonnet-4-6"),
+            ("anthropic", "claude-opus-4-7"),
+            ("openai", "gpt-5.5"),
+            ("google", "gemini-3.1-pro-preview"),
             ("deepseek", "deepseek-chat"),
             ("deepseek", "deepseek-reasoner"),
             ("groq", "openai/gpt-oss-20b"),
             ("groq", "openai/gpt-oss-120b"),
-            ("groq", "moonshotai/kimi-k2-instruct-0905"),
             ("groq", "llama-3.3-70b-versatile"),
             ("groq", "qwen/qwen3-32b"),
             ("google", "gemini-2.5-pro"),
@@ -334,7 +485,8 @@ mod tests {
             assert!(info.limit.context > info.limit.output, "{provider}/{model}");
             assert!(info.cost.output >= info.cost.input, "{provider}/{model}");
         }
-        assert!(catalogue.models().count() >= 20);
+        assert!(catalogue.models().count() >= 100);
+        assert!(catalogue.source().is_some_and(|s| s.contains("models.dev")), "{:?}", catalogue.source());
     }
 
     #[test]
@@ -361,9 +513,11 @@ mod tests {
 
     #[test]
     fn long_context_prices_apply_above_200k_input() {
-        let sonnet = Catalogue::builtin().get("anthropic", "claude-sonnet-4-5").unwrap();
-        let got = cost(sonnet, &usage(150_000, 1_000, 0, 60_000, 0));
-        let expected = (150_000.0 * 6.0 + 1_000.0 * 22.5 + 60_000.0 * 0.6) / 1e6;
+        let pro = Catalogue::builtin().get("google", "gemini-3.1-pro-preview").unwrap();
+        let long = pro.cost.context_over_200k.as_deref().unwrap();
+        assert!(long.input > pro.cost.input && long.output > pro.cost.output);
+        let got = cost(pro, &usage(150_000, 1_000, 0, 60_000, 0));
+        let expected = (150_000.0 * long.input + 1_000.0 * long.output + 60_000.0 * long.cache_read) / 1e6;
         assert!(close(got, expected), "{got} != {expected}");
     }
 
@@ -381,11 +535,10 @@ mod tests {
     #[test]
     fn dated_ids_find_their_entry() {
         let catalogue = Catalogue::builtin();
-        assert_eq!(catalogue.get("anthropic", "claude-sonnet-4-5-20250929").unwrap().id, "claude-sonnet-4-5");
-        assert_eq!(catalogue.get("anthropic", "claude-3-7-sonnet-latest").unwrap().id, "claude-3-7-sonnet");
-        assert_eq!(catalogue.get("openai", "gpt-4o-2024-08-06").unwrap().id, "gpt-4o");
+        assert_eq!(catalogue.get("anthropic", "claude-sonnet-4-6-20260217").unwrap().id, "claude-sonnet-4-6");
+        assert_eq!(catalogue.get("anthropic", "claude-sonnet-4-6-latest").unwrap().id, "claude-sonnet-4-6");
         assert_eq!(catalogue.get("openai", "gpt-4o-mini-2024-07-18").unwrap().id, "gpt-4o-mini");
-        assert!(catalogue.get("openai", "gpt-4").is_none());
+        assert!(catalogue.get("openai", "gpt-3").is_none());
     }
 
     #[test]
@@ -437,5 +590,52 @@ mod tests {
         assert_eq!(undated("gpt-4.1-2025-04-14"), "gpt-4.1");
         assert_eq!(undated("kimi-k2-instruct-0905"), "kimi-k2-instruct-0905");
         assert_eq!(undated("o3"), "o3");
+    }
+
+    #[test]
+    fn effort_becomes_each_models_own_control() {
+        use crate::{Reasoning, WireApi};
+        use codeloop_types::Effort;
+        let catalogue = Catalogue::builtin();
+        let on = |provider: &str, model: &str, wire, effort, max_output| {
+            catalogue.get(provider, model).unwrap().reasoning_for(effort, wire, max_output)
+        };
+        let level = |l: &str| Ok(Some(Reasoning::Effort(l.into())));
+        // Anthropic: adaptive levels from 4.6 on, a budget before, nothing for `none`.
+        assert_eq!(on("anthropic", "claude-opus-4-6", WireApi::Anthropic, Effort::Max, 32_000), level("max"));
+        assert_eq!(on("anthropic", "claude-opus-4-7", WireApi::Anthropic, Effort::Low, 32_000), level("low"));
+        assert_eq!(
+            on("anthropic", "claude-sonnet-4-5", WireApi::Anthropic, Effort::High, 32_000),
+            Ok(Some(Reasoning::Budget(16_000)))
+        );
+        assert_eq!(
+            on("anthropic", "claude-opus-4-5", WireApi::Anthropic, Effort::Low, 32_000),
+            Ok(Some(Reasoning::Budget(4_000)))
+        );
+        assert_eq!(on("anthropic", "claude-sonnet-4-6", WireApi::Anthropic, Effort::None, 32_000), Ok(None));
+        assert!(on("anthropic", "claude-sonnet-4-5", WireApi::Anthropic, Effort::Low, 1_500).is_err());
+        // OpenAI: the model's own names (`minimal` before `none` existed, `xhigh` as max).
+        assert_eq!(on("openai", "gpt-5", WireApi::OpenAiChat, Effort::None, 32_000), level("minimal"));
+        assert_eq!(on("openai", "gpt-5.5", WireApi::OpenAiResponses, Effort::None, 32_000), level("none"));
+        assert_eq!(on("openai", "gpt-5.5", WireApi::OpenAiChat, Effort::Max, 32_000), level("xhigh"));
+        let refused = on("openai", "o3", WireApi::OpenAiChat, Effort::Max, 32_000).unwrap_err();
+        assert!(refused.contains("low, medium, high"), "{refused}");
+        assert!(on("openai", "gpt-4.1", WireApi::OpenAiChat, Effort::High, 32_000).is_err());
+        assert_eq!(on("openai", "gpt-4.1", WireApi::OpenAiChat, Effort::None, 32_000), Ok(None));
+        // Gemini: a budget on 2.5 (0 switches Flash off, Pro cannot stop), levels on 3.
+        assert_eq!(
+            on("google", "gemini-2.5-flash", WireApi::Gemini, Effort::None, 32_000),
+            Ok(Some(Reasoning::Budget(0)))
+        );
+        assert!(on("google", "gemini-2.5-pro", WireApi::Gemini, Effort::None, 32_000).is_err());
+        assert_eq!(
+            on("google", "gemini-2.5-flash", WireApi::Gemini, Effort::Max, 65_536),
+            Ok(Some(Reasoning::Budget(24_576)))
+        );
+        assert_eq!(
+            on("google", "gemini-3-flash-preview", WireApi::Gemini, Effort::None, 32_000),
+            level("minimal")
+        );
+        assert!(on("google", "gemini-3-pro-preview", WireApi::Gemini, Effort::Medium, 32_000).is_err());
     }
 }

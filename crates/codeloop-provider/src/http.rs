@@ -61,7 +61,13 @@ impl HttpProvider {
             .encode(&request, &config.base_url)
             .map_err(|e| config_error(config, format!("cannot encode the request: {e}")))?;
         let url = format!("{}{}", self.base, config.api.path(&request.model));
-        let send = self.client.post(&url).headers(self.headers.clone()).body(body).send();
+        let mut headers = self.headers.clone();
+        if config.api == WireApi::Anthropic
+            && let Some(beta) = crate::anthropic::beta(&request)
+        {
+            add_beta(&mut headers, beta);
+        }
+        let send = self.client.post(&url).headers(headers).body(body).send();
         let response = match tokio::time::timeout(config.headers_timeout, send).await {
             Err(_) => return Err(ProviderError::HeadersTimeout(config.headers_timeout)),
             Ok(Err(e)) if refused(&e) => {
@@ -181,6 +187,18 @@ fn headers(config: &ProviderConfig) -> Result<HeaderMap, ProviderError> {
         headers.insert(name, value);
     }
     Ok(headers)
+}
+
+/// Adds a value to `anthropic-beta`, keeping the betas config already sends.
+fn add_beta(headers: &mut HeaderMap, beta: &'static str) {
+    let value = match headers.get("anthropic-beta").and_then(|v| v.to_str().ok()) {
+        Some(existing) if existing.split(',').any(|b| b.trim() == beta) => return,
+        Some(existing) => HeaderValue::try_from(format!("{existing},{beta}")),
+        None => Ok(HeaderValue::from_static(beta)),
+    };
+    if let Ok(value) = value {
+        headers.insert("anthropic-beta", value);
+    }
 }
 
 fn config_error(config: &ProviderConfig, message: String) -> ProviderError {

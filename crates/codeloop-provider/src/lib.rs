@@ -43,7 +43,7 @@ pub use error::{
 };
 pub use event::{InvalidArguments, StreamEvent, ToolCall, Usage, parse_arguments};
 pub use request::{
-    AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, ToolSpec,
+    AssistantContent, ChatMessage, FileContent, ProviderRequest, Reasoning, ToolChoice, ToolResult, ToolSpec,
     UserContent,
 };
 pub use stream::{Decoder, decode_sse};

@@ -21,9 +21,28 @@ pub struct ProviderRequest {
     pub tool_call_text: crate::ToolCallText,
     /// Used for session-affinity headers and prompt-cache keys.
     pub session_id: Option<String>,
+    /// Thinking asked for (DESIGN.md §5l); `None` sends nothing, leaving the provider's default.
+    pub reasoning: Option<Reasoning>,
     /// The run's memo of encoded messages, so a step encodes only what changed since the last one
     /// (not part of what the request says: equal requests with and without it send the same body).
     pub cache: Option<crate::EncodeCache>,
+}
+
+/// A thinking request in the model's own terms (from [`ModelInfo::reasoning_for`](crate::catalogue::ModelInfo::reasoning_for)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reasoning {
+    /// A level as the API names it: Anthropic adaptive thinking's `output_config.effort`, OpenAI's
+    /// `reasoning_effort`, Gemini's `thinkingLevel`.
+    Effort(String),
+    /// A token budget: Anthropic `thinking.budget_tokens`, Gemini `thinkingBudget` (0 = off).
+    Budget(u64),
+}
+
+impl Reasoning {
+    /// True when the model is asked to think at all.
+    pub fn thinks(&self) -> bool {
+        !matches!(self, Reasoning::Budget(0)) && !matches!(self, Reasoning::Effort(level) if level == "none")
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -119,6 +119,9 @@ pub struct PromptBody {
     pub system: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryMode>,
+    /// How hard the model thinks this turn: `none`, `low`, `medium`, `high` or `max` (DESIGN.md §5l).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
 }
 
 impl PromptBody {
@@ -129,6 +132,7 @@ impl PromptBody {
             agent: None,
             system: None,
             delivery: None,
+            effort: None,
         }
     }
 
@@ -160,12 +164,14 @@ impl PromptBody {
             DeliveryMode::Steer => Delivery::Steer,
             DeliveryMode::Queue => Delivery::Queue,
         };
+        let effort = self.effort.as_deref().map(str::parse).transpose().map_err(|e| format!("{e}"))?;
         let input = PromptInput {
             parts,
             model,
             agent: self.agent.clone(),
             system: self.system.clone(),
             command: None,
+            effort,
         };
         Ok((input, delivery))
     }

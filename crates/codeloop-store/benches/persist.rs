@@ -40,6 +40,7 @@ fn user(session: &SessionId) -> Message {
         system: None,
         format: None,
         command: None,
+        effort: None,
     })
 }
 

@@ -5,6 +5,7 @@
 //! itself (which tool-state transitions are legal), and how outside text is made safe to show.
 //! Must not: do I/O, know about providers, storage or the run loop.
 
+mod effort;
 mod error;
 mod event;
 mod history;
@@ -19,6 +20,7 @@ mod session;
 mod sync;
 mod tool_state;
 
+pub use effort::{Effort, EffortError};
 pub use error::AssistantError;
 pub use event::{
     Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus, WorkerRequest,

@@ -25,6 +25,9 @@ pub struct UserMessage {
     /// The command (DESIGN.md §5g) whose expanded template this message's text is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// The effort asked for this turn (`run --effort`, a client's picker); else the agent's or model's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<crate::Effort>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

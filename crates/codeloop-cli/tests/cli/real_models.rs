@@ -77,9 +77,11 @@ async fn models_shows_the_edit_tools_and_sampling_of_each_model_and_config_sets_
     let row =
         |id: &str| stdout.lines().find(|l| l.starts_with(&format!("{id} "))).unwrap_or_default().to_owned();
     assert!(row("openai/gpt-5").contains(" patch  -"), "{stdout}");
-    assert!(row("openai/gpt-4.1").contains(" edit "), "{stdout}");
-    assert!(row("fake/qwen2.5-coder").ends_with(" edit   t=0.55 p=1"), "{stdout}");
-    assert!(row("fake/test").ends_with(" patch  t=0.2"), "the config's own: {stdout}");
+    assert!(row("openai/gpt-5").ends_with(" none,low,medium,high"), "gpt-5's effort levels: {stdout}");
+    assert!(row("openai/gpt-4.1").contains(" edit ") && row("openai/gpt-4.1").ends_with(" -"), "{stdout}");
+    assert!(row("fake/qwen2.5-coder").contains(" edit   t=0.55 p=1 "), "{stdout}");
+    assert!(row("fake/test").contains(" patch  t=0.2 "), "the config's own: {stdout}");
+    assert!(stdout.contains("catalogue: https://github.com/anomalyco/models.dev"), "{stdout}");
     let json = codeloop(&env, Some(&config), &["models", "fake", "--format", "json"]).await;
     let list: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     let qwen = list.as_array().unwrap().iter().find(|m| m["id"] == "fake/qwen2.5-coder").unwrap();
@@ -89,4 +91,32 @@ async fn models_shows_the_edit_tools_and_sampling_of_each_model_and_config_sets_
     );
     let help = text(&codeloop(&env, None, &["models", "--help"]).await).0;
     assert!(help.contains("tools = \"edit\"") && help.contains("tool_call_text"), "{help}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_effort_is_sent_as_the_provider_takes_it_and_a_level_the_model_lacks_is_said_once() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new((0..3).map(|_| Turn::from(Reply::text("ok"))))).await.unwrap();
+    let config = env.config(&fake.base_url(), "reasoning = true\neffort = \"low\"\n");
+    let sent = |index: usize| fake.requests()[index].body.get("reasoning_effort").cloned();
+    let output = codeloop(&env, Some(&config), &["run", "hi"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    assert_eq!(sent(0), Some(json!("low")), "the model's config effort");
+    let output = codeloop(&env, Some(&config), &["run", "--effort", "high", "hi"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    assert_eq!(sent(1), Some(json!("high")));
+    // `max` is not among the levels a reasoning model without a catalogue entry takes: not sent, said.
+    let output = codeloop(&env, Some(&config), &["run", "--effort", "max", "hi"]).await;
+    let (_, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(sent(2), None);
+    let warning: Vec<&str> = stderr.lines().filter(|l| l.contains("effort max is not sent")).collect();
+    assert_eq!(warning.len(), 1, "{stderr}");
+    assert!(warning[0].contains("low, medium, high"), "{stderr}");
+    // An unknown level is refused before anything is sent, naming the levels.
+    let output = codeloop(&env, Some(&config), &["run", "--effort", "xhigh", "hi"]).await;
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("none, low, medium, high, max"), "{stderr}");
+    assert_eq!(fake.request_count(), 3);
 }

@@ -78,6 +78,7 @@ mod tests {
                 system: None,
                 format: None,
                 command: None,
+                effort: None,
             }),
             parts: vec![Part::user_text(session.clone(), id, "go")],
         }

@@ -17,6 +17,7 @@ pub(crate) fn user_info(session_id: &SessionId, like: &UserMessage) -> UserMessa
         system: None,
         format: None,
         command: None,
+        effort: like.effort,
     }
 }
 

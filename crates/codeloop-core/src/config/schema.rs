@@ -112,6 +112,8 @@ pub struct ModelSettings {
     pub tools: Option<codeloop_types::ToolProfile>,
     /// Overrides the provider's `tool_call_text` for this model.
     pub tool_call_text: Option<codeloop_provider::ToolCallText>,
+    /// How hard the model thinks by default: `none`, `low`, `medium`, `high` or `max` (DESIGN.md §5l).
+    pub effort: Option<codeloop_types::Effort>,
 }
 
 /// USD per million tokens.
@@ -133,6 +135,8 @@ pub struct AgentSettings {
     /// Maximum provider calls per run; on the last one tools are removed.
     pub steps: Option<u32>,
     pub temperature: Option<f32>,
+    /// How hard the agent's model thinks: `none`, `low`, `medium`, `high` or `max` (DESIGN.md §5l).
+    pub effort: Option<codeloop_types::Effort>,
     pub permission: PermissionConfig,
     pub disable: bool,
 }

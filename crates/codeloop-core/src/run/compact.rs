@@ -130,6 +130,8 @@ impl Run<'_> {
             // No tools: nothing to turn into a call.
             tool_call_text: codeloop_provider::ToolCallText::Off,
             session_id: Some(self.session.id.to_string()),
+            // A summary is a plain writing task: no thinking asked for.
+            reasoning: None,
             // A summary is sent once: nothing to reuse.
             cache: None,
         };

@@ -181,6 +181,8 @@ pub(crate) struct Run<'a> {
     /// The run did nothing but a manual compaction (`/compact`) since it began: it ends without Stop hooks,
     /// as Claude Code's does.
     compacted_only: bool,
+    /// Effort levels already warned about as not taken by a model.
+    effort_warned: std::collections::HashSet<(ModelRef, codeloop_types::Effort)>,
 }
 
 /// Stop-hook blocks in a row after which the run ends all the same (DESIGN.md §5d).
@@ -245,6 +247,7 @@ pub(crate) async fn run_session(
         tools: services.tool_set().await,
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
+        effort_warned: Default::default(),
         spend: limits::Spend::new(),
         hook_stop: Default::default(),
         stop_blocks: 0,

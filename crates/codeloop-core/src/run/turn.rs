@@ -120,18 +120,47 @@ impl Run<'_> {
         // listed and tool_choice "none" forbids calling them.
         let keep_tools = !last_step || model.wire == codeloop_provider::WireApi::Anthropic;
         let tools = if keep_tools { offer.tools.clone() } else { Vec::new() };
+        let max_output_tokens = max_output(&model.limits);
+        let reasoning = self.reasoning(agent, model, user, max_output_tokens);
+        let thinks = reasoning.as_ref().is_some_and(codeloop_provider::Reasoning::thinks);
         ProviderRequest {
             model: model.api_id.clone(),
             system,
             messages,
             tool_choice: if last_step { ToolChoice::None } else { ToolChoice::Auto },
             tools,
-            max_output_tokens: Some(max_output(&model.limits)),
-            temperature: agent.temperature.or(model.temperature).filter(|_| model.accepts_temperature),
-            top_p: model.top_p,
+            max_output_tokens: Some(max_output_tokens),
+            // A thinking model samples as its provider decides (Anthropic refuses a temperature then).
+            temperature: agent
+                .temperature
+                .or(model.temperature)
+                .filter(|_| model.accepts_temperature && !thinks),
+            top_p: model.top_p.filter(|_| !thinks),
             tool_call_text: model.tool_call_text,
             session_id: Some(self.session.id.to_string()),
+            reasoning,
             cache: Some(self.encoded.clone()),
+        }
+    }
+
+    /// The thinking asked for: the prompt's effort, else the agent's, else the model's config. A level the
+    /// model cannot take is not sent, with one warning per run.
+    fn reasoning(
+        &mut self,
+        agent: &Agent,
+        model: &ResolvedModel,
+        user: &UserMessage,
+        max_output_tokens: u64,
+    ) -> Option<codeloop_provider::Reasoning> {
+        let effort = user.effort.or(agent.effort).or(model.effort)?;
+        match model.info.reasoning_for(effort, model.wire, max_output_tokens) {
+            Ok(reasoning) => reasoning,
+            Err(why) => {
+                if self.effort_warned.insert((model.reference.clone(), effort)) {
+                    tracing::warn!("effort {effort} is not sent to {}: {why}", model.reference);
+                }
+                None
+            }
         }
     }
 

@@ -8,6 +8,7 @@ mod commands_files;
 mod common;
 mod compaction;
 mod coordinator;
+mod effort;
 mod harness;
 mod hooks;
 mod hooks_claude;

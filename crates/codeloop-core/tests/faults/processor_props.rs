@@ -198,6 +198,7 @@ impl Fixture {
             top_p: None,
             tool_call_text: Default::default(),
             session_id: None,
+            reasoning: None,
             cache: None,
         };
         let mut processor = Processor::new(ctx, message);

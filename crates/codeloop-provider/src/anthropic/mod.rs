@@ -5,5 +5,5 @@ mod decode;
 mod request;
 
 pub use decode::AnthropicDecoder;
-pub(crate) use request::encode;
-pub use request::{DEFAULT_MAX_TOKENS, build_body};
+pub use request::{DEFAULT_MAX_TOKENS, INTERLEAVED_THINKING_BETA, build_body};
+pub(crate) use request::{beta, encode};

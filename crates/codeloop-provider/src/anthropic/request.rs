@@ -13,7 +13,8 @@ use crate::WireApi;
 use crate::encode::{Memo, runs, write_elements, write_spliced};
 use crate::media::{self, MediaKind};
 use crate::{
-    AssistantContent, ChatMessage, FileContent, ProviderRequest, ToolChoice, ToolResult, UserContent,
+    AssistantContent, ChatMessage, FileContent, ProviderRequest, Reasoning, ToolChoice, ToolResult,
+    UserContent,
 };
 
 /// `max_tokens` is required by the API; used when the request sets no limit.
@@ -22,6 +23,18 @@ pub const DEFAULT_MAX_TOKENS: u64 = 8_192;
 /// How many system blocks and trailing messages get a cache marker (4 in all, the API's maximum).
 const CACHED_SYSTEM_BLOCKS: usize = 2;
 const CACHED_MESSAGES: usize = 2;
+
+/// The beta that lets a model think between tool calls with a token budget (adaptive thinking does so
+/// by itself).
+pub const INTERLEAVED_THINKING_BETA: &str = "interleaved-thinking-2025-05-14";
+
+/// The `anthropic-beta` value this request needs, if any.
+pub(crate) fn beta(request: &ProviderRequest) -> Option<&'static str> {
+    match &request.reasoning {
+        Some(reasoning @ Reasoning::Budget(_)) if reasoning.thinks() => Some(INTERLEAVED_THINKING_BETA),
+        _ => None,
+    }
+}
 
 /// Builds the streaming request body.
 pub fn build_body(request: &ProviderRequest) -> Value {
@@ -108,11 +121,25 @@ fn body(request: &ProviderRequest, messages: Value) -> Map<String, Value> {
         };
         body.insert("tool_choice".into(), json!({ "type": choice }));
     }
-    if let Some(temperature) = request.temperature {
-        body.insert("temperature".into(), crate::request::sampling(temperature));
+    let thinking = request.reasoning.as_ref().filter(|r| r.thinks());
+    match thinking {
+        Some(Reasoning::Effort(level)) => {
+            body.insert("thinking".into(), json!({ "type": "adaptive" }));
+            body.insert("output_config".into(), json!({ "effort": level }));
+        }
+        Some(Reasoning::Budget(tokens)) => {
+            body.insert("thinking".into(), json!({ "type": "enabled", "budget_tokens": tokens }));
+        }
+        None => {}
     }
-    if let Some(top_p) = request.top_p {
-        body.insert("top_p".into(), crate::request::sampling(top_p));
+    // The API refuses a sampling temperature or top_p below 0.95 while the model thinks.
+    if thinking.is_none() {
+        if let Some(temperature) = request.temperature {
+            body.insert("temperature".into(), crate::request::sampling(temperature));
+        }
+        if let Some(top_p) = request.top_p {
+            body.insert("top_p".into(), crate::request::sampling(top_p));
+        }
     }
     body.insert("stream".into(), json!(true));
     body
@@ -314,6 +341,7 @@ mod tests {
             top_p: None,
             tool_call_text: Default::default(),
             session_id: None,
+            reasoning: None,
             cache: None,
         };
         assert_eq!(

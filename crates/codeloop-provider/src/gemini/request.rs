@@ -104,10 +104,26 @@ fn body(request: &ProviderRequest, contents: Value) -> Map<String, Value> {
     if let Some(top_p) = request.top_p {
         generation.insert("topP".into(), crate::request::sampling(top_p));
     }
+    if let Some(reasoning) = &request.reasoning {
+        generation.insert("thinkingConfig".into(), thinking_config(reasoning));
+    }
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
     }
     body
+}
+
+/// `thinkingLevel` (Gemini 3) or `thinkingBudget` (2.5; 0 turns thinking off), with the thoughts
+/// included so they show as reasoning parts.
+fn thinking_config(reasoning: &crate::Reasoning) -> Value {
+    let mut config = match reasoning {
+        crate::Reasoning::Effort(level) => json!({ "thinkingLevel": level }),
+        crate::Reasoning::Budget(tokens) => json!({ "thinkingBudget": tokens }),
+    };
+    if reasoning.thinks() {
+        config["includeThoughts"] = json!(true);
+    }
+    config
 }
 
 /// `gemini-3-pro-preview`, `models/gemini-3.1-pro`: the models that validate replayed signatures.
@@ -365,6 +381,7 @@ mod tests {
             top_p: None,
             tool_call_text: Default::default(),
             session_id: Some("s".into()),
+            reasoning: None,
             cache: None,
         };
         assert_eq!(

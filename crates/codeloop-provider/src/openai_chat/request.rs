@@ -84,6 +84,9 @@ fn body(request: &ProviderRequest, endpoint: Endpoint, messages: Value) -> Map<S
     if let Some(top_p) = request.top_p {
         body.insert("top_p".into(), crate::request::sampling(top_p));
     }
+    if let Some(crate::Reasoning::Effort(level)) = &request.reasoning {
+        body.insert("reasoning_effort".into(), json!(level));
+    }
     body
 }
 
@@ -256,6 +259,7 @@ mod tests {
             top_p: None,
             tool_call_text: Default::default(),
             session_id: None,
+            reasoning: None,
             cache: None,
         };
         let body = build_body(&request, Endpoint::Compatible);

@@ -84,6 +84,15 @@ fn body(request: &ProviderRequest, endpoint: Endpoint, input: Value) -> Map<Stri
     if let Some(top_p) = request.top_p {
         body.insert("top_p".into(), crate::request::sampling(top_p));
     }
+    if let Some(reasoning @ crate::Reasoning::Effort(level)) = &request.reasoning {
+        // A summary makes the reasoning visible as reasoning parts; `none` has nothing to summarise.
+        let value = if reasoning.thinks() {
+            json!({ "effort": level, "summary": "auto" })
+        } else {
+            json!({ "effort": level })
+        };
+        body.insert("reasoning".into(), value);
+    }
     if let (Endpoint::OpenAi, Some(session)) = (endpoint, &request.session_id) {
         // Routes a session's requests to the same prompt cache.
         body.insert("prompt_cache_key".into(), json!(session));
@@ -255,6 +264,7 @@ mod tests {
             top_p: None,
             tool_call_text: Default::default(),
             session_id: None,
+            reasoning: None,
             cache: None,
         };
         assert_eq!(

@@ -37,6 +37,7 @@ fn long_session(h: &Harness, session: &SessionId) {
             system: None,
             format: None,
             command: None,
+            effort: None,
         };
         let q = question.id.clone();
         writes.push(Write::Message(Message::User(question)));

@@ -110,6 +110,7 @@ pub fn user(session: &SessionId) -> Message {
         system: Some("Be brief.".into()),
         format: None,
         command: None,
+        effort: None,
     })
 }
 
