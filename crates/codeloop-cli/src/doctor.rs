@@ -157,6 +157,11 @@ fn trust_word(state: TrustState) -> &'static str {
 
 /// The model a run would use and its provider; true when a run could start.
 async fn model_checks(checks: &mut Vec<Check>, loaded: &LoadedConfig) -> bool {
+    if let Ok(data) = env::data_dir() {
+        codeloop_core::models::use_cached_catalogue(&data);
+    }
+    let source = codeloop_core::models::catalogue_source().unwrap_or("built in");
+    checks.push(Check::ok("catalogue", source.to_owned()));
     let models = Models::new(loaded.config.clone(), std::sync::Arc::new(|name| std::env::var(name).ok()));
     let chosen = match models.default_model_choice() {
         Ok((model, ModelChoice::Configured)) => {

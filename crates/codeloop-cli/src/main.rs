@@ -189,7 +189,7 @@ fn main() -> ExitCode {
             Command::Web(args) => web::web(args).await,
             Command::Acp(args) => acp::acp(args).await,
             Command::Session(command) => session::session(command).await,
-            Command::Models(args) => models::models(args),
+            Command::Models(args) => models::models(args).await,
             Command::Demo(args) => demo::demo(args).await,
             Command::Stats(args) => stats::stats(args).await,
             Command::Permissions(command) => permissions::permissions(command).await,

@@ -16,9 +16,24 @@ pub struct ModelsArgs {
     /// text: a table; json: a list with each model's limits and prices.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
+    /// Download a models.dev-shaped catalogue (default: models.dev's public API) into the data dir and use
+    /// it from now on instead of the built-in one. A download that fails or does not check out changes
+    /// nothing.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = MODELS_DEV_URL)]
+    pub refresh: Option<String>,
 }
 
-pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
+/// models.dev's public catalogue.
+const MODELS_DEV_URL: &str = "https://models.dev/api.json";
+/// A catalogue is a few MiB; anything far larger is not one.
+const MAX_DOWNLOAD: usize = 64 << 20;
+
+pub async fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
+    let data = env::data_dir()?;
+    if let Some(url) = &args.refresh {
+        refresh(url, &data).await?;
+    }
+    codeloop_core::models::use_cached_catalogue(&data);
     let config = env::load_config(std::env::current_dir().ok().as_deref())?;
     let entries = codeloop_core::models::catalogue(&config);
     if let Some(provider) = &args.provider
@@ -78,6 +93,51 @@ pub fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         writeln!(out, "catalogue: {source}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Downloads, checks and caches a catalogue; on any failure the cached (or built-in) one stays.
+async fn refresh(url: &str, data: &std::path::Path) -> anyhow::Result<()> {
+    let keeping = "the catalogue in use is kept";
+    let text = download(url)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot refresh the catalogue from {url}: {e:#}; {keeping}"))?;
+    let date = codeloop_types::iso8601(codeloop_types::now_ms());
+    let refreshed = codeloop_provider::catalogue::refresh_from(&text, url, &date)
+        .map_err(|e| anyhow::anyhow!("the catalogue from {url} is not usable: {e}; {keeping}"))?;
+    std::fs::create_dir_all(data)?;
+    let path = data.join(codeloop_core::models::CATALOGUE_FILE);
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, &refreshed.json)
+        .and_then(|()| std::fs::rename(&partial, &path))
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}; {keeping}", path.display()))?;
+    let skipped = match refreshed.skipped {
+        0 => String::new(),
+        1 => " (1 entry without limits left out)".to_owned(),
+        n => format!(" ({n} entries without limits left out)"),
+    };
+    eprintln!(
+        "catalogue refreshed: {} models of {} providers from {url}{skipped}, cached in {}",
+        refreshed.models,
+        refreshed.providers,
+        path.display()
+    );
+    Ok(())
+}
+
+async fn download(url: &str) -> anyhow::Result<String> {
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_secs(60)).build()?;
+    let mut response = client.get(url).send().await?;
+    if !response.status().is_success() {
+        anyhow::bail!("HTTP {}", response.status());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_DOWNLOAD {
+            anyhow::bail!("the download exceeds {} MiB", MAX_DOWNLOAD >> 20);
+        }
+    }
+    Ok(String::from_utf8(body)?)
 }
 
 /// `low,medium,high`, or `-` for a model that does not reason.

@@ -313,7 +313,7 @@ fn family_of(api_id: &str, model_id: &str) -> FamilyDefaults {
 
 /// The built-in catalogue with `[provider.NAME.models.ID]` entries applied.
 fn with_config(config: &Config) -> Catalogue {
-    let mut catalogue = Catalogue::builtin().clone();
+    let mut catalogue = Catalogue::active().clone();
     for (provider, settings) in &config.provider {
         for (model, entry) in &settings.models {
             catalogue.set(provider, model, &model_override(entry));
@@ -354,9 +354,19 @@ pub struct CatalogueEntry {
     pub effort: Vec<codeloop_types::Effort>,
 }
 
-/// Where the built-in catalogue comes from (repository and commit).
+/// Where the catalogue in use comes from: the built-in snapshot's repository and commit, or the URL and
+/// date of the one `codeloop models --refresh` cached.
 pub fn catalogue_source() -> Option<&'static str> {
-    Catalogue::builtin().source()
+    Catalogue::active().source()
+}
+
+/// The file in the data dir that `codeloop models --refresh` writes.
+pub const CATALOGUE_FILE: &str = "catalogue.json";
+
+/// Uses the catalogue `codeloop models --refresh` cached in `data_dir`, when there and valid (call before
+/// the first model lookup).
+pub fn use_cached_catalogue(data_dir: &std::path::Path) {
+    codeloop_provider::catalogue::use_cached(data_dir.join(CATALOGUE_FILE));
 }
 
 /// The API a provider speaks: its config's, else the built-in provider's, else OpenAI chat.

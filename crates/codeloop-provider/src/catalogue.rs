@@ -281,11 +281,13 @@ struct ProviderModels {
     name: String,
     #[serde(default)]
     models: BTreeMap<String, ModelInfo>,
-    /// Only in the `_source` entry: where the snapshot comes from.
+    /// Only in the `_source` entry: where the snapshot comes from and when it was taken.
     #[serde(default)]
     commit: Option<String>,
     #[serde(default)]
     from: Option<String>,
+    #[serde(default)]
+    date: Option<String>,
 }
 
 /// Models by provider. Cheap to clone (a few dozen entries) so config can extend a copy.
@@ -300,7 +302,111 @@ pub struct Catalogue {
 /// The catalogue file's entry that names its source instead of a provider.
 const SOURCE_KEY: &str = "_source";
 
+/// Where a refreshed catalogue is cached (set once at start-up, before the first model lookup).
+static CACHED_PATH: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+/// Uses the catalogue cached at `path` (if there and valid) instead of the built-in one.
+pub fn use_cached(path: std::path::PathBuf) {
+    let _ = CACHED_PATH.set(path);
+}
+
+/// A cached catalogue, or `None` (with a warning when the file is there but unusable).
+fn read_cached(path: &std::path::Path) -> Option<Catalogue> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(
+                "cannot read the cached model catalogue {}: {e}; using the built-in one",
+                path.display()
+            );
+            return None;
+        }
+    };
+    match Catalogue::from_json(&text) {
+        Ok(catalogue) if catalogue.models().next().is_some() => Some(catalogue),
+        Ok(_) | Err(_) => {
+            tracing::warn!(
+                "the cached model catalogue {} is invalid; using the built-in one (run `codeloop models --refresh`)",
+                path.display()
+            );
+            None
+        }
+    }
+}
+
+/// What a downloaded models.dev-shaped catalogue (`{provider: {name, models: {id: model}}}`) keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refreshed {
+    /// The catalogue file to cache, in the built-in snapshot's shape with a `_source` entry.
+    pub json: String,
+    pub providers: usize,
+    pub models: usize,
+    /// Entries left out because they do not parse (no limits, …).
+    pub skipped: usize,
+}
+
+/// Checks and trims a downloaded catalogue: the providers of the built-in one, each model that parses
+/// (price tiers above 200k tokens become `context_over_200k`); an error when nothing usable is left.
+pub fn refresh_from(text: &str, from: &str, date: &str) -> Result<Refreshed, String> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("the download is not JSON: {e}"))?;
+    let serde_json::Value::Object(providers) = value else {
+        return Err("the download is not a catalogue: expected an object of providers".into());
+    };
+    let wanted: BTreeSet<&str> = Catalogue::builtin().providers.keys().map(String::as_str).collect();
+    let mut out = serde_json::Map::new();
+    out.insert(SOURCE_KEY.into(), serde_json::json!({ "from": from, "date": date }));
+    let (mut models, mut skipped) = (0, 0);
+    for (name, provider) in providers.into_iter().filter(|(name, _)| wanted.contains(name.as_str())) {
+        let mut kept = serde_json::Map::new();
+        for (id, mut model) in provider["models"].as_object().cloned().unwrap_or_default() {
+            if let Some(tier) = long_context_tier(&model["cost"]) {
+                model["cost"]["context_over_200k"] = tier;
+            }
+            match serde_json::from_value::<ModelInfo>(model) {
+                Ok(info) => {
+                    kept.insert(id, serde_json::to_value(info).map_err(|e| e.to_string())?);
+                }
+                Err(_) => skipped += 1,
+            }
+        }
+        models += kept.len();
+        if !kept.is_empty() {
+            let display = provider["name"].as_str().unwrap_or(&name).to_owned();
+            out.insert(name, serde_json::json!({ "name": display, "models": kept }));
+        }
+    }
+    if models == 0 {
+        return Err(format!(
+            "no usable model for codeloop's providers ({}) in the download",
+            wanted.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let providers = out.len() - 1;
+    let json = serde_json::to_string(&out).map_err(|e| e.to_string())?;
+    Ok(Refreshed { json, providers, models, skipped })
+}
+
+/// models.dev's `cost.tiers` entry for prompts over 200 000 tokens.
+fn long_context_tier(cost: &serde_json::Value) -> Option<serde_json::Value> {
+    let tier = cost["tiers"].as_array()?.iter().find(|t| t["tier"]["size"] == 200_000)?;
+    let mut prices = tier.clone();
+    prices.as_object_mut()?.remove("tier");
+    Some(prices)
+}
+
 impl Catalogue {
+    /// The catalogue in use: the one `codeloop models --refresh` cached (see [`use_cached`]) when it is
+    /// there and valid, else the built-in one. Read once per process.
+    pub fn active() -> &'static Catalogue {
+        static ACTIVE: OnceLock<Option<Catalogue>> = OnceLock::new();
+        ACTIVE
+            .get_or_init(|| CACHED_PATH.get().and_then(|path| read_cached(path)))
+            .as_ref()
+            .unwrap_or_else(Self::builtin)
+    }
+
     /// The embedded snapshot, parsed once.
     pub fn builtin() -> &'static Catalogue {
         static BUILTIN_CATALOGUE: OnceLock<Catalogue> = OnceLock::new();
@@ -317,9 +423,15 @@ impl Catalogue {
     /// A catalogue in the models.dev shape: `{provider: {name, models: {id: model}}}`.
     pub fn from_json(text: &str) -> Result<Self, serde_json::Error> {
         let mut providers: BTreeMap<String, ProviderModels> = serde_json::from_str(text)?;
-        let source = providers.remove(SOURCE_KEY).map(|s| match (s.from, s.commit) {
-            (Some(from), Some(commit)) => format!("{from} at {commit}"),
-            (from, commit) => from.or(commit).unwrap_or_default(),
+        let source = providers.remove(SOURCE_KEY).map(|s| {
+            let mut text = s.from.unwrap_or_default();
+            if let Some(commit) = s.commit {
+                text.push_str(&format!(" at {commit}"));
+            }
+            if let Some(date) = s.date {
+                text.push_str(&format!(", fetched {date}"));
+            }
+            text
         });
         Ok(Self { providers, overridden: BTreeSet::new(), source })
     }

@@ -120,3 +120,100 @@ async fn run_effort_is_sent_as_the_provider_takes_it_and_a_level_the_model_lacks
     assert!(stderr.contains("none, low, medium, high, max"), "{stderr}");
     assert_eq!(fake.request_count(), 3);
 }
+
+/// Serves `routes` (path → status, body) over HTTP on 127.0.0.1 until the test ends; returns its origin.
+async fn serve_files(routes: Vec<(&'static str, u16, String)>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let origin = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match socket.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head);
+            let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let (status, body) = routes
+                .iter()
+                .find(|(p, ..)| *p == path)
+                .map(|(_, status, body)| (*status, body.clone()))
+                .unwrap_or((404, "not found".into()));
+            let response = format!(
+                "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+    });
+    origin
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_refresh_caches_a_checked_catalogue_and_a_broken_download_keeps_the_old_one() {
+    let env = Env::new();
+    let catalogue = json!({
+        "anthropic": {"id": "anthropic", "name": "Anthropic", "env": ["ANTHROPIC_API_KEY"], "models": {
+            "claude-next-9": {"id": "claude-next-9", "name": "Claude Next 9", "reasoning": true, "tool_call": true,
+                "reasoning_options": [{"type": "effort", "values": ["low", "high", "max"]}],
+                "limit": {"context": 2000000, "output": 256000},
+                "cost": {"input": 4.0, "output": 20.0, "cache_read": 0.4,
+                         "tiers": [{"tier": {"size": 200000}, "input": 8.0, "output": 30.0}]}},
+            "no-limits": {"id": "no-limits", "name": "Broken entry"}
+        }},
+        "some-unknown-provider": {"name": "X", "models": {"m": {"id": "m", "limit": {"context": 1, "output": 1}}}}
+    });
+    let origin = serve_files(vec![
+        ("/api.json", 200, catalogue.to_string()),
+        ("/broken.json", 200, "<html>maintenance</html>".into()),
+        ("/empty.json", 200, "{}".into()),
+    ])
+    .await;
+    let config = env.config("http://127.0.0.1:9/v1", "");
+    let url = format!("{origin}/api.json");
+    let output = codeloop(&env, Some(&config), &["models", "--refresh", &url]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("catalogue refreshed: 1 models of 1 providers")
+            && stderr.contains("1 entry without limits"),
+        "{stderr}"
+    );
+    let row = stdout.lines().find(|l| l.starts_with("anthropic/claude-next-9 ")).unwrap_or_default();
+    assert!(
+        row.contains("2,000,000") && row.contains("4.00") && row.ends_with(" none,low,high,max"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("claude-sonnet-4-5 "),
+        "the refreshed catalogue replaces the built-in one: {stdout}"
+    );
+    assert!(stdout.contains(&format!("catalogue: {url}, fetched 20")), "{stdout}");
+    // Used from then on, by every command (the cache is in the data dir).
+    let again = text(&codeloop(&env, Some(&config), &["models", "anthropic"]).await).0;
+    assert!(again.contains("anthropic/claude-next-9 "), "{again}");
+    // A broken, empty or missing download changes nothing and says why.
+    for (path, why) in
+        [("/broken.json", "not JSON"), ("/empty.json", "no usable model"), ("/gone.json", "HTTP 404")]
+    {
+        let output =
+            codeloop(&env, Some(&config), &["models", "--refresh", &format!("{origin}{path}")]).await;
+        let (_, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(why) && stderr.contains("the catalogue in use is kept"), "{path}: {stderr}");
+        let after = text(&codeloop(&env, Some(&config), &["models", "anthropic"]).await).0;
+        assert!(after.contains("anthropic/claude-next-9 "), "{path}: {after}");
+    }
+    // A cache that went bad is ignored for the built-in one, with a warning.
+    std::fs::write(env.data.path().join("catalogue.json"), "{ truncated").unwrap();
+    let output = codeloop(&env, Some(&config), &["models", "anthropic"]).await;
+    let (stdout, stderr) = text(&output);
+    assert!(
+        stdout.contains("anthropic/claude-sonnet-4-5 ") && stderr.contains("is invalid"),
+        "{stdout}{stderr}"
+    );
+}

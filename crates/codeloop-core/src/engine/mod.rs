@@ -199,6 +199,7 @@ impl Engine {
             },
         );
         let data_dir = options.data_dir.clone();
+        crate::models::use_cached_catalogue(&data_dir);
         let command_dirs = options.command_dirs.unwrap_or_else(|| {
             let config = options.home.as_ref().map(|h| h.join(".config").join("codeloop"));
             crate::file_commands::load::user_dirs(config.as_deref(), options.home.as_deref())
