@@ -63,7 +63,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         None => message_text(&args.message)?,
     };
     let dir = project_dir(args.target.dir.clone())?;
-    let model: Option<ModelRef> = args.target.model()?;
     let interactive =
         args.on_ask.is_none() && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let policy = match (args.on_ask, interactive) {
@@ -80,6 +79,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         config.limits.run_max_cost_usd = Some(max_cost);
     }
     let engine = env::open_engine(config, policy)?;
+    let model: Option<ModelRef> = args.target.model.as_deref().map(|m| engine.parse_model(m)).transpose()?;
     let telemetry = env::start_telemetry(&engine);
     if let Some(agent) = &args.target.agent {
         engine.check_agent(agent)?;

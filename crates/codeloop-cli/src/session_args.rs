@@ -7,7 +7,8 @@ use clap::Args;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct SessionArgs {
-    /// Model as provider/model, e.g. openai/gpt-4.1 (default: `model` in config).
+    /// Model as provider/model, e.g. openai/gpt-4.1, or a bare id (claude-sonnet-4-6) when one set-up
+    /// provider serves it (default: `model` in config).
     #[arg(long, short)]
     pub model: Option<String>,
     /// Continue the most recent session in this directory.

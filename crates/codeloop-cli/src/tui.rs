@@ -25,7 +25,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("the interactive UI needs a terminal: use `codeloop run MESSAGE` in scripts");
     }
     let dir = project_dir(args.target.dir.clone())?;
-    let model: Option<ModelRef> = args.target.model()?;
+    let model: Option<ModelRef>;
     let start = match (&args.target.session, args.target.continue_last) {
         (Some(id), _) => Start::Session(SessionId::from(id.as_str())),
         (None, true) => Start::Continue,
@@ -36,6 +36,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
     let mut telemetry = None;
     let (client, on_quit): (Arc<dyn Client>, OnQuit) = match &args.target.attach {
         Some(url) => {
+            model = args.target.model()?;
             let token = crate::door::client_token(url, crate::env::data_dir().ok().as_deref());
             (Arc::new(RemoteClient::new(url, token.as_deref())?), OnQuit::Leave)
         }
@@ -44,6 +45,7 @@ pub async fn tui(args: TuiArgs) -> anyhow::Result<ExitCode> {
             let loaded = env::config_sources(Some(&dir)).load()?;
             warnings = loaded.warnings.iter().map(ToString::to_string).collect();
             let opened = env::open_engine(loaded.config, AskPolicy::Wait)?;
+            model = args.target.model.as_deref().map(|m| opened.parse_model(m)).transpose()?;
             telemetry = env::start_telemetry(&opened);
             if model.is_none()
                 && start == Start::New

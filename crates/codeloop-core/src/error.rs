@@ -80,7 +80,10 @@ impl RunError {
 fn model_kind(error: &crate::models::ModelError) -> ErrorKind {
     use crate::models::ModelError;
     match error {
-        ModelError::UnknownProvider(_) | ModelError::Invalid(_) => ErrorKind::Invalid,
+        ModelError::UnknownProvider(_)
+        | ModelError::Invalid(_)
+        | ModelError::UnknownBare { .. }
+        | ModelError::Ambiguous { .. } => ErrorKind::Invalid,
         ModelError::NoModel | ModelError::MissingKey { .. } | ModelError::Provider(_) => ErrorKind::Config,
     }
 }

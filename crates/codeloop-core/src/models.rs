@@ -73,6 +73,13 @@ pub enum ModelError {
     NoModel,
     #[error("invalid model `{0}`: expected provider/model, e.g. openai/gpt-4.1")]
     Invalid(String),
+    #[error("{}", unknown_bare(.id, .listed_by))]
+    UnknownBare { id: String, listed_by: Vec<String> },
+    #[error(
+        "model `{id}` is served by more than one configured provider: name one, e.g. --model {}",
+        .candidates.join(" or --model ")
+    )]
+    Ambiguous { id: String, candidates: Vec<String> },
     #[error(
         "API key missing for provider `{provider}`: set ${env} (the variable named by api_key_env in [provider.{provider}])"
     )]
@@ -138,6 +145,20 @@ pub enum ModelChoice {
     FromKey { variable: String },
 }
 
+fn unknown_bare(id: &str, listed_by: &[String]) -> String {
+    match listed_by {
+        [] => format!(
+            "unknown model `{id}`: give it as provider/model (e.g. openai/gpt-4.1); `codeloop models` lists the \
+             known ones"
+        ),
+        providers => format!(
+            "model `{id}` is listed by {} but no such provider is set up here: add its API key or a \
+             [provider.NAME] section, or give the model as provider/model",
+            providers.join(", ")
+        ),
+    }
+}
+
 /// Reads an environment variable; injected so tests and the server control it.
 pub type EnvLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
@@ -177,6 +198,46 @@ impl Models {
     /// The model a bare id means here (`claude-sonnet-4-5`, as Claude Code's command files write it): a
     /// configured provider that lists it, else a provider the catalogue knows it from that can be used
     /// (its key is set); `None` when none can.
+    /// A model as a person types it: `provider/model`, or a bare id (`claude-sonnet-4-6`) that exactly one
+    /// set-up provider serves — one whose config lists the model, or that the catalogue lists it under
+    /// and that is configured or has its API key in the environment.
+    pub fn parse_model(&self, text: &str) -> Result<ModelRef, ModelError> {
+        let text = text.trim();
+        if text.contains('/') {
+            return text.parse().map_err(|_| ModelError::Invalid(text.to_owned()));
+        }
+        if text.is_empty() {
+            return Err(ModelError::Invalid(text.to_owned()));
+        }
+        let mut candidates: Vec<ModelRef> = Vec::new();
+        let mut listed_by = Vec::new();
+        for (provider, settings) in &self.config.provider {
+            if settings.models.contains_key(text) {
+                candidates.push(ModelRef::new(provider.clone(), text));
+            }
+        }
+        for (provider, info) in self.catalogue.models() {
+            if info.id != text {
+                continue;
+            }
+            listed_by.push(provider.to_owned());
+            let key_set = builtin_provider(provider)
+                .is_some_and(|(_, _, key)| key.is_none_or(|variable| self.has_env(variable)));
+            let set_up = self.config.provider.contains_key(provider) || key_set;
+            if set_up && !candidates.iter().any(|c| c.provider_id == provider) {
+                candidates.push(ModelRef::new(provider, text));
+            }
+        }
+        match candidates.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(ModelError::UnknownBare { id: text.to_owned(), listed_by }),
+            many => Err(ModelError::Ambiguous {
+                id: text.to_owned(),
+                candidates: many.iter().map(ToString::to_string).collect(),
+            }),
+        }
+    }
+
     pub fn by_bare_id(&self, id: &str) -> Option<ModelRef> {
         let configured = self
             .config
@@ -507,6 +568,40 @@ mod tests {
         let rows = catalogue(&config);
         let row = rows.iter().find(|r| r.reference == ModelRef::new("local", "tuned")).unwrap();
         assert_eq!((row.tools, row.temperature, row.top_p), (ToolProfile::Patch, Some(0.2), Some(0.9)));
+    }
+
+    #[test]
+    fn a_bare_model_id_finds_the_one_set_up_provider_that_serves_it() {
+        let env = |vars: &'static [&'static str]| -> EnvLookup {
+            Arc::new(move |name| vars.contains(&name).then(|| "key".to_owned()))
+        };
+        let mut config = Config::default();
+        let mut local = crate::config::ProviderSettings::default();
+        local.models.insert("coder".into(), ModelSettings::default());
+        config.provider.insert("local".into(), local);
+        let models = Models::new(config.clone(), env(&["ANTHROPIC_API_KEY"]));
+        assert_eq!(
+            models.parse_model("claude-sonnet-4-6"),
+            Ok(ModelRef::new("anthropic", "claude-sonnet-4-6"))
+        );
+        assert_eq!(models.parse_model("coder"), Ok(ModelRef::new("local", "coder")));
+        assert_eq!(models.parse_model("openai/gpt-5"), Ok(ModelRef::new("openai", "gpt-5")));
+        // Listed, but its provider is not set up here: says which provider would serve it.
+        let error = models.parse_model("gpt-5.5").unwrap_err().to_string();
+        assert!(error.contains("listed by openai") && error.contains("API key"), "{error}");
+        let error = models.parse_model("no-such-model").unwrap_err().to_string();
+        assert!(error.contains("provider/model") && error.contains("codeloop models"), "{error}");
+        // Two set-up providers could serve it: the person names one.
+        let mut both = config;
+        let mut proxy = crate::config::ProviderSettings::default();
+        proxy.models.insert("claude-sonnet-4-6".into(), ModelSettings::default());
+        both.provider.insert("proxy".into(), proxy);
+        let models = Models::new(both, env(&["ANTHROPIC_API_KEY"]));
+        let error = models.parse_model("claude-sonnet-4-6").unwrap_err().to_string();
+        assert!(
+            error.contains("--model proxy/claude-sonnet-4-6 or --model anthropic/claude-sonnet-4-6"),
+            "{error}"
+        );
     }
 
     #[test]

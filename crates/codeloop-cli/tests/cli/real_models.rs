@@ -99,9 +99,11 @@ async fn run_effort_is_sent_as_the_provider_takes_it_and_a_level_the_model_lacks
     let fake = FakeProvider::start(Script::new((0..3).map(|_| Turn::from(Reply::text("ok"))))).await.unwrap();
     let config = env.config(&fake.base_url(), "reasoning = true\neffort = \"low\"\n");
     let sent = |index: usize| fake.requests()[index].body.get("reasoning_effort").cloned();
-    let output = codeloop(&env, Some(&config), &["run", "hi"]).await;
+    // A bare model id (here the one the config lists) is found on the provider that serves it.
+    let output = codeloop(&env, Some(&config), &["run", "--model", "test", "hi"]).await;
     assert!(output.status.success(), "{}", text(&output).1);
     assert_eq!(sent(0), Some(json!("low")), "the model's config effort");
+    assert_eq!(fake.requests()[0].body["model"], json!("test"));
     let output = codeloop(&env, Some(&config), &["run", "--effort", "high", "hi"]).await;
     assert!(output.status.success(), "{}", text(&output).1);
     assert_eq!(sent(1), Some(json!("high")));

@@ -106,6 +106,11 @@ impl Engine {
         Ok(model)
     }
 
+    /// A model as a person types it: `provider/model` or a bare id one set-up provider serves.
+    pub fn parse_model(&self, text: &str) -> Result<ModelRef, EngineError> {
+        Ok(self.services.models.parse_model(text)?)
+    }
+
     /// The model a session gets without one named, and how it was chosen (config, or an API key found in
     /// the environment, which a client says once).
     pub fn default_model_choice(&self) -> Result<(ModelRef, ModelChoice), EngineError> {
