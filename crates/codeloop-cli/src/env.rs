@@ -86,6 +86,7 @@ pub fn config_sources(project: Option<&Path>) -> ConfigSources {
         explicit: std::env::var_os("CODELOOP_CONFIG").filter(|c| !c.is_empty()).map(PathBuf::from),
         trust: trust_store(),
         home: home(),
+        env: Some(codeloop_core::config::ConfigEnv(std::sync::Arc::new(|name| std::env::var(name).ok()))),
     }
 }
 

@@ -20,6 +20,8 @@ mod hooks;
 mod jobs;
 #[path = "cli/mcp.rs"]
 mod mcp;
+#[path = "cli/project_context.rs"]
+mod project_context;
 #[path = "cli/queue_kills.rs"]
 mod queue_kills;
 #[path = "cli/telemetry.rs"]

@@ -196,6 +196,11 @@ pub fn agents(config: &Config) -> BTreeMap<String, Agent> {
         if settings.effort.is_some() {
             agent.effort = settings.effort;
         }
+        match settings.mode {
+            Some(crate::config::AgentModeSetting::Primary) => agent.mode = AgentMode::Primary,
+            Some(crate::config::AgentModeSetting::Subagent) => agent.mode = AgentMode::Subagent,
+            None => {}
+        }
         agent.permission.extend(settings.permission.0.iter().cloned());
     }
     if let (Some(model), Some(agent)) =

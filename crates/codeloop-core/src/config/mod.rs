@@ -10,18 +10,22 @@
 //!
 //! Owns: the config schema, its defaults, merging, and clear errors (file and key) for invalid input.
 //! Unknown keys are reported as warnings, not errors, so a newer config still loads.
-//! Must not: read environment variables itself; the caller passes the paths in ([`ConfigSources`]).
+//! Must not: read environment variables itself; the caller passes the paths (and, for `.mcp.json`'s
+//! `${VAR}`, a lookup) in ([`ConfigSources`]).
 
 //!
 //! The parts: [`schema`] (the keys and their defaults), [`sources`] (finding, reading and layering the
-//! files, and the trust record's hash), [`narrowing`] (what an untrusted project's config may still
-//! do), [`lint`] (rules for permissions nothing asks for).
+//! files, and the trust record's hash), [`imports`] (Claude Code's and OpenCode's files: permissions,
+//! `.mcp.json`, agents), [`narrowing`] (what an untrusted project's config may still do), [`lint`]
+//! (rules for permissions nothing asks for).
 
+mod imports;
 mod lint;
 mod narrowing;
 mod schema;
 mod sources;
 
+pub use imports::EnvLookup as ConfigEnv;
 pub use lint::known_permissions;
 pub use schema::*;
 pub use sources::{ConfigError, ConfigSources, LoadedConfig, ProjectConfig, ProjectConfigLoader};

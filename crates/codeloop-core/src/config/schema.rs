@@ -137,8 +137,18 @@ pub struct AgentSettings {
     pub temperature: Option<f32>,
     /// How hard the agent's model thinks: `none`, `low`, `medium`, `high` or `max` (DESIGN.md §5l).
     pub effort: Option<codeloop_types::Effort>,
+    /// `primary` (chosen by a person; the default) or `subagent` (started by the `task` tool).
+    pub mode: Option<AgentModeSetting>,
     pub permission: PermissionConfig,
     pub disable: bool,
+}
+
+/// `mode` of an `[agent.NAME]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentModeSetting {
+    Primary,
+    Subagent,
 }
 
 /// Permission rules in config order (the last matching rule wins, so order matters).

@@ -6,10 +6,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::imports;
 use super::lint::unknown_permissions;
 use super::schema::{Config, PROJECT_ALLOWED_KEYS};
 use crate::hooks::{HookLayer, HookSource, HooksSettings, read_claude_settings};
 use crate::trust::{TrustState, TrustStore};
+use codeloop_types::PermissionRule;
 
 /// Loads the config for a session's directory (the user's files plus that project's own, under its
 /// trust); see `EngineOptions::project_config`.
@@ -29,8 +31,11 @@ pub struct ConfigSources {
     pub explicit: Option<PathBuf>,
     /// The user's trust records; `None` trusts no project config.
     pub trust: Option<TrustStore>,
-    /// The user's home: `~/.claude/settings.json` is read from it with `[hooks] import_claude`.
+    /// The user's home: `~/.claude/settings.json` (its permissions; its hooks with `[hooks]
+    /// import_claude`) and `~/.claude/agents` are read from it.
     pub home: Option<PathBuf>,
+    /// Expands `${VAR}` in a project's `.mcp.json`; `None` expands only `${VAR:-default}`.
+    pub env: Option<super::imports::EnvLookup>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +71,9 @@ pub struct ProjectConfig {
     /// What the config asks for beyond the allow-list, in words (`start \`npx server\` (mcp.fs)`).
     /// Ignored unless trusted.
     pub wants: Vec<String>,
+    /// The `permissions` of the project's Claude settings files as rules: applied when trusted, else
+    /// they only narrow.
+    pub claude_rules: Vec<PermissionRule>,
 }
 
 impl ProjectConfig {
@@ -147,14 +155,26 @@ impl ConfigSources {
         import_claude: bool,
     ) -> Result<Option<(ProjectConfig, toml::Table)>, ConfigError> {
         let mut files = self.project_files();
-        let mut table = toml::Table::new();
+        let mut own = toml::Table::new();
         for path in &files {
-            merge(&mut table, read_file(path, warnings)?);
+            merge(&mut own, read_file(path, warnings)?);
         }
+        let root = self.project_root.clone().or_else(|| self.project_dir.clone()).unwrap_or_default();
+        // What Claude Code's and OpenCode's files bring, under the project's own config (which wins).
+        let mut table = self.imported_project(&root, &mut files, warnings);
+        merge(&mut table, own);
         let mut claude_wants = Vec::new();
-        if import_claude || imports_claude(std::slice::from_ref(&table)) {
-            for path in self.claude_project_files() {
+        let mut claude_rules = Vec::new();
+        let import_claude = import_claude || imports_claude(std::slice::from_ref(&table));
+        for path in self.claude_project_files() {
+            let settings = read_json(&path, warnings);
+            let rules =
+                imports::claude_permission_rules(&settings, &path, &root, self.home.as_deref(), warnings);
+            if import_claude {
                 claude_wants.extend(describe_claude_hooks(&path, warnings));
+            }
+            if import_claude || settings.get("permissions").is_some() {
+                claude_rules.extend(rules);
                 files.push(path);
             }
         }
@@ -162,7 +182,6 @@ impl ConfigSources {
             return Ok(None);
         }
         let relevant = security_relevant(&table);
-        let root = self.project_root.clone().or_else(|| self.project_dir.clone()).unwrap_or_default();
         let hash = crate::trust::config_hash(&root, &files);
         let trust = match &self.trust {
             Some(store) => store.state(&root, &hash)?,
@@ -170,7 +189,54 @@ impl ConfigSources {
         };
         let mut wants = describe(&relevant);
         wants.extend(claude_wants);
-        Ok(Some((ProjectConfig { root, files, trust, hash, wants }, table)))
+        Ok(Some((ProjectConfig { root, files, trust, hash, wants, claude_rules }, table)))
+    }
+
+    /// A project's `.mcp.json` servers and agent files as config tables; the files read join `files`.
+    fn imported_project(
+        &self,
+        root: &Path,
+        files: &mut Vec<PathBuf>,
+        warnings: &mut Vec<String>,
+    ) -> toml::Table {
+        let mut table = toml::Table::new();
+        let mcp_json = root.join(".mcp.json");
+        if let Ok(text) = std::fs::read_to_string(&mcp_json) {
+            match imports::mcp_json_servers(&text, &mcp_json, self.env.as_ref(), warnings) {
+                Ok(servers) if !servers.is_empty() => {
+                    table.insert("mcp".into(), toml::Value::Table(servers));
+                }
+                Ok(_) => {}
+                Err(e) => warnings.push(format!("{e}; its servers are not started")),
+            }
+            files.push(mcp_json);
+        }
+        let mut agents = toml::Table::new();
+        for dir in [".claude/agents", ".opencode/agent", ".opencode/agents"] {
+            let (found, read) = imports::agent_files(&root.join(dir), Some(root), warnings);
+            agents.extend(found);
+            files.extend(read);
+        }
+        if !agents.is_empty() {
+            table.insert("agent".into(), toml::Value::Table(agents));
+        }
+        table
+    }
+
+    /// The user's Claude Code setup: `~/.claude/agents` as agent tables and `~/.claude/settings.json`'s
+    /// permissions as rules.
+    fn imported_user(&self, warnings: &mut Vec<String>) -> (toml::Table, Vec<PermissionRule>) {
+        let Some(home) = &self.home else { return Default::default() };
+        let claude = home.join(".claude");
+        let mut table = toml::Table::new();
+        let (agents, _) = imports::agent_files(&claude.join("agents"), None, warnings);
+        if !agents.is_empty() {
+            table.insert("agent".into(), toml::Value::Table(agents));
+        }
+        let settings_path = claude.join("settings.json");
+        let settings = read_json(&settings_path, warnings);
+        let rules = imports::claude_permission_rules(&settings, &settings_path, home, Some(home), warnings);
+        (table, rules)
     }
 
     pub fn load(&self) -> Result<LoadedConfig, ConfigError> {
@@ -183,6 +249,8 @@ impl ConfigSources {
         let explicit_table = explicit.as_ref().map(|p| read_file(p, &mut warnings)).transpose()?;
         let user_tables: Vec<toml::Table> =
             global_table.iter().chain(explicit_table.iter()).cloned().collect();
+        let (claude_user, claude_user_rules) = self.imported_user(&mut warnings);
+        merge(&mut merged, claude_user);
         if let (Some(path), Some(table)) = (&global, global_table) {
             hook_layer(&mut layers, HookSource::User, path, &table);
             merge(&mut merged, table);
@@ -216,6 +284,15 @@ impl ConfigSources {
         {
             mark_project_headers(&mut config, table, &explicit_table);
         }
+        // Claude's rules after codeloop's own, so its deny beats everything as in Claude Code.
+        config.permission.0.extend(claude_user_rules);
+        if let Some((project, _)) = &project {
+            if project.trusted() {
+                config.permission.0.extend(project.claude_rules.iter().cloned());
+            } else {
+                project_rules.extend(project.claude_rules.iter().cloned());
+            }
+        }
         if config.hooks.import_claude == Some(true) {
             self.claude_layers(&mut layers, project.as_ref().map(|(p, _)| p), &mut warnings);
         }
@@ -241,7 +318,11 @@ impl ConfigSources {
             add(HookSource::ClaudeUser, home.join(".claude").join("settings.json"));
         }
         if let Some(project) = project.filter(|p| p.trusted()) {
-            for path in project.files.iter().filter(|f| f.extension().is_some_and(|e| e == "json")) {
+            let settings_file = |f: &&PathBuf| {
+                f.parent().is_some_and(|p| p.ends_with(".claude"))
+                    && f.file_name().is_some_and(|n| n.to_string_lossy().starts_with("settings"))
+            };
+            for path in project.files.iter().filter(settings_file) {
                 add(HookSource::ClaudeProject, path.clone());
             }
         }
@@ -320,6 +401,17 @@ fn security_relevant(table: &toml::Table) -> toml::Table {
         .filter(|(k, _)| !PROJECT_ALLOWED_KEYS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
+}
+
+/// A JSON settings file, or `null` when it is missing (unreadable or invalid: said in `warnings`).
+fn read_json(path: &Path, warnings: &mut Vec<String>) -> serde_json::Value {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text).unwrap_or_else(|e| {
+            warnings.push(format!("invalid JSON in {}: {e}; its permissions are not used", path.display()));
+            serde_json::Value::Null
+        }),
+        Err(_) => serde_json::Value::Null,
+    }
 }
 
 fn read_file(path: &Path, warnings: &mut Vec<String>) -> Result<toml::Table, ConfigError> {
@@ -463,6 +555,7 @@ mod tests {
             explicit: None,
             trust: Some(TrustStore::in_config_dir(&dir.path().join("user"))),
             home: None,
+            env: None,
         };
         let hash = sources.project().unwrap().unwrap().hash;
         sources.trust.as_ref().unwrap().trust(&project, &hash, 0).unwrap();
@@ -521,6 +614,7 @@ mod tests {
             explicit: Some(user),
             trust: Some(store.clone()),
             home: None,
+            env: None,
         };
         let loaded = sources.load().unwrap();
         let config = &loaded.config;
@@ -616,6 +710,7 @@ mod tests {
             explicit: Some(user),
             trust: Some(store.clone()),
             home: None,
+            env: None,
         };
         let untrusted = sources.load().unwrap();
         assert_eq!(

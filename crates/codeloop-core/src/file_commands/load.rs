@@ -165,7 +165,7 @@ pub fn parse(name: &str, text: &str, source: CommandSource, path: PathBuf) -> Co
 }
 
 /// `(front matter, body)`; no front matter gives an empty one and the whole text.
-fn split_front_matter(text: &str) -> (&str, &str) {
+pub(crate) fn split_front_matter(text: &str) -> (&str, &str) {
     let Some(rest) = text.strip_prefix("---\n").or_else(|| text.strip_prefix("---\r\n")) else {
         return ("", text);
     };
@@ -182,7 +182,7 @@ fn split_front_matter(text: &str) -> (&str, &str) {
     }
 }
 
-fn unquote(value: &str) -> &str {
+pub(crate) fn unquote(value: &str) -> &str {
     for quote in ['"', '\''] {
         if let Some(inner) = value.strip_prefix(quote).and_then(|v| v.strip_suffix(quote)) {
             return inner;
