@@ -27,6 +27,10 @@ pub struct PromptInput {
     /// How hard the model is asked to think this turn (DESIGN.md §5l); else the agent's or model's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<codeloop_types::Effort>,
+    /// The id the user message will have, when it was named before (a UserPromptSubmit hook's
+    /// `prompt_id`).
+    #[serde(skip)]
+    pub message_id: Option<MessageId>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -121,7 +125,7 @@ pub(crate) fn user_message(
         Some(model) => model,
         None => services.models.default_model()?,
     };
-    let id = MessageId::new();
+    let id = input.message_id.clone().unwrap_or_else(MessageId::new);
     let info = UserMessage {
         id: id.clone(),
         session_id: session.id.clone(),

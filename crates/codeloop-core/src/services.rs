@@ -400,6 +400,8 @@ impl Services {
                     .ok()
                     .map(|dir| dir.join(codeloop_tools::SESSION_ENV_FILE)),
                 writer: Some(self.journal.writer()),
+                prompt_id: None,
+                effort: None,
             },
             stop,
         }

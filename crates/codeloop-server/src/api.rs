@@ -172,6 +172,7 @@ impl PromptBody {
             system: self.system.clone(),
             command: None,
             effort,
+            message_id: None,
         };
         Ok((input, delivery))
     }

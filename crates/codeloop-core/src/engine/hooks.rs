@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use codeloop_types::{LockExt, SessionId};
+use codeloop_types::{LockExt, MessageId, SessionId};
 use serde_json::{Value, json};
 
 use super::Engine;
@@ -28,12 +28,13 @@ impl Engine {
         mut input: PromptInput,
     ) -> Result<Admitted, EngineError> {
         let session = self.session(id).await?;
-        let hooks = self.services.session_hooks(id, Path::new(&session.directory)).await.map_err(|e| {
-            EngineError::Config {
-                origin: "the config of the session's project".into(),
-                reason: e.to_string(),
-            }
-        })?;
+        let mut hooks =
+            self.services.session_hooks(id, Path::new(&session.directory)).await.map_err(|e| {
+                EngineError::Config {
+                    origin: "the config of the session's project".into(),
+                    reason: e.to_string(),
+                }
+            })?;
         if hooks.hooks.any(HookEvent::SessionEnd) {
             self.services.open_sessions.locked().insert(id.clone());
         }
@@ -42,6 +43,9 @@ impl Engine {
         if !start && !submit {
             return Ok(Admitted::Run(input));
         }
+        // The prompt's id is its user message's, named now so UserPromptSubmit can carry it.
+        hooks.env.prompt_id = Some(input.message_id.get_or_insert_with(MessageId::new).to_string());
+        hooks.env.effort = input.effort;
         let mut context = Vec::new();
         let stopped = |reason: String| {
             Ok(Admitted::Stopped(Box::new(RunOutcome {
@@ -92,6 +96,13 @@ impl Engine {
         let Ok(session) = self.session(id).await else { return };
         let Ok(hooks) = self.services.session_hooks(id, Path::new(&session.directory)).await else { return };
         if hooks.hooks.any(HookEvent::SessionEnd) {
+            let mut hooks = hooks;
+            let wanted = id.clone();
+            let last_prompt =
+                self.read(move |store| store.load_history(&wanted)).await.ok().and_then(|history| {
+                    history.iter().rev().find_map(|m| m.info.as_user().map(|u| u.id.to_string()))
+                });
+            hooks.env.prompt_id = last_prompt;
             hooks.fire(HookEvent::SessionEnd, &[reason], json!({"reason": reason})).await;
         }
     }
@@ -128,6 +139,8 @@ impl Engine {
             transcripts: None,
             env_file: None,
             writer: None,
+            prompt_id: None,
+            effort: None,
         };
         let subjects = crate::hooks::subjects(event, tool, &input);
         let subjects: Vec<&str> = subjects.iter().map(String::as_str).collect();

@@ -98,6 +98,19 @@ impl HookEvent {
         )
     }
 
+    /// Events of a model turn: Claude Code sends the turn's `effort` with these.
+    pub fn in_model_turn(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PreToolUse
+                | HookEvent::PermissionRequest
+                | HookEvent::PostToolUse
+                | HookEvent::PostToolUseFailure
+                | HookEvent::Stop
+                | HookEvent::SubagentStop
+        )
+    }
+
     /// Events whose plain stdout (exit 0, not JSON) is context for the model.
     pub fn stdout_is_context(self) -> bool {
         matches!(self, HookEvent::UserPromptSubmit | HookEvent::SessionStart)

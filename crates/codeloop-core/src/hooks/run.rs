@@ -36,6 +36,10 @@ pub struct HookEnv {
     /// `CLAUDE_ENV_FILE` for SessionStart hooks: what they export there reaches the session's later bash
     /// calls ([`codeloop_tools::SESSION_ENV_FILE`] in its temp dir).
     pub env_file: Option<PathBuf>,
+    /// The prompt being answered (its user message's id): `prompt_id`, as Claude Code sends it.
+    pub prompt_id: Option<String>,
+    /// The effort asked for the turn: `effort: {level}` on the events of a model turn.
+    pub effort: Option<codeloop_types::Effort>,
 }
 
 /// Runs the handlers of `event` that match `subjects` with `input` (the event's own fields; the common
@@ -67,6 +71,13 @@ pub async fn fire(
     input.entry("cwd").or_insert_with(|| env.project_dir.display().to_string().into());
     input.entry("hook_event_name").or_insert_with(|| event.name().into());
     input.entry("permission_mode").or_insert_with(|| env.permission_mode.into());
+    // As Claude Code: every event of a prompt names it; the events of a model turn carry its effort.
+    if let Some(prompt) = env.prompt_id.as_deref().filter(|_| event != HookEvent::SessionStart) {
+        input.entry("prompt_id").or_insert_with(|| prompt.into());
+    }
+    if let Some(effort) = env.effort.filter(|_| event.in_model_turn()) {
+        input.entry("effort").or_insert_with(|| serde_json::json!({ "level": effort.as_str() }));
+    }
     let body = Value::Object(input).to_string();
     let runs = handlers.iter().map(|h| run_one(event, h, &body, env));
     let results = futures::future::join_all(runs).await;

@@ -30,6 +30,8 @@ impl TurnHooks {
                 transcripts: None,
                 env_file: None,
                 writer: None,
+                prompt_id: None,
+                effort: None,
             },
             stop: Default::default(),
         }

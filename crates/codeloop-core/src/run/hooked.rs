@@ -14,12 +14,20 @@ use crate::outcome::StopReason;
 
 impl Run<'_> {
     pub(super) fn hooks(&self) -> TurnHooks {
-        self.services.turn_hooks(
+        let mut hooks = self.services.turn_hooks(
             &self.session.id,
             &self.project.directory,
             self.policy.hooks.clone(),
             self.hook_stop.clone(),
-        )
+        );
+        // The prompt being answered, and the effort asked for it (the prompt's, the agent's, the model's).
+        if let Some(user) = self.history.iter().rev().find_map(|m| m.info.as_user()) {
+            hooks.env.prompt_id = Some(user.id.to_string());
+            let agent = self.services.agents.get(&user.agent).and_then(|a| a.effort);
+            let model = self.models.get(&user.model).and_then(|m| m.effort);
+            hooks.env.effort = user.effort.or(agent).or(model);
+        }
+        hooks
     }
 
     /// The loop would end: the Stop hooks may keep it going.

@@ -12,7 +12,7 @@ use codeloop_testkit::{Reply, Script, Turn};
 use serde_json::{Value, json};
 
 use crate::harness::Harness;
-use crate::hooks::{Scripts, hook, user_hooks};
+use crate::hooks::{Scripts, hook};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/engine/fixtures/claude-code-2.1.332");
 
@@ -57,9 +57,16 @@ fn dumped(scripts: &Scripts, project: &Path) -> Vec<(String, Value)> {
         .collect()
 }
 
-/// The fields Claude Code 2.1.332 sends that codeloop does not yet; each is named in the README's hooks
-/// section.
-const NOT_SENT: [&str; 2] = ["effort", "prompt_id"];
+/// The user's hooks, in a setup like the recorded Claude Code's: its sessions ran at effort `medium`.
+fn user_hooks(toml: &str) -> impl FnOnce(&mut codeloop_core::config::Config) {
+    let hooks = crate::hooks::user_hooks(toml);
+    move |config| {
+        hooks(config);
+        for agent in ["build", "general"] {
+            config.agent.entry(agent.into()).or_default().effort = Some(codeloop_types::Effort::Medium);
+        }
+    }
+}
 
 /// The payloads without `tool_use_id`: Claude's ids are its model's; the rest must match.
 fn without_call_ids(all: Vec<(String, Value)>) -> Vec<(String, Value)> {
@@ -90,15 +97,9 @@ fn compare(claude: &[(String, Value)], ours: &[(String, Value)]) {
     }
 }
 
-/// The fields Claude Code sent that codeloop's payload lacks, beyond those it does not send yet.
+/// The fields Claude Code sent that codeloop's payload lacks.
 fn missing_fields<'a>(theirs: &'a Value, mine: &Value) -> BTreeSet<&'a str> {
-    theirs
-        .as_object()
-        .unwrap()
-        .keys()
-        .map(String::as_str)
-        .filter(|k| mine.get(*k).is_none() && !NOT_SENT.contains(k))
-        .collect()
+    theirs.as_object().unwrap().keys().map(String::as_str).filter(|k| mine.get(*k).is_none()).collect()
 }
 
 #[tokio::test]
@@ -227,6 +228,14 @@ async fn the_sessions_own_events_carry_claude_codes_fields() {
             "{event}: codeloop does not send {missing:?}:\nclaude:   {theirs}\ncodeloop: {mine}"
         );
     }
+    // One prompt, one id on each of its events: its user message's. Effort only on the turn's events.
+    let prompt = h.history().iter().find_map(|m| m.info.as_user().map(|u| u.id.to_string())).unwrap();
+    for (event, mine) in ours.iter().filter(|(e, _)| e != "SessionStart") {
+        assert_eq!(mine["prompt_id"].as_str(), Some(prompt.as_str()), "{event}: {mine}");
+    }
+    let effort = |event: &str| ours.iter().find(|(e, _)| e == event).map(|(_, m)| m["effort"].clone());
+    assert_eq!(effort("Stop"), Some(json!({"level": "medium"})));
+    assert_eq!(effort("UserPromptSubmit"), Some(Value::Null));
 }
 
 #[tokio::test]
