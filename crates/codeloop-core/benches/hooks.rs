@@ -25,6 +25,8 @@ fn bench(c: &mut Criterion) {
         transcripts: None,
         env_file: None,
         writer: None,
+        prompt_id: None,
+        effort: None,
     };
     let matching = hooks("[[PreToolUse]]\nmatcher = \"Bash\"\n[[PreToolUse.hooks]]\ncommand = \"true\"\n");
     let other_tool = hooks("[[PreToolUse]]\nmatcher = \"Edit\"\n[[PreToolUse.hooks]]\ncommand = \"true\"\n");
