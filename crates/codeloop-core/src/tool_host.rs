@@ -156,6 +156,7 @@ impl ToolGate {
             "permission_suggestions": suggestions(&names[0], &ask),
             "permission": ask.permission,
             "patterns": ask.patterns,
+            "operation_id": tool.as_ref().map(|t| t.call_id.clone()),
         });
         let mut subjects: Vec<&str> = names.iter().map(String::as_str).collect();
         subjects.push(&ask.permission);

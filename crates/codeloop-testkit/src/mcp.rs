@@ -85,6 +85,8 @@ pub struct McpRequest {
     pub rpc_method: Option<String>,
     /// The tool of a `tools/call`.
     pub tool: Option<String>,
+    /// The request's `params._meta`.
+    pub meta: Option<Value>,
     pub status: u16,
 }
 
@@ -222,6 +224,7 @@ async fn guard(State(gate): State<Gate>, request: Request, next: Next) -> Respon
         headers,
         rpc_method: rpc.get("method").and_then(Value::as_str).map(str::to_owned),
         tool: rpc.pointer("/params/name").and_then(Value::as_str).map(str::to_owned),
+        meta: rpc.pointer("/params/_meta").cloned(),
         status: 0,
     };
     let response = match &gate.auth {

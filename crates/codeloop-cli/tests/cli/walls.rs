@@ -293,7 +293,7 @@ async fn commands_do_not_see_secrets_in_the_environment() {
     let fake = FakeProvider::start(Script::new([
         Turn::from(Reply::tool_call(
             "bash",
-            json!({"command": "env | grep -c MY_API_KEY; echo plain=$PLAIN"}),
+            json!({"command": "env | grep -c MY_API_KEY; echo plain=$PLAIN op=$CODELOOP_CALL_ID"}),
         )),
         Turn::from(Reply::text("done")),
     ]))
@@ -306,6 +306,11 @@ async fn commands_do_not_see_secrets_in_the_environment() {
     assert!(output.status.success(), "{}", text(&output).1);
     let seen = tool_result(&fake, 1);
     assert!(seen.contains("plain=visible") && !seen.contains("sk-secret"), "{seen}");
+    // Inside the walls too, a command knows its call (its operation id).
+    let messages = fake.requests()[1].body["messages"].clone();
+    let call =
+        messages.as_array().unwrap().iter().find(|m| m["role"] == "tool").unwrap()["tool_call_id"].clone();
+    assert!(seen.contains(&format!("op={}", call.as_str().unwrap())), "{seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

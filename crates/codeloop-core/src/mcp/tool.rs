@@ -64,6 +64,9 @@ impl Link {
     }
 }
 
+/// The `_meta` key of a `tools/call` that carries the call's operation id.
+pub const OPERATION_META_KEY: &str = "codeloop/operation";
+
 /// `server_tool`, in the characters every provider accepts in a tool name, at most 64 long.
 pub fn tool_key(server: &str, tool: &str) -> String {
     let key: String = format!("{server}_{tool}")
@@ -149,6 +152,10 @@ impl Tool for McpTool {
         if let Some(arguments) = arguments {
             params = params.with_arguments(arguments);
         }
+        // The call's id is its operation id (DESIGN.md §5m): a server can tell a retry from a new call.
+        let mut meta = serde_json::Map::new();
+        meta.insert(OPERATION_META_KEY.into(), ctx.call.call_id.clone().into());
+        params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         let what = format!("`{}`", self.tool);
         let result = self.link.request(&what, &ctx.cancel, self.link.peer.call_tool(params)).await?;
         let value = serde_json::to_value(&result).unwrap_or_default();

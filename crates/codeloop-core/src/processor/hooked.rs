@@ -46,6 +46,7 @@ pub(crate) async fn execute(
             "tool_name": names[0],
             "tool_input": claude::tool_input(&name, &input, &cwd),
             "tool_use_id": call_id,
+            "operation_id": call_id,
         });
         let outcome = hooks.fire(HookEvent::PreToolUse, &subjects, event).await;
         if let Some(reason) = outcome.denial() {
@@ -123,6 +124,7 @@ async fn after(
         "tool_name": call.names[0],
         "tool_input": claude::tool_input(call.name, call.input, cwd),
         "tool_use_id": ctx.call.call_id,
+        "operation_id": ctx.call.call_id,
         "duration_ms": u64::try_from(call.took.as_millis()).unwrap_or(u64::MAX),
     });
     let kind = if failed { HookEvent::PostToolUseFailure } else { HookEvent::PostToolUse };

@@ -153,6 +153,9 @@ async fn remote_tools_are_called_over_both_protocol_revisions() {
         let methods = server.rpc_methods();
         let calls: Vec<_> =
             server.requests().into_iter().filter(|r| r.tool.as_deref() == Some("echo")).collect();
+        // The call's id goes with it as its operation id (DESIGN.md §5m).
+        let operation = calls[0].meta.as_ref().and_then(|m| m["codeloop/operation"].as_str());
+        assert_eq!(operation, Some(tool_results(&h.messages(1))[0].0.as_str()), "{revision:?}: {calls:?}");
         match revision {
             Revision::Sessions => {
                 // Probed with server/discover (refused: the method came with 2026-07-28), then initialize.

@@ -288,3 +288,23 @@ async fn tools_of_a_configured_mcp_server_are_offered_and_called() {
     let results = tool_results(&h.request_messages(1));
     assert_eq!(results[0].1, "echo: hello mcp", "a server that fails to start is skipped: {results:?}");
 }
+
+#[tokio::test]
+async fn a_command_knows_its_call_and_session_as_its_operation_id() {
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call(
+                "bash",
+                json!({"command": "echo \"op=$CODELOOP_CALL_ID ses=$CODELOOP_SESSION_ID\""}),
+            )),
+            Turn::from(Reply::text("done")),
+        ]),
+        AskPolicy::Allow,
+        |_| {},
+    )
+    .await;
+    assert_eq!(h.prompt("say who you are").await.stop, StopReason::Completed);
+    let (call_id, output) = tool_results(&h.request_messages(1)).remove(0);
+    assert!(!call_id.is_empty());
+    assert!(output.contains(&format!("op={call_id} ses={}", h.session.id)), "{output}");
+}

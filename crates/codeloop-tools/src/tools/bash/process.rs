@@ -111,6 +111,10 @@ pub(crate) fn spawn(
             command
         }
     };
+    // The call's id is its operation id (DESIGN.md §5m): a command can tag what it does with it.
+    command
+        .env("CODELOOP_CALL_ID", &ctx.call.call_id)
+        .env("CODELOOP_SESSION_ID", ctx.call.session_id.as_str());
     command.current_dir(cwd).stdout(writer.try_clone()?).stderr(writer).process_group(0).kill_on_drop(false);
     let child = command.spawn()?;
     // The command keeps our copies of the pipe's write end: drop it, or the read side never sees EOF.
