@@ -75,6 +75,7 @@ fn bench(c: &mut Criterion) {
         offered: engine.services().tools.names().iter().map(|n| n.to_string()).collect(),
         continue_on_reject: false,
         walls: None,
+        seen: None,
     });
     let template = events();
     let mut group = c.benchmark_group("processor");

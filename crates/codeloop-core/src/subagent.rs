@@ -34,7 +34,7 @@ struct Params {
     /// Which subagent runs it.
     subagent_type: String,
     /// Continue an earlier task's session instead of starting a new one.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "codeloop_tools::opt_text")]
     task_id: Option<String>,
 }
 

@@ -208,9 +208,41 @@ pub struct ToolContext {
     pub host: Arc<dyn ToolHost>,
     /// `None`: child processes run with permission rules only (`[sandbox] mode = "off"`, or no helper).
     pub walls: Option<Arc<Walls>>,
+    /// The files the session has read or written (`None`: not known, as for a command template's
+    /// `` !`cmd` ``).
+    pub seen: Option<Arc<SeenFiles>>,
+}
+
+/// The files a session has read or written, by real path: an edit of a file the model never read, or a
+/// write over one, is answered differently from an informed one (DESIGN.md §5l).
+#[derive(Debug, Default)]
+pub struct SeenFiles(std::sync::Mutex<std::collections::HashSet<PathBuf>>);
+
+impl SeenFiles {
+    pub fn saw(&self, path: &std::path::Path) {
+        use codeloop_types::LockExt;
+        self.0.locked().insert(path.to_owned());
+    }
+
+    pub fn has(&self, path: &std::path::Path) -> bool {
+        use codeloop_types::LockExt;
+        self.0.locked().contains(path)
+    }
 }
 
 impl ToolContext {
+    /// Notes that the session has now seen `path`.
+    pub fn saw(&self, path: &std::path::Path) {
+        if let Some(seen) = &self.seen {
+            seen.saw(path);
+        }
+    }
+
+    /// False only when the session is known not to have read or written `path`.
+    pub fn has_seen(&self, path: &std::path::Path) -> bool {
+        self.seen.as_ref().is_none_or(|seen| seen.has(path))
+    }
+
     pub async fn ask(&self, ask: PermissionAsk) -> Result<(), PermissionError> {
         self.host.ask(&self.call, ask).await
     }

@@ -1,5 +1,6 @@
 //! Lenient decoding for scalar arguments models often send in the wrong JSON type: `"120000"` or
-//! `120000.0` for an integer, `"true"` for a boolean. The schema still says integer/boolean.
+//! `120000.0` for an integer, `"true"` for a boolean, `""` for an optional text left out. The schema still
+//! says integer/boolean/string.
 
 use serde::{Deserialize, Deserializer, de::Error};
 use serde_json::Value;
@@ -20,6 +21,11 @@ pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Opti
             .map_err(|_| D::Error::custom(format!("expected a non-negative integer, got \"{s}\""))),
         Some(other) => Err(D::Error::custom(format!("expected a non-negative integer, got {other}"))),
     }
+}
+
+/// An optional text argument where `""` (what models send for "not given") is absent.
+pub fn opt_text<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<String>, D::Error> {
+    Ok(Option::<String>::deserialize(deserializer)?.filter(|text| !text.trim().is_empty()))
 }
 
 /// [`opt_u64`] as a `usize`.

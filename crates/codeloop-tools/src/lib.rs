@@ -19,11 +19,14 @@ mod tools;
 mod truncate;
 
 pub use context::{
-    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, Subtask, ToolContext,
-    ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
+    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, SeenFiles, Subtask,
+    ToolContext, ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
 };
+pub use lenient::opt_text;
 pub use locks::FileLocks;
-pub use paths::{SESSION_ENV_FILE, expand_home, is_protected, is_secret, real_path, session_temp_dir};
+pub use paths::{
+    SESSION_ENV_FILE, expand_home, is_protected, is_secret, real_path, resolve_in, session_temp_dir,
+};
 pub use registry::{BuiltinConfig, INVALID_TOOL, ToolRegistry};
 pub use schema::{decode, schema_for};
 pub use summary::{call_summary, patch_files};

@@ -25,7 +25,48 @@ pub(crate) enum PathKind {
 /// Resolves `raw` against the session directory (expanding a leading `~/`) to the real path it names:
 /// `.`/`..` applied, then the deepest existing ancestor's symlinks resolved.
 pub(crate) fn resolve(ctx: &ToolContext, raw: &str) -> PathBuf {
-    real_path(&resolve_from(&ctx.project.directory, raw))
+    resolve_in(&ctx.project.directory, raw)
+}
+
+/// Up to three existing paths named like the missing `path`: in its folder, or (when that is missing too)
+/// in its deepest existing ancestor, named like the first missing part.
+pub(crate) async fn nearest(path: &Path) -> Vec<String> {
+    let mut wanted = path;
+    let mut dir = path.parent();
+    while let Some(d) = dir {
+        if d.is_dir() {
+            break;
+        }
+        wanted = d;
+        dir = d.parent();
+    }
+    let (Some(dir), Some(base)) = (dir, wanted.file_name()) else { return Vec::new() };
+    let base = base.to_string_lossy().to_lowercase();
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else { return Vec::new() };
+    let mut names = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    names
+        .into_iter()
+        .filter(|name| is_similar(&name.to_lowercase(), &base))
+        .take(3)
+        .map(|name| dir.join(name).display().to_string())
+        .collect()
+}
+
+fn is_similar(name: &str, wanted: &str) -> bool {
+    let stem = |s: &str| s.rsplit_once('.').map_or(s, |(stem, _)| stem).to_string();
+    name.contains(wanted)
+        || wanted.contains(name)
+        || stem(name) == stem(wanted)
+        || crate::text::levenshtein(name, wanted) <= 2.max(wanted.chars().count() / 5)
+}
+
+/// A path as a tool of a session in `directory` resolves `raw`: relative to it, `~` expanded, real.
+pub fn resolve_in(directory: &Path, raw: &str) -> PathBuf {
+    real_path(&resolve_from(directory, raw))
 }
 
 /// The path with its deepest existing ancestor canonicalised and the missing rest appended. A dangling

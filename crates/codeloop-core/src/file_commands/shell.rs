@@ -113,6 +113,7 @@ impl CommandShell {
             cancel: CancellationToken::new(),
             host: self.gate.host(events),
             walls: self.walls.clone(),
+            seen: None,
         };
         let input = json!({ "command": command, "description": "command template" });
         let limit = self.services.tools.get("bash").and_then(|t| t.deadline(&input)).unwrap_or(TOOL_WATCHDOG);

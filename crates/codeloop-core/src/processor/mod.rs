@@ -102,6 +102,8 @@ pub struct TurnContext {
     pub continue_on_reject: bool,
     /// The OS walls of this agent's commands (`None`: permission rules only).
     pub walls: Option<Arc<codeloop_tools::Walls>>,
+    /// The files the session has read or written.
+    pub seen: Option<Arc<codeloop_tools::SeenFiles>>,
 }
 
 pub struct Processor {

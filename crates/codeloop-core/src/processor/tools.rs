@@ -170,6 +170,7 @@ impl Processor {
             cancel: self.tools_cancel.child_token(),
             host: self.host.clone(),
             walls: self.ctx.walls.clone(),
+            seen: self.ctx.seen.clone(),
         };
         let tools = self.ctx.tools.clone();
         let events = self.tool_tx.clone();

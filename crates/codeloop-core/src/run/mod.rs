@@ -181,8 +181,25 @@ pub(crate) struct Run<'a> {
     /// The run did nothing but a manual compaction (`/compact`) since it began: it ends without Stop hooks,
     /// as Claude Code's does.
     compacted_only: bool,
+    /// The files the session has read or written (from its history, then as its tools go).
+    seen: Arc<codeloop_tools::SeenFiles>,
     /// Effort levels already warned about as not taken by a model.
     effort_warned: std::collections::HashSet<(ModelRef, codeloop_types::Effort)>,
+}
+
+/// The files the history's completed `read`, `edit` and `write` calls touched, as the tools resolve them.
+fn seen_files(history: &[MessageWithParts], directory: &std::path::Path) -> codeloop_tools::SeenFiles {
+    let seen = codeloop_tools::SeenFiles::default();
+    for part in history.iter().flat_map(|m| &m.parts) {
+        if let PartKind::Tool(tool) = &part.kind
+            && matches!(tool.tool.as_str(), "read" | "edit" | "write")
+            && let codeloop_types::ToolState::Completed(done) = &tool.state
+            && let Some(path) = done.input.get("filePath").and_then(serde_json::Value::as_str)
+        {
+            seen.saw(&codeloop_tools::resolve_in(directory, path));
+        }
+    }
+    seen
 }
 
 /// Stop-hook blocks in a row after which the run ends all the same (DESIGN.md §5d).
@@ -227,6 +244,7 @@ pub(crate) async fn run_session(
     };
     let snapshots = services.snapshots_for(&project);
     let paths = services.project_paths(&project, session_id);
+    let seen = Arc::new(seen_files(&history, &project.directory));
     let mut run = Run {
         services: services.clone(),
         runs,
@@ -248,6 +266,7 @@ pub(crate) async fn run_session(
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
         effort_warned: Default::default(),
+        seen,
         spend: limits::Spend::new(),
         hook_stop: Default::default(),
         stop_blocks: 0,

@@ -91,6 +91,7 @@ impl Run<'_> {
             offered,
             continue_on_reject: self.services.config.continue_on_reject,
             walls: self.walls_of(agent),
+            seen: Some(self.seen.clone()),
         })
     }
 

@@ -487,6 +487,7 @@ async fn remote_tool_call_overhead_figure() {
             cancel: tokio_util::sync::CancellationToken::new(),
             host: Arc::new(AllowAll),
             walls: None,
+            seen: None,
         };
         for _ in 0..50 {
             echo.execute(json!({"text": "warm"}), &ctx).await.unwrap();

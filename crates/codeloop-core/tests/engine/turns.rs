@@ -308,3 +308,41 @@ async fn a_command_knows_its_call_and_session_as_its_operation_id() {
     assert!(!call_id.is_empty());
     assert!(output.contains(&format!("op={call_id} ses={}", h.session.id)), "{output}");
 }
+
+#[tokio::test]
+async fn tool_texts_never_lead_a_model_to_create_or_overwrite_what_it_has_not_read() {
+    let edit = |path: &str, old: &str| {
+        Turn::from(Reply::tool_call("edit", json!({"filePath": path, "oldString": old, "newString": "x"})))
+    };
+    let h = Harness::with(
+        Script::new([
+            // A missing file: nothing changed, the nearest paths, no "create it".
+            edit("src/mian.rs", "fn main"),
+            // A file never read whose text the model guessed: read it first.
+            edit("config.json", "\"debug\": true"),
+            // A write over a file never read: said, with how many lines it replaced.
+            Turn::from(Reply::tool_call("write", json!({"filePath": "notes.txt", "content": "new\n"}))),
+            // Read, then a write over it: a plain success.
+            Turn::from(Reply::tool_call("read", json!({"filePath": "config.json"}))),
+            Turn::from(Reply::tool_call("write", json!({"filePath": "config.json", "content": "{}\n"}))),
+            Turn::from(Reply::text("done")),
+        ]),
+        AskPolicy::Allow,
+        |_| {},
+    )
+    .await;
+    std::fs::create_dir_all(h.project.path().join("src")).unwrap();
+    h.write("src/main.rs", "fn main() {}\n");
+    h.write("config.json", "{\n  \"debug\": false\n}\n");
+    h.write("notes.txt", "one\ntwo\nthree\n");
+    assert_eq!(h.prompt("fix things").await.stop, StopReason::Completed);
+    let result = |n: usize| tool_results(&h.request_messages(n)).last().unwrap().1.clone();
+    let missing = result(1);
+    assert!(missing.contains("Nothing was changed") && missing.contains("src/main.rs"), "{missing}");
+    assert!(!missing.contains("create") && !h.project.path().join("src/mian.rs").exists(), "{missing}");
+    let guessed = result(2);
+    assert!(guessed.contains("You have not read config.json in this session: read it first"), "{guessed}");
+    let replaced = result(3);
+    assert!(replaced.contains("replaced an existing file of 3 lines that was not read first"), "{replaced}");
+    assert_eq!(result(5), "Wrote file successfully.");
+}

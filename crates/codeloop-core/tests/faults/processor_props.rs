@@ -177,6 +177,7 @@ impl Fixture {
             offered: self.services().tools.names().iter().map(|n| n.to_string()).collect(),
             continue_on_reject: false,
             walls: None,
+            seen: None,
         });
         let message = AssistantMessage::new(
             self.session.id.clone(),

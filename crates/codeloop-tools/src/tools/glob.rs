@@ -24,6 +24,7 @@ struct Params {
     /// Glob to match file paths against.
     pattern: String,
     /// Directory to search (default: the project directory).
+    #[serde(default, deserialize_with = "crate::lenient::opt_text")]
     path: Option<String>,
 }
 

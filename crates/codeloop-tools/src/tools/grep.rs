@@ -31,8 +31,10 @@ struct Params {
     /// Regular expression to search for.
     pattern: String,
     /// Directory (or file) to search (default: the project directory).
+    #[serde(default, deserialize_with = "crate::lenient::opt_text")]
     path: Option<String>,
     /// Glob of files to search.
+    #[serde(default, deserialize_with = "crate::lenient::opt_text")]
     include: Option<String>,
 }
 

@@ -84,11 +84,20 @@ impl Tool for WriteTool {
         paths::write_atomic(&path, FileText::render(bom, &params.content).into())
             .await
             .map_err(|e| io_failure("write", &path, &e))?;
-        Ok(ToolOutput {
-            title: rel,
-            output: "Wrote file successfully.".to_string(),
-            metadata: json!({"filepath": path.to_string_lossy(), "exists": exists, "diff": diff}),
-            attachments: Vec::new(),
-        })
+        // Replacing a file the session never read is said, so the model and the person see it.
+        let unread = exists && !old_text.is_empty() && !ctx.has_seen(&path);
+        ctx.saw(&path);
+        let replaced = old_text.lines().count();
+        let output = match unread {
+            true => format!(
+                "Wrote file successfully. It replaced an existing file of {replaced} lines that was not read first in this session."
+            ),
+            false => "Wrote file successfully.".to_string(),
+        };
+        let mut metadata = json!({"filepath": path.to_string_lossy(), "exists": exists, "diff": diff});
+        if unread {
+            metadata["replaced_unread_lines"] = json!(replaced);
+        }
+        Ok(ToolOutput { title: rel, output, metadata, attachments: Vec::new() })
     }
 }

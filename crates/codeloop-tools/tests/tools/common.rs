@@ -119,6 +119,7 @@ impl Env {
             cancel: self.cancel.clone(),
             host: self.host.clone(),
             walls: None,
+            seen: None,
         }
     }
 

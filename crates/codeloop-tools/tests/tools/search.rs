@@ -43,6 +43,11 @@ async fn grep_filters_with_include_and_reports_no_files() {
     assert_eq!(none.output, "No files found");
     let bad = env.fail("grep", json!({"pattern": "("})).await;
     assert!(bad.starts_with("Invalid regex pattern"), "{bad}");
+    // An optional argument sent empty is left out, not a path or filter that matches nothing.
+    let empty = env.ok("grep", json!({"pattern": "needle", "include": "", "path": ""})).await;
+    assert!(empty.output.starts_with("Found "), "{}", empty.output);
+    let globbed = env.ok("glob", json!({"pattern": "**/*.rs", "path": " "})).await;
+    assert!(!globbed.output.starts_with("No files found"), "{}", globbed.output);
 }
 
 #[tokio::test]

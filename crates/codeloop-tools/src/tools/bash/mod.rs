@@ -56,6 +56,7 @@ struct Params {
     #[schemars(range(min = 1))]
     timeout: Option<u64>,
     /// Working directory (default: the project directory).
+    #[serde(default, deserialize_with = "crate::lenient::opt_text")]
     workdir: Option<String>,
     /// What the command does, in 5-10 words.
     description: Option<String>,

@@ -86,7 +86,7 @@ impl Tool for EditTool {
         let change = if params.old_string.is_empty() {
             create(&path, &params.new_string).await?
         } else {
-            modify(&path, &params).await?
+            modify(&path, &params).await.map_err(|failure| unread_hint(ctx, &path, failure))?
         };
 
         let rel = paths::relative(ctx, &path);
@@ -103,6 +103,7 @@ impl Tool for EditTool {
             .await
             .map_err(|e| io_failure("write", &path, &e))?;
 
+        ctx.saw(&path);
         let (additions, deletions) = count_changes(&change.before, &change.after);
         Ok(ToolOutput {
             title: rel,
@@ -116,12 +117,26 @@ impl Tool for EditTool {
     }
 }
 
+/// An edit that missed on a file the session never read: the model is told to read it first (a real
+/// model followed "create it" or "replace it" hints into damage; DESIGN.md §5l).
+fn unread_hint(ctx: &ToolContext, path: &Path, failure: ToolFailure) -> ToolFailure {
+    match failure {
+        ToolFailure::Failed(message) if path.is_file() && !ctx.has_seen(path) => {
+            ToolFailure::Failed(format!(
+                "{message}\nYou have not read {} in this session: read it first, then copy oldString from it exactly.",
+                paths::relative(ctx, path)
+            ))
+        }
+        other => other,
+    }
+}
+
 /// An empty `oldString` creates a file; an existing non-empty file is refused.
 async fn create(path: &Path, content: &str) -> Result<Change, ToolFailure> {
     let existing = read_for_edit(path).await?;
     match existing {
         Some(file) if !file.text.is_empty() => Err(ToolFailure::Failed(format!(
-            "File already exists: {}. Use a non-empty oldString to edit it, or the write tool to replace it.",
+            "File already exists: {}. Nothing was changed. Read it, then edit it with a non-empty oldString copied from it.",
             path.display()
         ))),
         existing => Ok(Change {
@@ -137,8 +152,13 @@ async fn modify(path: &Path, params: &Params) -> Result<Change, ToolFailure> {
         return Err(ToolFailure::Failed(format!("Path is a directory, not a file: {}", path.display())));
     }
     let Some(file) = read_for_edit(path).await? else {
+        let nearest = paths::nearest(path).await;
+        let nearest = match nearest.is_empty() {
+            true => String::new(),
+            false => format!(" Existing paths with similar names:\n{}\n", nearest.join("\n")),
+        };
         return Err(ToolFailure::Failed(format!(
-            "File not found: {}. Check the path (glob finds files by name), or create the file with an empty oldString.",
+            "File not found: {}. Nothing was changed.{nearest} Check the path: glob finds files by name, grep by content.",
             path.display()
         )));
     };

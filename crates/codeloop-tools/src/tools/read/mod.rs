@@ -18,7 +18,6 @@ use tokio::io::AsyncReadExt;
 use super::io_failure;
 use crate::paths::{self, PathKind};
 use crate::schema::{decode, schema_for};
-use crate::text::levenshtein;
 use crate::{PermissionAsk, Tool, ToolContext, ToolFailure, ToolOutput};
 
 pub(crate) const DEFAULT_LIMIT: usize = 2000;
@@ -117,6 +116,7 @@ impl Tool for ReadTool {
             return Err(ToolFailure::Failed(format!("Cannot read binary file: {}", path.display())));
         }
         let text = content::read_lines(&path, offset, limit).await?;
+        ctx.saw(&path);
         Ok(output(title, text.text, text.preview, text.truncated))
     }
 }
@@ -193,38 +193,13 @@ async fn attachment(title: String, path: &Path, mime: &str, size: u64) -> Result
     })
 }
 
-/// "File not found" with up to three similarly named siblings.
+/// "File not found" with up to three existing paths of similar names.
 async fn not_found(path: &Path) -> ToolFailure {
     let message = format!("File not found: {}", path.display());
-    let (Some(dir), Some(base)) = (path.parent(), path.file_name()) else {
-        return ToolFailure::Failed(message);
-    };
-    let base = base.to_string_lossy().to_lowercase();
-    let mut suggestions = Vec::new();
-    if let Ok(mut entries) = tokio::fs::read_dir(dir).await {
-        let mut names = Vec::new();
-        while let Ok(Some(entry)) = entries.next_entry().await {
-            names.push(entry.file_name().to_string_lossy().into_owned());
-        }
-        names.sort();
-        suggestions = names
-            .into_iter()
-            .filter(|name| is_similar(&name.to_lowercase(), &base))
-            .take(3)
-            .map(|name| dir.join(name).display().to_string())
-            .collect();
-    }
-    if suggestions.is_empty() {
+    let nearest = paths::nearest(path).await;
+    if nearest.is_empty() {
         ToolFailure::Failed(message)
     } else {
-        ToolFailure::Failed(format!("{message}\n\nDid you mean one of these?\n{}", suggestions.join("\n")))
+        ToolFailure::Failed(format!("{message}\n\nDid you mean one of these?\n{}", nearest.join("\n")))
     }
-}
-
-fn is_similar(name: &str, wanted: &str) -> bool {
-    let stem = |s: &str| s.rsplit_once('.').map_or(s, |(stem, _)| stem).to_string();
-    name.contains(wanted)
-        || wanted.contains(name)
-        || stem(name) == stem(wanted)
-        || levenshtein(name, wanted) <= 2.max(wanted.chars().count() / 5)
 }
