@@ -45,23 +45,58 @@ impl DoomLoop {
 #[derive(Debug, Default, Clone)]
 pub struct DoomLoopGuard {
     calls: Vec<(String, String)>,
+    /// Whether each call of `calls` succeeded (`None` while it runs, or when it was not run).
+    outcomes: Vec<Option<bool>>,
 }
 
 impl DoomLoopGuard {
     /// Records a call and reports a loop it completes.
     pub fn record(&mut self, tool: &str, input: &Value) -> Option<DoomLoop> {
         self.calls.push((tool.to_owned(), input.to_string()));
+        self.outcomes.push(None);
         // Only the last few calls can take part in a loop.
         let keep = MAX_PERIOD * DOOM_LOOP_THRESHOLD;
         if self.calls.len() > keep {
-            self.calls.drain(..self.calls.len() - keep);
+            let drop = self.calls.len() - keep;
+            self.calls.drain(..drop);
+            self.outcomes.drain(..drop);
         }
         self.detect()
+    }
+
+    /// Notes how a recorded call ended (its latest identical call still open).
+    pub fn settled(&mut self, tool: &str, input: &Value, succeeded: bool) {
+        let input = input.to_string();
+        let open = self
+            .calls
+            .iter()
+            .zip(&self.outcomes)
+            .rposition(|((t, i), outcome)| t == tool && *i == input && outcome.is_none());
+        if let Some(index) = open {
+            self.outcomes[index] = Some(succeeded);
+        }
+    }
+
+    /// True when the calls before the last one, identical to it, all succeeded: the model repeats work
+    /// that is done, not a failing step. The last call is then counted as not succeeded, so one more
+    /// repetition is a loop.
+    pub fn repeats_success(&mut self) -> bool {
+        let n = self.calls.len();
+        if n < DOOM_LOOP_THRESHOLD {
+            return false;
+        }
+        let earlier = &self.outcomes[n - DOOM_LOOP_THRESHOLD..n - 1];
+        let done = earlier.iter().all(|o| *o == Some(true));
+        if done {
+            self.outcomes[n - 1] = Some(false);
+        }
+        done
     }
 
     /// Forgets history, e.g. after the user allowed the loop to go on.
     pub fn reset(&mut self) {
         self.calls.clear();
+        self.outcomes.clear();
     }
 
     fn detect(&self) -> Option<DoomLoop> {
@@ -101,6 +136,27 @@ mod tests {
         assert_eq!(guard.record("read", &json!({"filePath": "a"})), None);
         let found = guard.record("read", &json!({"filePath": "a"})).unwrap();
         assert_eq!(found, DoomLoop::Repeat { tool: "read".into(), input: r#"{"filePath":"a"}"#.into() });
+    }
+
+    #[test]
+    fn a_repeat_of_calls_that_succeeded_is_told_apart_once() {
+        let mut guard = DoomLoopGuard::default();
+        let input = json!({"command": "cargo test"});
+        for _ in 0..2 {
+            assert_eq!(guard.record("bash", &input), None);
+            guard.settled("bash", &input, true);
+        }
+        assert!(guard.record("bash", &input).is_some());
+        assert!(guard.repeats_success(), "two successes before it: already done");
+        assert!(guard.record("bash", &input).is_some());
+        assert!(!guard.repeats_success(), "once told, one more repetition is a loop");
+        let mut failing = DoomLoopGuard::default();
+        for _ in 0..2 {
+            failing.record("bash", &input);
+            failing.settled("bash", &input, false);
+        }
+        assert!(failing.record("bash", &input).is_some());
+        assert!(!failing.repeats_success());
     }
 
     #[test]

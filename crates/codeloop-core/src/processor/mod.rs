@@ -203,7 +203,9 @@ impl Processor {
                 biased;
                 _ = cancel.cancelled() => return AttemptEnd::Aborted,
                 Some(event) = self.tool_rx.recv() => {
-                    self.on_tool_event(event);
+                    if let Some((tool, input, succeeded)) = self.on_tool_event(event) {
+                        doom.settled(&tool, &input, succeeded);
+                    }
                     self.announce_settled().await;
                 }
                 item = stream.next(), if !stream_done => match item {
@@ -345,7 +347,9 @@ impl Processor {
             let deadline = Instant::now() + CLEANUP_TOOL_WAIT;
             while !self.running.is_empty() {
                 match tokio::time::timeout_at(deadline, self.tool_rx.recv()).await {
-                    Ok(Some(event)) => self.on_tool_event(event),
+                    Ok(Some(event)) => {
+                        self.on_tool_event(event);
+                    }
                     Ok(None) | Err(_) => break,
                 }
             }

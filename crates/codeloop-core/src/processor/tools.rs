@@ -107,6 +107,11 @@ impl Processor {
             return Ok(());
         }
         if let Some(found) = doom.record(&call.name, &input) {
+            if matches!(found, DoomLoop::Repeat { .. }) && doom.repeats_success() {
+                // Work already done, repeated: the model is told so and the run goes on.
+                self.settle(index, Ok(already_done()));
+                return Ok(());
+            }
             match self.ask_doom_loop(&found, index, cancel).await {
                 Ok(()) => doom.reset(),
                 Err(failure) => {
@@ -183,10 +188,12 @@ impl Processor {
         });
     }
 
-    pub(super) fn on_tool_event(&mut self, event: ToolEvent) {
+    /// Handles a tool's event; a settled call's tool, input and success are returned for the doom-loop
+    /// guard.
+    pub(super) fn on_tool_event(&mut self, event: ToolEvent) -> Option<(String, Value, bool)> {
         match event {
             ToolEvent::Progress { call_id, title, metadata } => {
-                let Some(index) = self.calls.get(&call_id).copied() else { return };
+                let Some(index) = self.calls.get(&call_id).copied() else { return None };
                 let changed = self.tool_mut(index).is_some_and(|t| t.state.progress(title, metadata).is_ok());
                 if changed {
                     // Watchers see progress live; the store gets it with the next coalesced flush.
@@ -198,16 +205,20 @@ impl Processor {
                     }
                     self.mark_dirty(index);
                 }
+                None
             }
             ToolEvent::Done { call_id, result } => {
                 self.running.remove(&call_id);
-                let Some(index) = self.calls.get(&call_id).copied() else { return };
+                let index = self.calls.get(&call_id).copied()?;
                 if self.cleaning {
                     // The turn ended while this call ran: it was cut short, whatever it reports.
                     self.interrupt_call(index, result.ok().map(|o| o.output));
-                } else {
-                    self.settle(index, result);
+                    return None;
                 }
+                self.settle(index, result);
+                let tool = self.parts.get(index)?.as_tool()?;
+                let succeeded = matches!(tool.state, codeloop_types::ToolState::Completed(_));
+                Some((tool.tool.clone(), tool.state.input().clone(), succeeded))
             }
         }
     }
@@ -240,5 +251,17 @@ impl Processor {
                 self.blocked = block;
             }
         }
+    }
+}
+
+/// The answer to a call identical to the ones just before it, which succeeded: not run again.
+fn already_done() -> codeloop_tools::ToolOutput {
+    codeloop_tools::ToolOutput {
+        title: "already done".into(),
+        output: "Not run: this exact call just succeeded twice in a row, so it is already done. Do not repeat it: \
+                 go on with the next step, or answer if the task is complete."
+            .into(),
+        metadata: serde_json::json!({"repeat": true}),
+        attachments: Vec::new(),
     }
 }

@@ -10,23 +10,47 @@ use serde_json::json;
 use crate::harness::{Harness, state};
 
 #[tokio::test]
-async fn doom_loop_fires_on_three_identical_calls_spread_over_three_steps() {
-    let read = || Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})));
-    let h = Harness::new(Script::new([read(), read(), read(), Turn::from(Reply::text("never sent"))])).await;
+async fn doom_loop_fires_on_three_identical_failing_calls_spread_over_three_steps() {
+    let h = Harness::new(Script::new([
+        failing_edit(),
+        failing_edit(),
+        failing_edit(),
+        Turn::from(Reply::text("never sent")),
+    ]))
+    .await;
     h.write("a.txt", "hi\n");
-    let outcome = h.prompt("read a.txt").await;
+    let outcome = h.prompt("edit a.txt").await;
     let StopReason::Blocked(Blocked::DoomLoop { message }) = &outcome.stop else {
         panic!("expected the doom-loop brake: {:?}", outcome.stop)
     };
     assert!(
-        message.contains("doom loop") && message.contains("read") && message.contains("a.txt"),
+        message.contains("doom loop") && message.contains("edit") && message.contains("a.txt"),
         "{message}"
     );
     assert_eq!(h.fake.request_count(), 3, "the run stops instead of asking the model again");
     let tools = h.tool_parts();
-    assert!(matches!(state(&tools[0]), ToolState::Completed(_)));
-    assert!(matches!(state(&tools[1]), ToolState::Completed(_)));
     assert!(matches!(state(&tools[2]), ToolState::Error(_)), "the third call is not run");
+}
+
+#[tokio::test]
+async fn a_repeat_of_work_that_succeeded_is_called_done_and_the_run_goes_on_once() {
+    let read = || Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})));
+    let h = Harness::new(Script::new([read(), read(), read(), Turn::from(Reply::text("It says hi."))])).await;
+    h.write("a.txt", "hi\n");
+    let outcome = h.prompt("read a.txt").await;
+    assert_eq!(outcome.stop, StopReason::Completed, "a finished task does not end as a failure");
+    let tools = h.tool_parts();
+    let ToolState::Completed(third) = state(&tools[2]) else { panic!("{:?}", state(&tools[2])) };
+    assert!(third.output.contains("already done") && third.output.contains("Do not repeat it"), "{third:?}");
+    // Told once: the next identical call is a loop.
+    let read = || Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"})));
+    let h =
+        Harness::new(Script::new([read(), read(), read(), read(), Turn::from(Reply::text("never sent"))]))
+            .await;
+    h.write("a.txt", "hi\n");
+    let outcome = h.prompt("read a.txt").await;
+    assert!(matches!(outcome.stop, StopReason::Blocked(Blocked::DoomLoop { .. })), "{:?}", outcome.stop);
+    assert_eq!(h.fake.request_count(), 4);
 }
 
 #[tokio::test]
