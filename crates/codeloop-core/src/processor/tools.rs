@@ -193,7 +193,7 @@ impl Processor {
     pub(super) fn on_tool_event(&mut self, event: ToolEvent) -> Option<(String, Value, bool)> {
         match event {
             ToolEvent::Progress { call_id, title, metadata } => {
-                let Some(index) = self.calls.get(&call_id).copied() else { return None };
+                let index = self.calls.get(&call_id).copied()?;
                 let changed = self.tool_mut(index).is_some_and(|t| t.state.progress(title, metadata).is_ok());
                 if changed {
                     // Watchers see progress live; the store gets it with the next coalesced flush.
