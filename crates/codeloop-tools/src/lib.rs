@@ -50,6 +50,8 @@ pub enum Needs {
     Skills,
     /// At least one subagent the calling agent may start (`task`).
     Subagents,
+    /// A background job of the session (`bash_output`, `bash_kill`).
+    Jobs,
 }
 
 /// One tool. Implementations generate their JSON Schema once, at construction.

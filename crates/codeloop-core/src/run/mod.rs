@@ -161,7 +161,7 @@ pub(crate) struct Run<'a> {
     doom: DoomLoopGuard,
     step: u32,
     /// What each agent and model is offered, worked out once per run so every step sends the same prefix.
-    offers: HashMap<(String, ModelRef), Arc<Offer>>,
+    offers: HashMap<(String, ModelRef, bool), Arc<Offer>>,
     /// Each agent's OS walls, worked out once per run (they stat the protected paths).
     walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,

@@ -1,7 +1,7 @@
 //! What a turn offers the model, worked out once per run for each agent and model: the system prompt
 //! and context block, and the tools that can work — those the rules do not switch off, of the model's
 //! file-editing profile ([`ToolProfile`]), and with something behind them (no `skill` without skills,
-//! no `task` without a subagent the agent may start).
+//! no `task` without a subagent the agent may start, no `bash_output`/`bash_kill` before a background job).
 
 use std::sync::Arc;
 
@@ -18,7 +18,9 @@ use crate::permission::{evaluate, offered};
 impl Run<'_> {
     /// The offer for `agent` on `model`, computed on first use in the run.
     pub(super) fn offer(&mut self, agent: &Agent, model: &ResolvedModel) -> Arc<Offer> {
-        let key = (agent.name.clone(), model.reference.clone());
+        // The job tools join once the session has a background job: one prefix change, not one per step.
+        let has_jobs = !self.services.jobs.list(&self.session.id).is_empty();
+        let key = (agent.name.clone(), model.reference.clone(), has_jobs);
         if let Some(offer) = self.offers.get(&key) {
             return offer.clone();
         }
@@ -36,7 +38,7 @@ impl Run<'_> {
             &skills,
             self.paths.temp_dir.as_deref(),
         );
-        let tools = self.tools_for(agent, model, !skills.is_empty());
+        let tools = self.tools_for(agent, model, !skills.is_empty(), has_jobs);
         let offer = Arc::new(Offer { system, tools });
         self.offers.insert(key, offer.clone());
         offer
@@ -55,7 +57,13 @@ impl Run<'_> {
         offered(permission, defaults, &self.layers(agent), &self.policy.narrowing)
     }
 
-    fn tools_for(&self, agent: &Agent, model: &ResolvedModel, has_skills: bool) -> Vec<ToolSpec> {
+    fn tools_for(
+        &self,
+        agent: &Agent,
+        model: &ResolvedModel,
+        has_skills: bool,
+        has_jobs: bool,
+    ) -> Vec<ToolSpec> {
         let subagents = self.startable_subagents(agent);
         self.tools
             .specs
@@ -68,6 +76,7 @@ impl Run<'_> {
                     Needs::Nothing => true,
                     Needs::Skills => has_skills,
                     Needs::Subagents => subagents > 0,
+                    Needs::Jobs => has_jobs,
                 };
                 works
                     && tool.profile().is_none_or(|profile| profile == model.tools)

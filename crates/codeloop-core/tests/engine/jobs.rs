@@ -205,3 +205,35 @@ async fn deleting_a_session_ends_its_jobs_and_a_kill_command_answers_with_the_jo
     let CommandOutcome::Job(killed) = outcome else { panic!("{outcome:?}") };
     assert_eq!((killed.id, killed.state), (job.id, JobState::Killed));
 }
+
+/// The tool names request `n` offered.
+fn offered(h: &Harness, n: usize) -> Vec<String> {
+    h.fake.requests()[n].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn the_job_tools_are_offered_once_the_session_has_a_job_with_one_prefix_change() {
+    let h = Harness::new(Script::new([
+        Turn::from(Reply::tool_call("bash", json!({"command": "true"}))),
+        bash_bg("sleep 30"),
+        Turn::from(Reply::tool_call("bash", json!({"command": "true"}))),
+        Turn::from(Reply::text("started")),
+    ]))
+    .await;
+    let mut events = h.engine.bus().subscribe();
+    assert_eq!(h.prompt("start it").await.stop, StopReason::Completed);
+    let jobs = |n: usize| offered(&h, n).iter().filter(|t| t.starts_with("bash_")).count();
+    assert_eq!((jobs(0), jobs(1)), (0, 0), "no job yet: {:?}", offered(&h, 0));
+    assert_eq!((jobs(2), jobs(3)), (2, 2), "bash_output and bash_kill after: {:?}", offered(&h, 2));
+    let mut changes = 0;
+    while let Ok(event) = events.try_recv() {
+        changes += usize::from(matches!(event.payload, EventPayload::SessionCache { .. }));
+    }
+    assert_eq!(changes, 1, "one recorded prefix change");
+    h.engine.end_jobs().await;
+}

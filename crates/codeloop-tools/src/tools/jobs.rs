@@ -108,6 +108,10 @@ impl Tool for BashOutputTool {
         "bash"
     }
 
+    fn needs(&self) -> crate::Needs {
+        crate::Needs::Jobs
+    }
+
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
         let params: OutputParams = decode(self.name(), args)?;
         let filter = match params.filter.as_deref().filter(|f| !f.is_empty()) {
@@ -198,6 +202,10 @@ impl Tool for BashKillTool {
 
     fn permission(&self) -> &str {
         "bash"
+    }
+
+    fn needs(&self) -> crate::Needs {
+        crate::Needs::Jobs
     }
 
     async fn execute(&self, args: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolFailure> {
