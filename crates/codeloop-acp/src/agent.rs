@@ -30,6 +30,8 @@ use codeloop_types::LockExt;
 pub(crate) struct Choice {
     pub mode: String,
     pub model: Option<ModelRef>,
+    /// `None`: the agent's or model's own (DESIGN.md §5l).
+    pub effort: Option<codeloop_types::Effort>,
 }
 
 /// A session this connection created or loaded.
@@ -178,7 +180,11 @@ impl Agent {
             id: session.id.clone(),
             engine,
             cwd: PathBuf::from(&session.directory),
-            choice: Mutex::new(Choice { mode: session.agent.clone(), model: session.model.clone() }),
+            choice: Mutex::new(Choice {
+                mode: session.agent.clone(),
+                model: session.model.clone(),
+                effort: None,
+            }),
             turn: tokio::sync::Mutex::new(()),
             cancels: Mutex::new(Vec::new()),
             warnings: Mutex::new(warnings),
@@ -278,6 +284,16 @@ impl Agent {
                     value.parse().map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?;
                 session.engine.check_model(Some(&model)).map_err(|e| engine_error(&e))?;
                 session.choice.locked().model = Some(model);
+            }
+            "effort" => {
+                session.choice.locked().effort = match value {
+                    DEFAULT_EFFORT => None,
+                    level => Some(
+                        level
+                            .parse()
+                            .map_err(|e| RpcError::invalid_params(format!("Invalid params: {e}")))?,
+                    ),
+                };
             }
             other => {
                 return Err(RpcError::invalid_params(format!("Invalid params: no config option `{other}`")));
@@ -500,8 +516,24 @@ fn config_options(session: &AcpSession) -> Vec<ConfigOption> {
                 .collect(),
         });
     }
+    let effort =
+        |value: &str, name: &str| ConfigValue { value: value.into(), name: name.into(), description: None };
+    let mut levels = vec![effort(DEFAULT_EFFORT, "Default (the agent's or model's)")];
+    levels.extend(codeloop_types::Effort::ALL.into_iter().map(|e| effort(e.as_str(), e.as_str())));
+    options.push(ConfigOption {
+        id: "effort".into(),
+        name: "Effort".into(),
+        description: Some("How hard the model thinks; a level the model does not take is not sent".into()),
+        category: "thought_level".into(),
+        kind: "select",
+        current_value: choice.effort.map_or(DEFAULT_EFFORT.into(), |e| e.as_str().into()),
+        options: levels,
+    });
     options
 }
+
+/// The effort option's value for "whatever the agent or model sets".
+const DEFAULT_EFFORT: &str = "default";
 
 #[cfg(test)]
 mod tests {

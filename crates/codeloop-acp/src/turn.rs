@@ -170,6 +170,7 @@ impl<'a> Turn<'a> {
                 let choice = self.session.choice.locked();
                 input.agent = Some(choice.mode.clone());
                 input.model = choice.model.clone();
+                input.effort = choice.effort;
                 SessionCommand::Prompt { session: self.session.id.clone(), input, delivery: Delivery::Queue }
             }
             Send::Command { name, arguments } => SessionCommand::RunCommand {

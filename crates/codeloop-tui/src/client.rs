@@ -37,6 +37,8 @@ pub struct Prompt {
     pub text: String,
     pub model: Option<ModelRef>,
     pub agent: Option<String>,
+    /// `/effort`: how hard the model thinks (`None`: the agent's or model's).
+    pub effort: Option<codeloop_types::Effort>,
 }
 
 /// A command a person may type as `/NAME args` (DESIGN.md §5g): a command file, an MCP prompt, `/init`.

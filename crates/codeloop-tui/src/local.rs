@@ -83,8 +83,12 @@ impl Client for LocalClient {
     }
 
     async fn prompt(&self, id: &SessionId, prompt: Prompt) -> anyhow::Result<()> {
-        let input =
-            PromptInput { model: prompt.model, agent: prompt.agent, ..PromptInput::text(prompt.text) };
+        let input = PromptInput {
+            model: prompt.model,
+            agent: prompt.agent,
+            effort: prompt.effort,
+            ..PromptInput::text(prompt.text)
+        };
         // Stops with an error are published by the run itself (session.error); only a refusal before
         // any run comes back here.
         self.submit(SessionCommand::Prompt { session: id.clone(), input, delivery: Delivery::Queue }).await?;

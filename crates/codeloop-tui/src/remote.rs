@@ -170,6 +170,7 @@ impl Client for RemoteClient {
             "parts": [{"type": "text", "text": prompt.text}],
             "model": prompt.model.map(|m| m.to_string()),
             "agent": prompt.agent,
+            "effort": prompt.effort.map(|e| e.as_str()),
             "delivery": "queue",
         });
         self.post::<Value>(&format!("/session/{id}/prompt_async"), &body).await?;

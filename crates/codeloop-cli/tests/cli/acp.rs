@@ -658,3 +658,35 @@ async fn acp_announces_the_commands_and_runs_one_typed_as_slash_name() {
     assert!(sent.contains("Review src/a.rs now"), "{sent}");
     client.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_effort_is_a_session_config_option_sent_with_the_next_prompt() {
+    let env = Env::new();
+    let fake =
+        FakeProvider::start(Script::new([Turn::from(Reply::text("ok")), Turn::from(Reply::text("ok"))]))
+            .await
+            .unwrap();
+    let config = env.config(&fake.base_url(), "reasoning = true\n");
+    let mut client = Client::spawn(&env, &config, &[]);
+    client.initialize().await;
+    let (session, created) = client.new_session(env.project.path()).await;
+    let effort = created["configOptions"].as_array().unwrap().iter().find(|o| o["id"] == "effort").cloned();
+    let effort = effort.unwrap_or_else(|| panic!("no effort option: {created}"));
+    assert_eq!((&effort["currentValue"], &effort["category"]), (&json!("default"), &json!("thought_level")));
+    client.call("session/prompt", Client::prompt_params(&session, "one")).await;
+    assert!(fake.requests()[0].body.get("reasoning_effort").is_none(), "default: nothing asked");
+    let params = json!({"sessionId": session, "configId": "effort", "value": "high"});
+    let (_, set) = client.call("session/set_config_option", params).await;
+    let options = set["configOptions"].as_array().unwrap();
+    assert!(options.iter().any(|o| o["id"] == "effort" && o["currentValue"] == "high"), "{set}");
+    client.call("session/prompt", Client::prompt_params(&session, "two")).await;
+    assert_eq!(fake.requests()[1].body["reasoning_effort"], json!("high"));
+    let bad = json!({"sessionId": session, "configId": "effort", "value": "xhigh"});
+    let id = client.request("session/set_config_option", bad).await;
+    let (_, refused) = client.until_response(id).await;
+    assert!(
+        refused["error"]["message"].as_str().unwrap_or_default().contains("none, low, medium, high, max"),
+        "{refused}"
+    );
+    client.finish().await;
+}

@@ -589,3 +589,22 @@ async fn the_jobs_panel_lists_a_running_job_from_the_api_and_its_kill_button_end
     assert_eq!(h.engine.running_jobs(&session.as_str().into()).len(), 0);
     browser.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_effort_picker_is_sent_with_the_next_prompt() {
+    let h = harness(Script::new([Turn::from(Reply::text("Thought hard."))]), |setup| {
+        let fake = setup.config.provider.get_mut("fake").unwrap();
+        fake.models.entry("test".into()).or_default().reasoning = Some(true);
+    })
+    .await;
+    let Some(browser) = Browser::start("the_effort_picker_is_sent_with_the_next_prompt").await else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    browser.click("#effort").await;
+    browser.click("#effort option[value=high]").await;
+    send(&browser, "think").await;
+    browser.wait("the answer", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent === 'Thought hard.'").await;
+    assert_eq!(h.fake.requests()[0].body["reasoning_effort"], json!("high"));
+}

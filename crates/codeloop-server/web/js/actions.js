@@ -24,6 +24,7 @@ export async function send(delivery) {
   const body = {parts: [{type: 'text', text}], delivery: busy ? delivery : 'queue'};
   if (app.model) body.model = app.model;
   if (app.agent) body.agent = app.agent;
+  if (app.effort) body.effort = app.effort;
   input.value = '';
   autosize();
   try {

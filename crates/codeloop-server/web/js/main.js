@@ -101,6 +101,9 @@ function wireUi() {
     app.agent = e.target.value || null;
     renderChrome();
   });
+  $('effort').addEventListener('change', (e) => {
+    app.effort = e.target.value || null;
+  });
   $('timeline').addEventListener('click', (e) => {
     const fold = e.target.closest?.('[data-fold]');
     if (!fold) return;

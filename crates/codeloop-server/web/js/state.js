@@ -34,6 +34,8 @@ export const app = {
   /** Chosen in the pickers for the next prompts (null: the session's own). */
   model: null,
   agent: null,
+  // The effort picker (`null`: the agent's or model's).
+  effort: null,
   queued: 0,
   ring: [],
   jobsOpen: false,

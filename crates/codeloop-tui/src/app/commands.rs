@@ -76,6 +76,31 @@ impl App {
                 Vec::new()
             }
             ("agent", _) => vec![Action::CheckAgent(arg.to_owned())],
+            ("effort", _) if arg.is_empty() => {
+                let current = self.effort.map_or("default (the agent's or model's)", |e| e.as_str());
+                self.convo.notice(Notice::info(format!(
+                    "effort: {current} (change it with /effort none|low|medium|high|max|default)"
+                )));
+                Vec::new()
+            }
+            ("effort", _) if arg == "default" => {
+                self.effort = None;
+                self.convo.notice(Notice::info("effort: the agent's or model's, from the next prompt"));
+                Vec::new()
+            }
+            ("effort", _) => match arg.parse::<codeloop_types::Effort>() {
+                Ok(effort) => {
+                    self.effort = Some(effort);
+                    self.convo.notice(Notice::info(format!(
+                        "effort: {effort} from the next prompt (a level the model does not take is not sent)"
+                    )));
+                    Vec::new()
+                }
+                Err(e) => {
+                    self.convo.notice(Notice::error(e.to_string()));
+                    Vec::new()
+                }
+            },
             ("export", Some(id)) => vec![Action::Export(id)],
             ("jobs", Some(id)) => self.jobs_command(id, arg),
             ("help", _) => {
@@ -178,8 +203,10 @@ impl App {
 }
 
 /// The TUI's own commands (and the engine's built-ins it lists), for completion.
-const BUILT_IN: &[&str] =
-    &["new", "sessions", "undo", "redo", "compact", "init", "model", "agent", "export", "help", "quit"];
+const BUILT_IN: &[&str] = &[
+    "new", "sessions", "undo", "redo", "compact", "init", "model", "agent", "effort", "export", "help",
+    "quit",
+];
 
 pub const HELP: &str = "Commands:
   /new               start a new session
@@ -190,6 +217,7 @@ pub const HELP: &str = "Commands:
   /init              have the model write or improve AGENTS.md
   /model P/M         use another model, e.g. /model openai/gpt-4.1
   /agent NAME        use another agent (build, plan, …)
+  /effort LEVEL      how hard the model thinks: none, low, medium, high, max (or default)
   /export            write the session as JSON to a file
   /jobs [read|kill ID]  list the background jobs, show one's newest output, or end it
   /help              this list

@@ -127,6 +127,8 @@ pub struct App {
     /// `/model` and `/agent` choices, sent with the next prompts.
     pub model: Option<ModelRef>,
     pub agent: Option<String>,
+    /// `/effort`, sent with the next prompts (`None`: the agent's or model's).
+    pub effort: Option<codeloop_types::Effort>,
     pub windows: HashMap<ModelRef, Option<u64>>,
     asked_windows: HashSet<ModelRef>,
     /// Scrolling asked for since the last draw (the view applies it: it knows the page).
@@ -158,6 +160,7 @@ impl App {
             answers: Vec::new(),
             model,
             agent,
+            effort: None,
             windows: HashMap::new(),
             asked_windows: HashSet::new(),
             scrolls: Vec::new(),
@@ -456,7 +459,8 @@ impl App {
             RunState::Idle => RunState::Busy,
             other => other.clone(),
         };
-        let prompt = Prompt { text, model: self.model.clone(), agent: self.agent.clone() };
+        let prompt =
+            Prompt { text, model: self.model.clone(), agent: self.agent.clone(), effort: self.effort };
         vec![Action::Prompt(id, prompt)]
     }
 

@@ -66,7 +66,7 @@ fn enter_sends_alt_enter_adds_a_line_and_enter_while_busy_queues() {
     type_text(&mut app, "one");
     app.key(KeyEvent::new(KeyCode::Enter, KeyModifiers::ALT));
     type_text(&mut app, "two");
-    let prompt = Prompt { text: "one\ntwo".into(), model: None, agent: None };
+    let prompt = Prompt { text: "one\ntwo".into(), model: None, agent: None, effort: None };
     assert_eq!(app.key(key(KeyCode::Enter)), vec![Action::Prompt(SESSION.into(), prompt)]);
     assert!(app.busy());
     type_text(&mut app, "next");
@@ -140,6 +140,23 @@ fn commands_parse_their_arguments() {
     let before = app.convo.items.len();
     assert_eq!(app.send_text("/nope"), vec![]);
     assert_eq!(app.convo.items.len(), before + 1, "an unknown command says so");
+}
+
+#[test]
+fn effort_is_chosen_with_slash_effort_and_sent_with_the_next_prompts() {
+    let mut app = app();
+    assert_eq!(app.send_text("/effort high"), vec![]);
+    let sent = app.send_text("think hard");
+    assert!(
+        matches!(sent.as_slice(), [Action::Prompt(_, p)] if p.effort == Some(codeloop_types::Effort::High)),
+        "{sent:?}"
+    );
+    app.state = RunState::Idle;
+    assert_eq!(app.send_text("/effort xhigh"), vec![]);
+    assert_eq!(app.effort, Some(codeloop_types::Effort::High), "an unknown level changes nothing");
+    app.send_text("/effort default");
+    let sent = app.send_text("again");
+    assert!(matches!(sent.as_slice(), [Action::Prompt(_, p)] if p.effort.is_none()), "{sent:?}");
 }
 
 fn with_commands(app: &mut App) {
