@@ -130,3 +130,39 @@ async fn agent_files_are_subagents_the_task_tool_offers_and_runs_with_their_prom
     let tools = offered(child);
     assert!(tools.contains(&"read".to_owned()) && !tools.contains(&"bash".to_owned()), "{tools:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_json_and_the_users_codex_servers_are_read() {
+    let env = Env::new();
+    let project_mcp =
+        McpTestServer::start(McpServerOptions { revision: Revision::Sessions, auth: None }).await.unwrap();
+    let codex_mcp =
+        McpTestServer::start(McpServerOptions { revision: Revision::Sessions, auth: None }).await.unwrap();
+    let fake = FakeProvider::start(Script::new((0..2).map(|_| Turn::from(Reply::text("ok"))))).await.unwrap();
+    let config = env.config(&fake.base_url(), "");
+    // The user's Codex servers count at once (the user's own file).
+    write(
+        env.home.path(),
+        ".codex/config.toml",
+        &format!("[mcp_servers.cx]\nurl = \"{}\"\n", codex_mcp.url()),
+    );
+    write(
+        env.project.path(),
+        "opencode.json",
+        &format!(
+            "{{\n  // the project's OpenCode setup\n  \"mcp\": {{\"oc\": {{\"type\": \"remote\", \"url\": \"{}\"}}}},\n  \"agent\": {{\"docs\": {{\"description\": \"Writes the docs\", \"mode\": \"subagent\"}}}},\n}}\n",
+            project_mcp.url()
+        ),
+    );
+    let output = codeloop_as(&env, Some(&config), &["run", "hi"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    let tools = offered(&fake.requests()[0].body);
+    assert!(tools.contains(&"cx_echo".to_owned()), "{tools:?}");
+    assert!(!tools.iter().any(|t| t.starts_with("oc_")), "the project is not trusted yet: {tools:?}");
+    codeloop_as(&env, Some(&config), &["trust"]).await;
+    let output = codeloop_as(&env, Some(&config), &["run", "hi"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    let body = &fake.requests()[1].body;
+    assert!(offered(body).contains(&"oc_echo".to_owned()), "{:?}", offered(body));
+    assert!(body.to_string().contains("docs: Writes the docs"), "the task tool lists the agent");
+}

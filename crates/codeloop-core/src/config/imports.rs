@@ -1,7 +1,8 @@
-//! What Claude Code's and OpenCode's files bring, in codeloop's terms (DESIGN.md §5k): the `permissions`
-//! of Claude settings files as permission rules, `.mcp.json` servers as `[mcp.NAME]` tables, and agent
-//! files (`.claude/agents/*.md`, `.opencode/agent/*.md`) as `[agent.NAME]` tables. What cannot be
-//! honoured exactly is left out and said, never half-applied.
+//! What Claude Code's, OpenCode's and Codex's files bring, in codeloop's terms (DESIGN.md §5k): the
+//! `permissions` of Claude settings files as permission rules, `.mcp.json` servers as `[mcp.NAME]`
+//! tables, agent files (`.claude/agents/*.md`, `.opencode/agent/*.md`) as `[agent.NAME]` tables,
+//! `opencode.json`'s `mcp`, `agent` and `permission`, and `~/.codex/config.toml`'s `[mcp_servers]`. What
+//! cannot be honoured exactly is left out and said, never half-applied.
 //!
 //! Owns: the translation. Must not: decide trust or layering ([`super::sources`] does).
 
@@ -215,6 +216,228 @@ fn expand(text: &str, env: Option<&EnvLookup>) -> Result<String, String> {
     Ok(out)
 }
 
+/// `opencode.json` (JSON with comments): its `mcp` servers, `agent`s and `permission` as codeloop tables
+/// (codeloop's permission shape is OpenCode's). `command` entries are said, not used: codeloop's
+/// commands are files (`.opencode/command/*.md` is read).
+pub(super) fn opencode_config(
+    text: &str,
+    file: &Path,
+    notes: &mut Vec<String>,
+) -> Result<toml::Table, String> {
+    let value: Value = serde_json::from_str(&strip_jsonc(text))
+        .map_err(|e| format!("{}: not valid JSON: {e}", file.display()))?;
+    let mut out = toml::Table::new();
+    let mut servers = toml::Table::new();
+    for (name, server) in value.get("mcp").and_then(Value::as_object).into_iter().flatten() {
+        let mut table = toml::Table::new();
+        match server.get("type").and_then(Value::as_str) {
+            Some("local") => {
+                let argv: Vec<toml::Value> = server
+                    .get("command")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(|a| toml::Value::String(a.to_owned()))
+                    .collect();
+                if argv.is_empty() {
+                    notes
+                        .push(format!("{}: MCP server `{name}` has no command: not started", file.display()));
+                    continue;
+                }
+                table.insert("command".into(), toml::Value::Array(argv));
+                if let Some(vars) = server.get("environment").and_then(Value::as_object) {
+                    table.insert("env".into(), toml::Value::Table(text_table(vars)));
+                }
+            }
+            Some("remote") => {
+                let Some(url) = server.get("url").and_then(Value::as_str) else {
+                    notes.push(format!("{}: MCP server `{name}` has no url: not started", file.display()));
+                    continue;
+                };
+                table.insert("url".into(), toml::Value::String(url.to_owned()));
+                if let Some(headers) = server.get("headers").and_then(Value::as_object) {
+                    table.insert("headers".into(), toml::Value::Table(text_table(headers)));
+                }
+            }
+            other => {
+                notes.push(format!(
+                    "{}: MCP server `{name}` has type {other:?} (local or remote): not started",
+                    file.display()
+                ));
+                continue;
+            }
+        }
+        if server.get("enabled") == Some(&Value::Bool(false)) {
+            table.insert("enabled".into(), toml::Value::Boolean(false));
+        }
+        servers.insert(name.clone(), toml::Value::Table(table));
+    }
+    if !servers.is_empty() {
+        out.insert("mcp".into(), toml::Value::Table(servers));
+    }
+    if let Some(permission) = value.get("permission").and_then(json_to_toml) {
+        out.insert("permission".into(), permission);
+    }
+    let mut agents = toml::Table::new();
+    for (name, agent) in value.get("agent").and_then(Value::as_object).into_iter().flatten() {
+        let mut table = toml::Table::new();
+        for key in ["description", "prompt", "model"] {
+            if let Some(text) = agent.get(key).and_then(Value::as_str) {
+                table.insert(key.into(), toml::Value::String(text.to_owned()));
+            }
+        }
+        if let Some(mode) = agent.get("mode").and_then(Value::as_str) {
+            let mode = if mode == "subagent" { "subagent" } else { "primary" };
+            table.insert("mode".into(), toml::Value::String(mode.into()));
+        }
+        if let Some(t) = agent.get("temperature").and_then(Value::as_f64) {
+            table.insert("temperature".into(), toml::Value::Float(t));
+        }
+        if agent.get("disable") == Some(&Value::Bool(true)) {
+            table.insert("disable".into(), toml::Value::Boolean(true));
+        }
+        let mut permission = agent
+            .get("permission")
+            .and_then(json_to_toml)
+            .and_then(|p| match p {
+                toml::Value::Table(t) => Some(t),
+                _ => None,
+            })
+            .unwrap_or_default();
+        for (tool, on) in agent.get("tools").and_then(Value::as_object).into_iter().flatten() {
+            if on == &Value::Bool(false) {
+                let tool = if tool == "write" || tool == "patch" { "edit" } else { tool.as_str() };
+                permission.insert(tool.to_owned(), toml::Value::String("deny".into()));
+            }
+        }
+        if !permission.is_empty() {
+            table.insert("permission".into(), toml::Value::Table(permission));
+        }
+        agents.insert(name.clone(), toml::Value::Table(table));
+    }
+    if !agents.is_empty() {
+        out.insert("agent".into(), toml::Value::Table(agents));
+    }
+    if let Some(commands) = value.get("command").and_then(Value::as_object).filter(|c| !c.is_empty()) {
+        let names: Vec<&str> = commands.keys().map(String::as_str).collect();
+        notes.push(format!(
+            "{}: commands defined in JSON ({}) are not read: put each in .opencode/command/NAME.md",
+            file.display(),
+            names.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
+/// `~/.codex/config.toml`'s `[mcp_servers.NAME]` (`command` + `args` + `env`, or `url`) as `[mcp.NAME]`.
+pub(super) fn codex_servers(text: &str, file: &Path, notes: &mut Vec<String>) -> Result<toml::Table, String> {
+    let value: toml::Table =
+        toml::from_str(text).map_err(|e| format!("{}: not valid TOML: {e}", file.display()))?;
+    let mut out = toml::Table::new();
+    for (name, server) in value.get("mcp_servers").and_then(toml::Value::as_table).into_iter().flatten() {
+        let mut table = toml::Table::new();
+        if let Some(command) = server.get("command").and_then(toml::Value::as_str) {
+            let mut argv = vec![toml::Value::String(command.to_owned())];
+            argv.extend(server.get("args").and_then(toml::Value::as_array).cloned().unwrap_or_default());
+            table.insert("command".into(), toml::Value::Array(argv));
+            if let Some(env) = server.get("env").cloned() {
+                table.insert("env".into(), env);
+            }
+        } else if let Some(url) = server.get("url").and_then(toml::Value::as_str) {
+            table.insert("url".into(), toml::Value::String(url.to_owned()));
+            if let Some(headers) = server.get("http_headers").cloned() {
+                table.insert("headers".into(), headers);
+            }
+        } else {
+            notes.push(format!(
+                "{}: mcp_servers.{name} has neither command nor url: not started",
+                file.display()
+            ));
+            continue;
+        }
+        if server.get("enabled").and_then(toml::Value::as_bool) == Some(false) {
+            table.insert("enabled".into(), toml::Value::Boolean(false));
+        }
+        out.insert(name.clone(), toml::Value::Table(table));
+    }
+    Ok(out)
+}
+
+fn text_table(map: &serde_json::Map<String, Value>) -> toml::Table {
+    map.iter()
+        .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), toml::Value::String(v.to_owned()))))
+        .collect()
+}
+
+/// JSON strings, booleans, numbers and objects as TOML (no nulls in TOML: they are dropped).
+fn json_to_toml(value: &Value) -> Option<toml::Value> {
+    Some(match value {
+        Value::String(s) => toml::Value::String(s.clone()),
+        Value::Bool(b) => toml::Value::Boolean(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => toml::Value::Integer(i),
+            None => toml::Value::Float(n.as_f64()?),
+        },
+        Value::Array(items) => toml::Value::Array(items.iter().filter_map(json_to_toml).collect()),
+        Value::Object(map) => {
+            toml::Value::Table(map.iter().filter_map(|(k, v)| Some((k.clone(), json_to_toml(v)?))).collect())
+        }
+        Value::Null => return None,
+    })
+}
+
+/// JSON with comments (`//`, `/* */`) and trailing commas, as OpenCode reads it, made plain JSON.
+fn strip_jsonc(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    let mut in_string = false;
+    while let Some(c) = chars.next() {
+        if in_string {
+            out.push(c);
+            match c {
+                '\\' => out.extend(chars.next()),
+                '"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match (c, chars.peek()) {
+            ('"', _) => {
+                in_string = true;
+                out.push(c);
+            }
+            ('/', Some('/')) => {
+                for next in chars.by_ref() {
+                    if next == '\n' {
+                        out.push('\n');
+                        break;
+                    }
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let mut last = ' ';
+                for next in chars.by_ref() {
+                    if last == '*' && next == '/' {
+                        break;
+                    }
+                    last = next;
+                }
+            }
+            (',', _) => {
+                // A trailing comma: the next non-blank character closes the object or array.
+                let rest: String = chars.clone().collect();
+                if !rest.trim_start().starts_with(['}', ']']) {
+                    out.push(c);
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
 /// The agent files of a folder (`*.md`, real files only, inside `root` when given) as `[agent.NAME]`
 /// tables, with the files read.
 pub(super) fn agent_files(
@@ -333,6 +556,42 @@ fn agent(stem: &str, text: &str, path: &Path, notes: &mut Vec<String>) -> (Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opencode_json_brings_its_servers_agents_and_permissions() {
+        let text = r#"{
+          // OpenCode's own config, with comments
+          "$schema": "https://opencode.ai/config.json",
+          "mcp": {
+            "fs": {"type": "local", "command": ["npx", "-y", "server-fs"], "environment": {"A": "b"}},
+            "docs": {"type": "remote", "url": "https://docs.example.com/mcp", "enabled": false,},
+          },
+          "permission": {"edit": "ask", "bash": {"git push": "deny", "*": "ask"}},
+          "agent": {"review": {"description": "Reviews", "mode": "subagent", "tools": {"write": false}, "prompt": "Be strict."}},
+          /* not read */
+          "command": {"test": {"template": "run the tests"}}
+        }"#;
+        let mut notes = Vec::new();
+        let table = opencode_config(text, Path::new("opencode.json"), &mut notes).unwrap();
+        assert_eq!(table["mcp"]["fs"]["command"].as_array().unwrap().len(), 3);
+        assert_eq!(table["mcp"]["fs"]["env"]["A"].as_str(), Some("b"));
+        assert_eq!(table["mcp"]["docs"]["enabled"].as_bool(), Some(false));
+        assert_eq!(table["permission"]["bash"]["git push"].as_str(), Some("deny"));
+        assert_eq!(table["agent"]["review"]["mode"].as_str(), Some("subagent"));
+        assert_eq!(table["agent"]["review"]["permission"]["edit"].as_str(), Some("deny"));
+        assert!(notes.iter().any(|n| n.contains("commands defined in JSON (test)")), "{notes:?}");
+        let config: crate::config::Config = toml::Value::Table(table).try_into().unwrap();
+        assert_eq!(config.agent["review"].prompt.as_deref(), Some("Be strict."));
+    }
+
+    #[test]
+    fn codex_mcp_servers_become_codeloop_servers() {
+        let text = "model = \"o3\"\n[mcp_servers.gh]\ncommand = \"npx\"\nargs = [\"-y\", \"gh-mcp\"]\nenv = { TOKEN = \"x\" }\n[mcp_servers.bad]\n";
+        let mut notes = Vec::new();
+        let servers = codex_servers(text, Path::new("config.toml"), &mut notes).unwrap();
+        assert_eq!(servers["gh"]["command"].as_array().unwrap().len(), 3);
+        assert!(!servers.contains_key("bad") && notes.len() == 1, "{notes:?}");
+    }
 
     #[test]
     fn claude_rules_keep_their_precedence_and_meaning() {

@@ -211,6 +211,17 @@ impl ConfigSources {
             }
             files.push(mcp_json);
         }
+        for name in ["opencode.json", "opencode.jsonc", ".opencode/opencode.json", ".opencode/opencode.jsonc"]
+        {
+            let path = root.join(name);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                match imports::opencode_config(&text, &path, warnings) {
+                    Ok(found) => merge(&mut table, found),
+                    Err(e) => warnings.push(format!("{e}; it is not used")),
+                }
+                files.push(path);
+            }
+        }
         let mut agents = toml::Table::new();
         for dir in [".claude/agents", ".opencode/agent", ".opencode/agents"] {
             let (found, read) = imports::agent_files(&root.join(dir), Some(root), warnings);
@@ -223,8 +234,9 @@ impl ConfigSources {
         table
     }
 
-    /// The user's Claude Code setup: `~/.claude/agents` as agent tables and `~/.claude/settings.json`'s
-    /// permissions as rules.
+    /// The user's setups elsewhere: `~/.claude/agents`, `~/.config/opencode/opencode.json` and
+    /// `~/.codex/config.toml`'s MCP servers as config tables, `~/.claude/settings.json`'s permissions as
+    /// rules.
     fn imported_user(&self, warnings: &mut Vec<String>) -> (toml::Table, Vec<PermissionRule>) {
         let Some(home) = &self.home else { return Default::default() };
         let claude = home.join(".claude");
@@ -232,6 +244,26 @@ impl ConfigSources {
         let (agents, _) = imports::agent_files(&claude.join("agents"), None, warnings);
         if !agents.is_empty() {
             table.insert("agent".into(), toml::Value::Table(agents));
+        }
+        for name in ["opencode.json", "opencode.jsonc"] {
+            let path = home.join(".config/opencode").join(name);
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                match imports::opencode_config(&text, &path, warnings) {
+                    Ok(found) => merge(&mut table, found),
+                    Err(e) => warnings.push(format!("{e}; it is not used")),
+                }
+            }
+        }
+        let codex = home.join(".codex/config.toml");
+        if let Ok(text) = std::fs::read_to_string(&codex) {
+            match imports::codex_servers(&text, &codex, warnings) {
+                Ok(servers) if !servers.is_empty() => merge(
+                    &mut table,
+                    toml::Table::from_iter([("mcp".to_owned(), toml::Value::Table(servers))]),
+                ),
+                Ok(_) => {}
+                Err(e) => warnings.push(format!("{e}; its MCP servers are not started")),
+            }
         }
         let settings_path = claude.join("settings.json");
         let settings = read_json(&settings_path, warnings);
