@@ -31,6 +31,7 @@ fn populate(engine: &codeloop_core::Engine, session: &SessionId, parts: usize) {
             format: None,
             command: None,
             effort: None,
+            allowed_tools: Vec::new(),
         })));
         batch.push(Write::Part(Part::user_text(
             session.clone(),

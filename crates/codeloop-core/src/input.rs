@@ -27,6 +27,9 @@ pub struct PromptInput {
     /// How hard the model is asked to think this turn (DESIGN.md §5l); else the agent's or model's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<codeloop_types::Effort>,
+    /// A command's `allowed-tools` (Claude's rule syntax), pre-approved for the turns answering it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_tools: Vec<String>,
     /// The id the user message will have, when it was named before (a UserPromptSubmit hook's
     /// `prompt_id`).
     #[serde(skip)]
@@ -136,6 +139,7 @@ pub(crate) fn user_message(
         format: None,
         command: input.command.clone(),
         effort: input.effort,
+        allowed_tools: input.allowed_tools.clone(),
     };
     let parts: Vec<Part> = input
         .parts

@@ -172,6 +172,7 @@ impl PromptBody {
             system: self.system.clone(),
             command: None,
             effort,
+            allowed_tools: Vec::new(),
             message_id: None,
         };
         Ok((input, delivery))

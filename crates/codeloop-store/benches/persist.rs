@@ -41,6 +41,7 @@ fn user(session: &SessionId) -> Message {
         format: None,
         command: None,
         effort: None,
+        allowed_tools: Vec::new(),
     })
 }
 

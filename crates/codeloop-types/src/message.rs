@@ -28,6 +28,10 @@ pub struct UserMessage {
     /// The effort asked for this turn (`run --effort`, a client's picker); else the agent's or model's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub effort: Option<crate::Effort>,
+    /// The command's `allowed-tools` (Claude's rule syntax), pre-approved for the turns answering this
+    /// message, within deny rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_tools: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

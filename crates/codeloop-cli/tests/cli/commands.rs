@@ -109,3 +109,46 @@ async fn a_bare_model_in_front_matter_is_resolved_or_the_sessions_model_runs_it(
     assert!(stderr.contains("claude-sonnet-4-0") && stderr.contains("session's model is used"), "{stderr}");
     assert!(last_request(&fake).contains("A model no provider here serves."), "{}", last_request(&fake));
 }
+
+/// What the model was told the last tool call returned, in request `n`.
+fn tool_output(fake: &FakeProvider, n: usize) -> String {
+    let messages = fake.requests()[n].body["messages"].as_array().cloned().unwrap_or_default();
+    messages.iter().rev().find(|m| m["role"] == "tool").map(|m| m["content"].to_string()).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allowed_tools_pre_approve_a_commands_calls_within_deny_rules_and_only_if_trusted() {
+    let env = Env::new();
+    let call = |command: &str| Turn::from(Reply::tool_call("bash", serde_json::json!({"command": command})));
+    let fake = FakeProvider::start(Script::new([
+        call("echo ran-it"),
+        Turn::from(Reply::text("done")),
+        call("echo secret-thing"),
+        Turn::from(Reply::text("done")),
+        call("echo ran-it"),
+    ]))
+    .await
+    .unwrap();
+    let config = env
+        .config(&fake.base_url(), "[permission]\nbash = { \"*\" = \"ask\", \"echo secret*\" = \"deny\" }\n");
+    let front = "---\ndescription: Say things\nallowed-tools: Bash(echo:*), Read\n---\nSay $ARGUMENTS";
+    write(env.home.path(), ".claude/commands/say.md", front);
+    // The user's command: its echo runs unasked, even though bash asks and no one can answer here.
+    let output = codeloop(&env, Some(&config), &["run", "--command", "say", "hi"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    assert!(tool_output(&fake, 1).contains("ran-it"), "{}", tool_output(&fake, 1));
+    // A deny rule still holds.
+    let output = codeloop(&env, Some(&config), &["run", "--command", "say", "it"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    let denied = tool_output(&fake, 3);
+    assert!(denied.contains("Permission denied") && denied.contains("echo secret*"), "{denied}");
+    // An untrusted project's command: its allowed-tools are ignored, and said.
+    write(env.project.path(), ".claude/commands/psay.md", &front.replace("Say", "Project say"));
+    let output = codeloop(&env, Some(&config), &["run", "--command", "psay", "x"]).await;
+    let (_, stderr) = text(&output);
+    assert!(
+        stderr.contains("allowed-tools: Bash(echo:*), Read") && stderr.contains("not trusted"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("needs approval"), "the echo was not pre-approved: {stderr}");
+}

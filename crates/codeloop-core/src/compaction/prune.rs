@@ -79,6 +79,7 @@ mod tests {
                 format: None,
                 command: None,
                 effort: None,
+                allowed_tools: Vec::new(),
             }),
             parts: vec![Part::user_text(session.clone(), id, "go")],
         }

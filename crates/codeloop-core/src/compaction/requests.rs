@@ -18,6 +18,7 @@ pub(crate) fn user_info(session_id: &SessionId, like: &UserMessage) -> UserMessa
         format: None,
         command: None,
         effort: like.effort,
+        allowed_tools: like.allowed_tools.clone(),
     }
 }
 

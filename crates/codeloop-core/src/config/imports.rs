@@ -52,6 +52,16 @@ pub(super) fn claude_permission_rules(
     rules
 }
 
+/// A command's `allowed-tools` as allow rules (those codeloop cannot read are left out).
+pub fn claude_allow_rules(rules: &[String], root: &Path) -> Vec<PermissionRule> {
+    rules
+        .iter()
+        .filter_map(|text| claude_rule(text, root, None).ok())
+        .flatten()
+        .map(|(permission, pattern)| PermissionRule::new(permission, pattern, PermissionAction::Allow))
+        .collect()
+}
+
 /// `Tool` or `Tool(specifier)` as `(permission, pattern)` pairs.
 fn claude_rule(text: &str, root: &Path, home: Option<&Path>) -> Result<Vec<(String, String)>, String> {
     let text = text.trim();

@@ -25,7 +25,7 @@ mod narrowing;
 mod schema;
 mod sources;
 
-pub use imports::EnvLookup as ConfigEnv;
+pub use imports::{EnvLookup as ConfigEnv, claude_allow_rules};
 pub use lint::known_permissions;
 pub use schema::*;
 pub use sources::{ConfigError, ConfigSources, LoadedConfig, ProjectConfig, ProjectConfigLoader};

@@ -97,10 +97,11 @@ impl Engine {
     }
 
     /// `file` as it may act (DESIGN.md §5j): an untrusted project's command never overrides the agent or
-    /// model the person chose, nor runs as a subtask under another agent — those keys are dropped, and
-    /// the warning says so.
+    /// model the person chose, runs as a subtask under another agent, or pre-approves tools — those keys
+    /// are dropped, and the warning says so.
     fn as_trusted(&self, file: CommandFile, directory: &Path) -> (CommandFile, Option<String>) {
-        let widening = file.agent.is_some() || file.model.is_some() || file.subtask;
+        let widening =
+            file.agent.is_some() || file.model.is_some() || file.subtask || !file.allowed_tools.is_empty();
         if file.source != CommandSource::Project || !widening || self.project_trusted(directory) {
             return (file, None);
         }
@@ -114,6 +115,9 @@ impl Engine {
         if file.subtask {
             ignored.push("subtask: true".to_owned());
         }
+        if !file.allowed_tools.is_empty() {
+            ignored.push(format!("allowed-tools: {}", file.allowed_tools.join(", ")));
+        }
         let warning = format!(
             "command `{}` comes from a project you have not trusted ({}): its {} {} ignored, so it runs with \
              the agent and model you chose; `codeloop trust` in the project lets them count",
@@ -122,7 +126,10 @@ impl Engine {
             ignored.join(", "),
             if ignored.len() == 1 { "is" } else { "are" },
         );
-        (CommandFile { agent: None, model: None, subtask: false, ..file }, Some(warning))
+        (
+            CommandFile { agent: None, model: None, subtask: false, allowed_tools: Vec::new(), ..file },
+            Some(warning),
+        )
     }
 
     /// The model a file's front matter names, checked; for a subtask, its agent must be a subagent. A bare
@@ -271,6 +278,7 @@ impl Engine {
             agent: (!file.subtask).then(|| file.agent.clone()).flatten(),
             model,
             command: Some(file.name.clone()),
+            allowed_tools: file.allowed_tools.clone(),
             ..PromptInput::text(text)
         };
         if !file.subtask {

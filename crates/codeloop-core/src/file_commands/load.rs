@@ -29,6 +29,9 @@ pub struct CommandFile {
     /// `provider/model`, as written.
     pub model: Option<String>,
     pub subtask: bool,
+    /// `allowed-tools` (Claude's rule syntax: `Bash(git add:*)`, `Read`): pre-approved for the command's
+    /// turn, within deny rules.
+    pub allowed_tools: Vec<String>,
     /// The template.
     pub body: String,
     pub source: CommandSource,
@@ -144,6 +147,7 @@ pub fn parse(name: &str, text: &str, source: CommandSource, path: PathBuf) -> Co
         agent: None,
         model: None,
         subtask: false,
+        allowed_tools: Vec::new(),
         body: body.to_owned(),
         source,
         path,
@@ -158,10 +162,33 @@ pub fn parse(name: &str, text: &str, source: CommandSource, path: PathBuf) -> Co
             "agent" => file.agent = value,
             "model" => file.model = value,
             "subtask" => file.subtask = value.as_deref() == Some("true"),
+            "allowed-tools" | "allowed_tools" => {
+                file.allowed_tools = value.as_deref().map(rule_list).unwrap_or_default()
+            }
             _ => {}
         }
     }
     file
+}
+
+/// `Bash(git add:*), Bash(git status:*), Read` (or a `[…]` list) as its rules, split at top-level commas.
+fn rule_list(text: &str) -> Vec<String> {
+    let text = text.trim().trim_start_matches('[').trim_end_matches(']');
+    let (mut rules, mut current, mut depth) = (Vec::new(), String::new(), 0usize);
+    for c in text.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                rules.push(std::mem::take(&mut current));
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    rules.push(current);
+    rules.into_iter().map(|r| unquote(r.trim()).to_owned()).filter(|r| !r.is_empty()).collect()
 }
 
 /// `(front matter, body)`; no front matter gives an empty one and the whole text.

@@ -181,6 +181,8 @@ pub(crate) struct Run<'a> {
     /// The run did nothing but a manual compaction (`/compact`) since it began: it ends without Stop hooks,
     /// as Claude Code's does.
     compacted_only: bool,
+    /// The `allowed-tools` of the command the current turn answers (empty for a plain prompt).
+    allowed_tools: Vec<String>,
     /// The files the session has read or written (from its history, then as its tools go).
     seen: Arc<codeloop_tools::SeenFiles>,
     /// Effort levels already warned about as not taken by a model.
@@ -266,6 +268,7 @@ pub(crate) async fn run_session(
         encoded: codeloop_provider::EncodeCache::new(),
         mcp_notes: Vec::new(),
         effort_warned: Default::default(),
+        allowed_tools: Vec::new(),
         seen,
         spend: limits::Spend::new(),
         hook_stop: Default::default(),

@@ -55,6 +55,21 @@ impl Run<'_> {
         Arc::new(rules)
     }
 
+    /// The turn's rules: a command's `allowed-tools` pre-approve after every other rule, and every deny
+    /// rule holds again after them (allowed-tools never lifts a deny).
+    fn layers_with(&self, agent: &Agent, allowed_tools: &[String]) -> Arc<Vec<PermissionRule>> {
+        let layers = self.layers(agent);
+        if allowed_tools.is_empty() {
+            return layers;
+        }
+        let mut rules = (*layers).clone();
+        let denies: Vec<PermissionRule> =
+            rules.iter().filter(|r| r.action == codeloop_types::PermissionAction::Deny).cloned().collect();
+        rules.extend(crate::config::claude_allow_rules(allowed_tools, &self.project.root));
+        rules.extend(denies);
+        Arc::new(rules)
+    }
+
     pub(super) fn turn_context(
         &mut self,
         agent: &Agent,
@@ -65,6 +80,7 @@ impl Run<'_> {
         offered: Vec<String>,
     ) -> Arc<TurnContext> {
         let compaction = &self.services.config.compaction;
+        let layers = self.layers_with(agent, &self.allowed_tools);
         Arc::new(TurnContext {
             journal: self.services.journal.clone(),
             gate: Arc::new(
@@ -73,7 +89,7 @@ impl Run<'_> {
                     self.runs.clone(),
                     self.session.id.clone(),
                     self.session.parent_id.clone(),
-                    self.layers(agent),
+                    layers,
                     self.policy.narrowing.clone(),
                     self.project.root.display().to_string(),
                 )
@@ -202,6 +218,7 @@ impl Run<'_> {
         ));
         let estimate = estimate_request_tokens(&request);
         let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        self.allowed_tools = user.allowed_tools.clone();
         let ctx = self.turn_context(&agent, &model, !last_step, false, estimate, offered.clone());
         let mut processor = Processor::new(ctx, self.new_assistant(&user, &agent.name, &model));
         let start = self.snapshot().await;

@@ -38,6 +38,7 @@ fn long_session(h: &Harness, session: &SessionId) {
             format: None,
             command: None,
             effort: None,
+            allowed_tools: Vec::new(),
         };
         let q = question.id.clone();
         writes.push(Write::Message(Message::User(question)));

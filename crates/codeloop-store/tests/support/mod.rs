@@ -111,6 +111,7 @@ pub fn user(session: &SessionId) -> Message {
         format: None,
         command: None,
         effort: None,
+        allowed_tools: Vec::new(),
     })
 }
 
