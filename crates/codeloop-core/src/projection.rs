@@ -15,6 +15,8 @@ pub const COMPACTION_QUESTION: &str = "What did we do so far?";
 pub const PRUNED_OUTPUT: &str = "[Old tool result content cleared]";
 pub const INTERRUPTED_RESULT: &str = "[Tool execution was interrupted]";
 pub const SUBTASK_TEXT: &str = "The following tool was executed by the user";
+/// The metadata key of a summary's part that is carried after it as a user message (the user's words).
+pub const CARRIED_KEY: &str = "carried";
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProjectionOptions {
@@ -98,10 +100,32 @@ pub fn to_provider_messages(
                 }
                 let same_model = &info.model == model;
                 assistant_messages(message, same_model, options, &mut out);
+                if info.summary {
+                    out.extend(carried_after_summary(message));
+                }
             }
         }
     }
     out
+}
+
+/// A part carried after a summary as a user message (see [`CARRIED_KEY`]).
+fn is_carried(part: &codeloop_types::Part) -> bool {
+    matches!(&part.kind, PartKind::Text(t) if t.metadata.as_ref().is_some_and(|m| m.get(CARRIED_KEY).is_some()))
+}
+
+/// The user's words a summary carries, as the user message after it.
+fn carried_after_summary(message: &MessageWithParts) -> Option<ChatMessage> {
+    let content: Vec<UserContent> = message
+        .parts
+        .iter()
+        .filter(|p| is_carried(p))
+        .filter_map(|p| match &p.kind {
+            PartKind::Text(t) if !t.ignored => Some(UserContent::Text(t.text.clone())),
+            _ => None,
+        })
+        .collect();
+    (!content.is_empty()).then_some(ChatMessage::User(content))
 }
 
 fn user_message(message: &MessageWithParts, options: ProjectionOptions) -> Option<ChatMessage> {
@@ -153,7 +177,7 @@ fn assistant_messages(
 ) {
     let mut content = Vec::new();
     let mut results = Vec::new();
-    for part in &message.parts {
+    for part in message.parts.iter().filter(|p| !is_carried(p)) {
         match &part.kind {
             PartKind::Text(text) if !text.ignored && !text.text.is_empty() => {
                 content.push(AssistantContent::Text {

@@ -4,11 +4,16 @@
 //! Must not: delete history. Pruned outputs stay in the store; summarised messages stay too and are only
 //! hidden from the model by the projection.
 
+mod carried;
 mod overflow;
 mod prune;
 mod requests;
 mod summary;
 
+pub use carried::{
+    carried_budget, carried_user_words, drop_model_work_state, fit_outputs, summary_failure,
+    user_words_block, work_state,
+};
 pub use overflow::{
     COMPACTION_BUFFER, OUTPUT_TOKEN_MAX, is_overflow, max_output, overflow_threshold, request_size, usable,
 };

@@ -20,12 +20,12 @@ Follow the requested structure exactly. Do not answer the conversation, do not c
 /// The sections, described in prose: a template with `<…>` placeholders gets copied, placeholders and
 /// invented progress included, by small models.
 const SECTIONS: &str = "Write it in Markdown with exactly these headings, in this order: ## Objective, ## Important details, \
-## Work state (with ### Completed, ### Active and ### Blocked under it), ## Next move, ## Relevant files.
+## Next move, ## Relevant files. (codeloop adds the work state from its own record: do not write one.)
 
 What goes under each, taken only from the conversation above:
 - Objective: what the user asked for, in one or two sentences.
-- Important details: the constraints, preferences and decisions (with their reasons) the conversation states.
-- Work state: what the tool results show was done (Completed), is under way (Active), or failed or waits on someone (Blocked).
+- Important details: the constraints, preferences and decisions (with their reasons) the conversation states, and what \
+the tool results showed (errors, findings).
 - Next move: the next actions, numbered, in order.
 - Relevant files: each path the conversation names, with why it matters.
 
@@ -71,7 +71,7 @@ impl WorkRecord {
     fn for_prompt(&self) -> String {
         if self.calls.is_empty() {
             return "Tool results in the conversation above: none. No tool ran, so nothing was changed, run or checked \
-                    yet: under ### Completed write \"No tool ran yet.\""
+                    yet."
                 .to_owned();
         }
         let mut text =

@@ -9,13 +9,16 @@ use super::turn::estimate_request_tokens;
 use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run};
 use crate::agents::COMPACTION_AGENT;
 use crate::compaction::{
-    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, SUMMARY_TOOL_OUTPUT_CHARS, WorkRecord,
-    is_overflow, max_output, request_size, select_tail, summary_prompt, summary_text, tail_budget, usable,
+    CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, WorkRecord, carried_budget,
+    carried_user_words, drop_model_work_state, fit_outputs, is_overflow, max_output, request_size,
+    select_tail, summary_failure, summary_prompt, summary_text, tail_budget, usable, user_words_block,
+    work_state,
 };
 use crate::compaction::{new_compaction_request, user_info};
 use crate::error::RunError;
 use crate::outcome::StopReason;
 use crate::processor::Processor;
+use crate::projection::CARRIED_KEY;
 use crate::projection::{ProjectionOptions, to_provider_messages, visible_history};
 
 impl Run<'_> {
@@ -106,8 +109,9 @@ impl Run<'_> {
         let tail = select_tail(&source, compaction.tail_turns, budget, &model.reference);
         let head: Vec<&MessageWithParts> =
             source.iter().copied().filter(|m| !tail.contains(m.info.id())).collect();
-        let options =
-            ProjectionOptions { strip_media: true, tool_output_max_chars: Some(SUMMARY_TOOL_OUTPUT_CHARS) };
+        // Tool outputs go whole to the summariser when they fit its window; else the longest are cut first,
+        // head and tail kept (DESIGN.md §4 "What survives a compaction", rule 4).
+        let options = ProjectionOptions { strip_media: true, tool_output_max_chars: None };
         let mut messages = to_provider_messages(&head, &model.reference, options);
         let record = WorkRecord::of(&head);
         let mut prompt = summary_prompt(previous.as_deref(), &record);
@@ -117,7 +121,86 @@ impl Run<'_> {
                 "\n\nThe user asked this summary to focus on: {focus}. Keep everything about it in detail."
             ));
         }
-        messages.push(ChatMessage::User(vec![UserContent::Text(prompt)]));
+        let room = usable(&model.limits, &compaction).saturating_mul(4) as usize;
+        fit_outputs(&mut messages, room.saturating_sub(prompt.len() + SUMMARY_SYSTEM_PROMPT.len()));
+        let mut carried = None;
+        for attempt in 0..2 {
+            let asked = match attempt {
+                0 => prompt.clone(),
+                _ => format!("{prompt}\n\n{BRIEF_RETRY}"),
+            };
+            let mut attempt_messages = messages.clone();
+            attempt_messages.push(ChatMessage::User(vec![UserContent::Text(asked)]));
+            match self
+                .summary_attempt(&agent, &model, &request_user, attempt_messages, replay.is_some())
+                .await?
+            {
+                Attempt::Failed(flow) => return Ok(flow),
+                Attempt::Done(finished) => {
+                    carried = Some(*finished);
+                    break;
+                }
+                Attempt::Unusable(why) => {
+                    tracing::warn!(
+                        "the summary was not used: {why}{}",
+                        if attempt == 0 { "; asking again" } else { "" }
+                    );
+                }
+            }
+        }
+        // The message an overflow replays comes right after the summary: it is not carried twice.
+        let mut tail_ids: std::collections::HashSet<&MessageId> = tail.iter().collect();
+        let replayed = replay.as_ref().map(|(user, _)| user.id.clone());
+        tail_ids.extend(replayed.as_ref());
+        let session_agent = self.agent(&request_user.agent)?;
+        let session_model = self.resolve_model(&request_user.model)?;
+        let offer = self.offer(&session_agent, &session_model);
+        let prefix_chars: usize = offer.system.stable.iter().map(String::len).sum::<usize>()
+            + offer.tools.iter().map(|t| t.description.len() + t.parameters.to_string().len()).sum::<usize>();
+        let budget =
+            carried_budget(usable(&session_model.limits, &compaction), (prefix_chars as u64).div_ceil(4));
+        let words = carried_user_words(&self.history[..index], &tail_ids, budget);
+        let state = work_state(&self.history[..index]);
+        let finished = match carried {
+            Some(finished) => finished,
+            None => {
+                let message = "the model's summary was cut off or repeated itself twice: codeloop carries its own \
+                               (the first request, the user's words and the work state)";
+                self.services.bus.publish(EventPayload::SessionWarning {
+                    session_id: self.session.id.clone(),
+                    message: message.into(),
+                });
+                self.own_summary(&request_user, &agent.name, &model, words.first().map(String::as_str))
+            }
+        };
+        self.carry(finished, &state, &words);
+        self.record_tail(index, tail);
+        if part.auto {
+            let follow_up = match replay {
+                Some((user, parts)) => replayed_message(&self.session.id, &user, &parts),
+                None => continue_message(&self.session.id, &request_user, part.overflow),
+            };
+            self.services.journal.save_message(&follow_up.info);
+            for part in &follow_up.parts {
+                self.services.journal.save_part(part);
+            }
+            self.history.push(follow_up);
+        }
+        self.services.bus.publish(EventPayload::SessionCompacted { session_id: self.session.id.clone() });
+        self.prefix_changed(codeloop_types::CacheReason::Compaction);
+        Ok(Flow::Continue)
+    }
+
+    /// One summary request; `Unusable` when the summary was cut off or repeats itself (its message is kept
+    /// as an error, so it is never carried).
+    async fn summary_attempt(
+        &mut self,
+        agent: &crate::agents::Agent,
+        model: &crate::models::ResolvedModel,
+        request_user: &UserMessage,
+        messages: Vec<ChatMessage>,
+        replaying: bool,
+    ) -> Result<Attempt, RunError> {
         let request = ProviderRequest {
             model: model.api_id.clone(),
             system: vec![SUMMARY_SYSTEM_PROMPT.to_owned()],
@@ -136,14 +219,14 @@ impl Run<'_> {
             cache: None,
         };
         let estimate = estimate_request_tokens(&request);
-        let ctx = self.turn_context(&agent, &model, false, true, estimate, Vec::new());
-        let mut summary = self.new_assistant(&request_user, &agent.name, &model);
+        let ctx = self.turn_context(agent, model, false, true, estimate, Vec::new());
+        let mut summary = self.new_assistant(request_user, &agent.name, model);
         summary.summary = true;
         let mut processor = Processor::new(ctx, summary);
-        let end = self.attempts(&mut processor, &model, request).await;
+        let end = self.attempts(&mut processor, model, request).await;
         let error = match (end.error, end.overflow) {
             (_, true) => Some(AssistantError::ContextOverflow {
-                message: if replay.is_some() {
+                message: if replaying {
                     "Conversation history too large to compact - exceeds model context limit".into()
                 } else {
                     "Session too large to compact - context exceeds model limit even after stripping media"
@@ -158,40 +241,96 @@ impl Run<'_> {
             (None, false) => None,
         };
         let mut finished = processor.finish(error.clone(), None);
-        if error.is_none() {
-            // What the tools did, as codeloop knows it, stays next to what the summariser says they did.
-            let note =
-                Part::synthetic_text(self.session.id.clone(), finished.message.id.clone(), record.note());
-            self.services.journal.save_part(&note);
-            finished.parts.push(note);
-        }
-        self.record_assistant(MessageWithParts {
-            info: Message::Assistant(finished.message),
-            parts: finished.parts,
-        });
         if let Some(error) = error {
-            return Ok(Flow::Stop(if error.is_aborted() {
+            self.record_assistant(MessageWithParts {
+                info: Message::Assistant(finished.message),
+                parts: finished.parts,
+            });
+            return Ok(Attempt::Failed(Flow::Stop(if error.is_aborted() {
                 StopReason::Interrupted
             } else {
                 StopReason::Error(error)
-            }));
+            })));
         }
+        let text = summary_text(&MessageWithParts {
+            info: Message::Assistant(finished.message.clone()),
+            parts: finished.parts.clone(),
+        });
+        let cut_off = finished.message.finish == Some(codeloop_types::Finish::Length);
+        if let Some(why) = summary_failure(&text, cut_off) {
+            // Kept, as an error, so the projection never takes it for a summary.
+            finished.message.error =
+                Some(AssistantError::Unknown { message: format!("summary not used: {why}") });
+            self.services.journal.save_message(&Message::Assistant(finished.message.clone()));
+            self.record_assistant(MessageWithParts {
+                info: Message::Assistant(finished.message),
+                parts: finished.parts,
+            });
+            return Ok(Attempt::Unusable(why));
+        }
+        Ok(Attempt::Done(Box::new(MessageWithParts {
+            info: Message::Assistant(finished.message),
+            parts: finished.parts,
+        })))
+    }
 
-        self.record_tail(index, tail);
-        if part.auto {
-            let follow_up = match replay {
-                Some((user, parts)) => replayed_message(&self.session.id, &user, &parts),
-                None => continue_message(&self.session.id, &request_user, part.overflow),
-            };
-            self.services.journal.save_message(&follow_up.info);
-            for part in &follow_up.parts {
-                self.services.journal.save_part(part);
+    /// codeloop's own summary when the model's failed twice: the first request as the objective.
+    fn own_summary(
+        &mut self,
+        request_user: &UserMessage,
+        agent: &str,
+        model: &crate::models::ResolvedModel,
+        first_words: Option<&str>,
+    ) -> MessageWithParts {
+        let mut info = self.new_assistant(request_user, agent, model);
+        info.summary = true;
+        info.finish = Some(codeloop_types::Finish::Stop);
+        info.time.completed = Some(codeloop_types::now_ms());
+        let objective = first_words.unwrap_or("(the user's first request is not in the record)");
+        let text = format!(
+            "## Objective\n{objective}\n\n## Important details\n(see the user's messages below)\n\n## Next move\n1. \
+             Check the work state below, then continue the task.\n\n## Relevant files\n(see the work state)"
+        );
+        let part = Part::new(
+            self.session.id.clone(),
+            info.id.clone(),
+            PartKind::Text(codeloop_types::TextPart { text, ..Default::default() }),
+        );
+        self.services.journal.save_message(&Message::Assistant(info.clone()));
+        self.services.journal.save_part(&part);
+        MessageWithParts { info: Message::Assistant(info), parts: vec![part] }
+    }
+
+    /// Records the summary with what is carried beside it: the model's own work state dropped from its
+    /// text, codeloop's work state after it, and the user's words (placed after the summary, as a user
+    /// message, by the projection).
+    fn carry(&mut self, mut summary: MessageWithParts, state: &str, words: &[String]) {
+        for part in &mut summary.parts {
+            if let PartKind::Text(text) = &mut part.kind
+                && !text.synthetic
+            {
+                let kept = drop_model_work_state(&text.text);
+                if kept != text.text {
+                    text.text = kept;
+                    self.services.journal.save_part(part);
+                }
             }
-            self.history.push(follow_up);
         }
-        self.services.bus.publish(EventPayload::SessionCompacted { session_id: self.session.id.clone() });
-        self.prefix_changed(codeloop_types::CacheReason::Compaction);
-        Ok(Flow::Continue)
+        let id = summary.info.id().clone();
+        let state = Part::synthetic_text(self.session.id.clone(), id.clone(), format!("\n\n{state}"));
+        self.services.journal.save_part(&state);
+        summary.parts.push(state);
+        let nonce = MessageId::new().to_string();
+        let nonce = nonce.rsplit('_').next().unwrap_or(&nonce).chars().rev().take(8).collect::<String>();
+        if let Some(block) = user_words_block(words, &nonce) {
+            let mut part = Part::synthetic_text(self.session.id.clone(), id, block);
+            if let PartKind::Text(text) = &mut part.kind {
+                text.metadata = Some(serde_json::json!({ CARRIED_KEY: "user_words" }));
+            }
+            self.services.journal.save_part(&part);
+            summary.parts.push(part);
+        }
+        self.record_assistant(summary);
     }
 
     /// Stores the tail on the compaction part as explicit ids.
@@ -206,6 +345,19 @@ impl Run<'_> {
         self.services.journal.save_part(part);
     }
 }
+
+/// How one summary request ended.
+enum Attempt {
+    /// The run stops (an error of the request, or an interruption); the message is recorded.
+    Failed(Flow),
+    /// Cut off or repeating itself: not carried.
+    Unusable(&'static str),
+    Done(Box<MessageWithParts>),
+}
+
+/// Added to the summary request when the first summary was cut off or repeated itself.
+const BRIEF_RETRY: &str = "Your previous summary was cut off or repeated itself. Write it again, briefly: a few \
+terse bullets under each heading, each line said once.";
 
 fn continue_message(
     session_id: &codeloop_types::SessionId,

@@ -5,7 +5,7 @@ use codeloop_core::config::ModelSettings;
 use codeloop_core::permission::AskPolicy;
 use codeloop_core::{StopReason, projection};
 use codeloop_testkit::{Fault, Reply, Script, ScriptToolCall, ScriptUsage, Turn};
-use codeloop_types::{AssistantError, Message, ToolState};
+use codeloop_types::{AssistantError, EventPayload, Message, ToolState};
 use serde_json::{Value, json};
 
 use crate::harness::Harness;
@@ -34,6 +34,9 @@ fn redact(value: &mut Value, project: &str) {
     match value {
         Value::String(s) => {
             let mut replaced = s.replace(project, "[PROJECT]");
+            // The carried user words' delimiters are made at random per compaction.
+            let nonce = regex::Regex::new(r"user-words-[0-9A-Za-z]+").unwrap();
+            replaced = nonce.replace_all(&replaced, "user-words-[NONCE]").into_owned();
             // The date of the session's first day.
             if let Some(at) = replaced.find("Today's date: ") {
                 let start = at + "Today's date: ".len();
@@ -489,15 +492,17 @@ async fn a_summary_of_a_history_where_no_tool_ran_says_no_tool_ran() {
         prompt.contains("Tool results in the conversation above: none. No tool ran"),
         "the summariser is told that nothing ran: {prompt}"
     );
-    assert!(prompt.contains("## Work state (with ### Completed"), "{prompt}");
+    assert!(prompt.contains("do not write one"), "codeloop writes the work state: {prompt}");
     assert!(!prompt.contains('<'), "no <placeholder> to copy: {prompt}");
-    // The summary keeps codeloop's own record next to what the model wrote, and the model sees it.
+    // The model's own work state is dropped; codeloop's record takes its place, and the model sees it.
     let history = h.history();
     let summary = history.iter().find(|m| m.info.as_assistant().is_some_and(|a| a.summary)).unwrap();
+    let own = summary.parts.iter().find_map(|p| p.as_text().filter(|t| !t.synthetic)).unwrap();
+    assert_eq!(own.text, "## Objective\nPlan the feature.\n");
     let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
-    assert_eq!(note.text, "\n\n(codeloop's record: no tool ran in the conversation this summary replaces.)");
+    assert!(note.text.contains("No tool has run yet"), "{}", note.text);
     let after = Value::Array(h.request_messages(2)).to_string();
-    assert!(after.contains("no tool ran in the conversation this summary replaces"), "{after}");
+    assert!(after.contains("No tool has run yet") && !after.contains("### Completed"), "{after}");
 }
 
 #[tokio::test]
@@ -530,7 +535,8 @@ async fn the_summariser_is_told_which_tools_ran_and_how_they_ended() {
     let history = h.history();
     let summary = history.iter().find(|m| m.info.as_assistant().is_some_and(|a| a.summary)).unwrap();
     let note = summary.parts.iter().find_map(|p| p.as_text().filter(|t| t.synthetic)).unwrap();
-    assert!(note.text.contains("2 tool call(s), 1 completed, 1 failed, 0 interrupted"), "{}", note.text);
+    assert!(note.text.contains("- read missing.txt: failed — File not found"), "{}", note.text);
+    assert!(note.text.contains("- read a.txt: completed"), "{}", note.text);
 }
 
 #[tokio::test]
@@ -557,4 +563,72 @@ async fn a_summary_request_that_fails_never_locks_the_session() {
         assert_eq!(answer, "the answer to two", "{why}: the next prompt is answered");
         assert_eq!(h.fake.request_count(), 3, "{why}");
     }
+}
+
+#[tokio::test]
+async fn a_summary_cut_off_or_looping_is_asked_again_then_replaced_by_codeloops_own() {
+    let looping =
+        format!("## Objective\nShip it\n{}", "- keep reading the background notes again\n".repeat(6));
+    let cut_off = Turn::from(
+        Reply::text("## Objective\nShip the feat")
+            .with_finish("length")
+            .with_usage(ScriptUsage::new(5_000, 20)),
+    );
+    let h = Harness::with(
+        Script::new([
+            text("I will plan the feature first.", 47_000),
+            text(&looping, 5_000),
+            cut_off,
+            text("Continuing with the plan.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        small_window,
+    )
+    .await;
+    let mut events = h.engine.bus().subscribe();
+    assert_eq!(h.prompt("build the export feature, keep the old API").await.stop, StopReason::Completed);
+    assert_eq!(h.fake.request_count(), 4, "the summary was asked for twice");
+    let retry = Value::Array(h.request_messages(2)).to_string();
+    assert!(retry.contains("Write it again, briefly"), "{retry}");
+    // Neither failed summary is carried: codeloop's own is, with the first request as its objective.
+    let after = Value::Array(h.request_messages(3)).to_string();
+    assert!(
+        !after.contains("keep reading the background notes") && !after.contains("Ship the feat"),
+        "{after}"
+    );
+    assert!(after.contains("## Objective\\nbuild the export feature, keep the old API"), "{after}");
+    let mut warned = false;
+    while let Ok(event) = events.try_recv() {
+        warned |= matches!(&event.payload, EventPayload::SessionWarning { message, .. } if message.contains("codeloop carries its own"));
+    }
+    assert!(warned, "a warning says so");
+}
+
+#[tokio::test]
+async fn the_users_words_survive_verbatim_and_a_long_first_message_is_cut_in_the_middle() {
+    let first = format!("OBJECTIVE-START {} OBJECTIVE-END", "context ".repeat(12_000));
+    let h = Harness::with(
+        Script::new([
+            text("noted", 1_000),
+            text("on it", 47_000),
+            text(SUMMARY, 5_000),
+            text("Continuing.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        |config| {
+            small_window(config);
+            config.compaction.tail_turns = 0;
+        },
+    )
+    .await;
+    h.prompt(&first).await;
+    h.prompt("also: never touch the v1 API").await;
+    let after = Value::Array(h.request_messages(3)).to_string();
+    assert!(after.contains("never touch the v1 API"), "a later correction survives: {after}");
+    assert!(
+        after.contains("OBJECTIVE-START") && after.contains("OBJECTIVE-END"),
+        "head and tail of the first"
+    );
+    assert!(after.contains("bytes of this message left out"), "cut in the middle, said");
+    assert!(after.contains("already answered"), "framed as earlier messages");
 }
