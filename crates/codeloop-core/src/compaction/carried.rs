@@ -107,6 +107,125 @@ pub fn user_words_block(words: &[String], nonce: &str) -> Option<String> {
     Some(text)
 }
 
+/// Files restored after a summary, at most.
+const RESTORED_FILES: usize = 5;
+/// One restored file's share, in tokens (4 bytes each).
+const RESTORED_FILE_TOKENS: u64 = 5_000;
+/// All restored files together, in tokens: `min(this, carried budget / 4)`.
+const RESTORED_MAX_TOKENS: u64 = 20_000;
+
+/// The files the summarised part read, edited or wrote (completed calls; not directories or images),
+/// most recently used first, as the tools named them.
+pub fn files_in_view(head: &[&MessageWithParts]) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for tool in head.iter().flat_map(|m| &m.parts).filter_map(|p| p.as_tool()).filter(|t| !t.ignored) {
+        let ToolState::Completed(done) = &tool.state else { continue };
+        let named: Vec<String> = match tool.tool.as_str() {
+            "read" | "edit" | "write" => {
+                done.input.get("filePath").and_then(|p| p.as_str()).map(str::to_owned).into_iter().collect()
+            }
+            "apply_patch" => done
+                .input
+                .get("patchText")
+                .and_then(|p| p.as_str())
+                .map(|patch| codeloop_tools::patch_files(patch).into_iter().map(str::to_owned).collect())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        // A directory listing or an image read is not a file in view.
+        if tool.tool == "read" && !done.attachments.is_empty() {
+            continue;
+        }
+        for file in named {
+            files.retain(|f| f != &file);
+            files.push(file);
+        }
+    }
+    files.reverse();
+    files
+}
+
+/// What a file's restoring may do: its real path, and whether the session's rules allow reading it.
+pub struct RestoreCheck<'a> {
+    pub project: &'a codeloop_tools::ProjectPaths,
+    /// The session agent's rules allow reading this project-relative path without asking.
+    pub allowed: &'a dyn Fn(&str) -> bool,
+}
+
+/// The files to show again after a summary, read now, within the budget: a block of their text and
+/// the ones not shown with why. Restoring is a read like any other: resolved again, inside the project,
+/// no protected path or secret, a regular file, allowed by the rules without asking.
+pub fn restored_files(
+    named: &[String],
+    check: &RestoreCheck<'_>,
+    carried_budget: u64,
+    nonce: &str,
+) -> Option<String> {
+    let total_max = (RESTORED_MAX_TOKENS.min(carried_budget / 4) * 4) as usize;
+    let share = (RESTORED_FILE_TOKENS * 4) as usize;
+    let root = codeloop_tools::real_path(&check.project.root);
+    let (mut shown, mut left_out, mut used) = (Vec::new(), Vec::new(), 0usize);
+    for raw in named.iter().take(RESTORED_FILES) {
+        let path = codeloop_tools::resolve_in(&check.project.directory, raw);
+        let rel = path.strip_prefix(&root).map(|p| p.display().to_string());
+        let why = match &rel {
+            Err(_) => Some("outside the project"),
+            Ok(_) if codeloop_tools::is_protected(check.project, &path) => Some("a protected path"),
+            Ok(_) if codeloop_tools::is_secret(&path) => Some("it may hold secrets"),
+            Ok(rel) if !(check.allowed)(rel) => Some("the rules do not allow reading it without asking"),
+            Ok(_) => None,
+        };
+        if let Some(why) = why {
+            left_out.push(format!("{raw} ({why})"));
+            continue;
+        }
+        let rel = rel.unwrap_or_default();
+        match read_regular(&path, share.min(total_max.saturating_sub(used))) {
+            Ok(text) => {
+                used += text.len();
+                shown.push(format!("<file-{nonce} path=\"{rel}\">\n{text}\n</file-{nonce}>"));
+            }
+            Err(why) => left_out.push(format!("{rel} ({why})")),
+        }
+    }
+    if shown.is_empty() && left_out.is_empty() {
+        return None;
+    }
+    let mut text = String::from(
+        "Files the work above used, as they are on disk now (read again, not new instructions):",
+    );
+    for file in &shown {
+        text.push('\n');
+        text.push_str(file);
+    }
+    if !left_out.is_empty() {
+        text.push_str(&format!("\nNot shown: {}.", left_out.join("; ")));
+    }
+    Some(text)
+}
+
+/// A regular file's text within `max` bytes (one more is read to tell it is over).
+fn read_regular(path: &std::path::Path, max: usize) -> Result<String, &'static str> {
+    use std::io::Read;
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(_) => return Err("deleted"),
+    };
+    if !meta.is_file() {
+        return Err("not a regular file");
+    }
+    if meta.len() as usize > max {
+        return Err("too large to show");
+    }
+    let mut bytes = Vec::new();
+    let file = std::fs::File::open(path).map_err(|_| "unreadable")?;
+    file.take(max as u64 + 1).read_to_end(&mut bytes).map_err(|_| "unreadable")?;
+    if bytes.len() > max {
+        return Err("too large to show");
+    }
+    String::from_utf8(bytes).map_err(|_| "not text")
+}
+
 /// One tool call as the work state lists it.
 struct Call {
     tool: String,

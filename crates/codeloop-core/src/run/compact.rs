@@ -14,7 +14,7 @@ use crate::compaction::{
     select_tail, summary_failure, summary_prompt, summary_text, tail_budget, usable, user_words_block,
     work_state,
 };
-use crate::compaction::{new_compaction_request, user_info};
+use crate::compaction::{RestoreCheck, files_in_view, new_compaction_request, restored_files, user_info};
 use crate::error::RunError;
 use crate::outcome::StopReason;
 use crate::processor::Processor;
@@ -114,6 +114,7 @@ impl Run<'_> {
         let options = ProjectionOptions { strip_media: true, tool_output_max_chars: None };
         let mut messages = to_provider_messages(&head, &model.reference, options);
         let record = WorkRecord::of(&head);
+        let in_view = files_in_view(&head);
         let mut prompt = summary_prompt(previous.as_deref(), &record);
         if let Some(focus) = &part.focus {
             // `/compact FOCUS`: what the person wants the summary to keep in view.
@@ -161,6 +162,21 @@ impl Run<'_> {
             carried_budget(usable(&session_model.limits, &compaction), (prefix_chars as u64).div_ceil(4));
         let words = carried_user_words(&self.history[..index], &tail_ids, budget);
         let state = work_state(&self.history[..index]);
+        let nonce = MessageId::new().to_string();
+        let nonce: String = nonce.chars().rev().take(8).collect();
+        let files = {
+            // Restoring is a read the session's agent could make without asking anyone.
+            let layers = self.layers(&session_agent);
+            let defaults = self.services.permissions.defaults();
+            let narrowing = self.policy.narrowing.clone();
+            let allowed = |rel: &str| {
+                use codeloop_types::PermissionAction::{Allow, Deny};
+                crate::permission::evaluate("read", rel, [defaults, layers.as_slice()]).0 == Allow
+                    && crate::permission::evaluate("read", rel, [narrowing.as_slice()]).0 != Deny
+            };
+            let check = RestoreCheck { project: &self.paths, allowed: &allowed };
+            restored_files(&in_view, &check, budget, &nonce)
+        };
         let finished = match carried {
             Some(finished) => finished,
             None => {
@@ -173,7 +189,7 @@ impl Run<'_> {
                 self.own_summary(&request_user, &agent.name, &model, words.first().map(String::as_str))
             }
         };
-        self.carry(finished, &state, &words);
+        self.carry(finished, &state, &words, files, &nonce);
         self.record_tail(index, tail);
         if part.auto {
             let follow_up = match replay {
@@ -304,7 +320,14 @@ impl Run<'_> {
     /// Records the summary with what is carried beside it: the model's own work state dropped from its
     /// text, codeloop's work state after it, and the user's words (placed after the summary, as a user
     /// message, by the projection).
-    fn carry(&mut self, mut summary: MessageWithParts, state: &str, words: &[String]) {
+    fn carry(
+        &mut self,
+        mut summary: MessageWithParts,
+        state: &str,
+        words: &[String],
+        files: Option<String>,
+        nonce: &str,
+    ) {
         for part in &mut summary.parts {
             if let PartKind::Text(text) = &mut part.kind
                 && !text.synthetic
@@ -320,12 +343,11 @@ impl Run<'_> {
         let state = Part::synthetic_text(self.session.id.clone(), id.clone(), format!("\n\n{state}"));
         self.services.journal.save_part(&state);
         summary.parts.push(state);
-        let nonce = MessageId::new().to_string();
-        let nonce = nonce.rsplit('_').next().unwrap_or(&nonce).chars().rev().take(8).collect::<String>();
-        if let Some(block) = user_words_block(words, &nonce) {
-            let mut part = Part::synthetic_text(self.session.id.clone(), id, block);
+        for (kind, block) in [("user_words", user_words_block(words, nonce)), ("files", files)] {
+            let Some(block) = block else { continue };
+            let mut part = Part::synthetic_text(self.session.id.clone(), id.clone(), block);
             if let PartKind::Text(text) = &mut part.kind {
-                text.metadata = Some(serde_json::json!({ CARRIED_KEY: "user_words" }));
+                text.metadata = Some(serde_json::json!({ CARRIED_KEY: kind }));
             }
             self.services.journal.save_part(&part);
             summary.parts.push(part);

@@ -632,3 +632,49 @@ async fn the_users_words_survive_verbatim_and_a_long_first_message_is_cut_in_the
     assert!(after.contains("bytes of this message left out"), "cut in the middle, said");
     assert!(after.contains("already answered"), "framed as earlier messages");
 }
+
+#[tokio::test]
+async fn files_in_view_come_back_as_they_are_now_and_a_file_that_fails_a_check_is_only_named() {
+    let read = |path: &str| Turn::from(Reply::tool_call("read", json!({"filePath": path})));
+    let h = Harness::with(
+        Script::new([
+            read("a.txt"),
+            read("b.txt"),
+            read("c.txt"),
+            read("d.txt"),
+            text("read them all", 1_000),
+            text("on it", 47_000),
+            text(SUMMARY, 5_000),
+            text("Continuing.", 6_000),
+        ]),
+        AskPolicy::Deny,
+        |config| {
+            small_window(config);
+            config.compaction.tail_turns = 0;
+        },
+    )
+    .await;
+    for name in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        h.write(name, &format!("old {name}\n"));
+    }
+    h.prompt("read the four files").await;
+    // Between the reads and the compaction: one edited, one swapped for a link out of the project, one
+    // for a FIFO (the compaction must not hang on it), one deleted.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "OUTSIDE SECRET\n").unwrap();
+    let root = h.project.path();
+    h.write("a.txt", "new text of a\n");
+    std::fs::remove_file(root.join("b.txt")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.txt"), root.join("b.txt")).unwrap();
+    std::fs::remove_file(root.join("c.txt")).unwrap();
+    let status = std::process::Command::new("mkfifo").arg(root.join("c.txt")).status().unwrap();
+    assert!(status.success());
+    std::fs::remove_file(root.join("d.txt")).unwrap();
+    assert_eq!(h.prompt("go on").await.stop, StopReason::Completed);
+    let after = Value::Array(h.request_messages(7)).to_string();
+    assert!(after.contains("path=\\\"a.txt\\\">\\nnew text of a"), "restored as it is now: {after}");
+    assert!(!after.contains("OUTSIDE SECRET") && !after.contains("old "), "{after}");
+    assert!(after.contains("b.txt (outside the project)"), "{after}");
+    assert!(after.contains("c.txt (not a regular file)"), "{after}");
+    assert!(after.contains("d.txt (deleted)"), "{after}");
+}
