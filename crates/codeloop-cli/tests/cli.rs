@@ -124,6 +124,12 @@ fn http_client() -> reqwest::Client {
     reqwest::Client::builder().default_headers(headers).build().unwrap()
 }
 
+/// What the model was told the last tool call returned, in request `n` (OpenAI chat's tool message).
+fn last_tool_output(fake: &FakeProvider, n: usize) -> String {
+    let messages = fake.requests()[n].body["messages"].as_array().cloned().unwrap_or_default();
+    messages.iter().rev().find(|m| m["role"] == "tool").map(|m| m["content"].to_string()).unwrap_or_default()
+}
+
 fn text(output: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&output.stdout).into_owned(),

@@ -110,12 +110,6 @@ async fn a_bare_model_in_front_matter_is_resolved_or_the_sessions_model_runs_it(
     assert!(last_request(&fake).contains("A model no provider here serves."), "{}", last_request(&fake));
 }
 
-/// What the model was told the last tool call returned, in request `n`.
-fn tool_output(fake: &FakeProvider, n: usize) -> String {
-    let messages = fake.requests()[n].body["messages"].as_array().cloned().unwrap_or_default();
-    messages.iter().rev().find(|m| m["role"] == "tool").map(|m| m["content"].to_string()).unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allowed_tools_pre_approve_a_commands_calls_within_deny_rules_and_only_if_trusted() {
     let env = Env::new();
@@ -136,11 +130,11 @@ async fn allowed_tools_pre_approve_a_commands_calls_within_deny_rules_and_only_i
     // The user's command: its echo runs unasked, even though bash asks and no one can answer here.
     let output = codeloop(&env, Some(&config), &["run", "--command", "say", "hi"]).await;
     assert!(output.status.success(), "{}", text(&output).1);
-    assert!(tool_output(&fake, 1).contains("ran-it"), "{}", tool_output(&fake, 1));
+    assert!(super::last_tool_output(&fake, 1).contains("ran-it"), "{}", super::last_tool_output(&fake, 1));
     // A deny rule still holds.
     let output = codeloop(&env, Some(&config), &["run", "--command", "say", "it"]).await;
     assert!(output.status.success(), "{}", text(&output).1);
-    let denied = tool_output(&fake, 3);
+    let denied = super::last_tool_output(&fake, 3);
     assert!(denied.contains("Permission denied") && denied.contains("echo secret*"), "{denied}");
     // An untrusted project's command: its allowed-tools are ignored, and said.
     write(env.project.path(), ".claude/commands/psay.md", &front.replace("Say", "Project say"));

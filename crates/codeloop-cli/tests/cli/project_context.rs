@@ -24,12 +24,6 @@ fn offered(body: &Value) -> Vec<String> {
         .collect()
 }
 
-/// What the model was told a tool call returned in request `n` (the last tool message).
-fn last_result(fake: &FakeProvider, n: usize) -> String {
-    let messages = fake.requests()[n].body["messages"].as_array().cloned().unwrap_or_default();
-    messages.iter().rev().find(|m| m["role"] == "tool").map(|m| m["content"].to_string()).unwrap_or_default()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projects_mcp_json_server_starts_only_once_the_project_is_trusted() {
     let env = Env::new();
@@ -83,16 +77,16 @@ async fn claude_permission_rules_allow_once_trusted_and_deny_always() {
     // … but its deny narrows at once.
     let output = codeloop_as(&env, Some(&config), &["run", "read it"]).await;
     assert!(output.status.success(), "{}", text(&output).1);
-    let result = last_result(&fake, 2);
+    let result = super::last_tool_output(&fake, 2);
     assert!(!result.contains("the secret") && result.contains("denied"), "{result}");
     let trusted = codeloop_as(&env, Some(&config), &["trust"]).await;
     assert!(trusted.status.success(), "{:?}", text(&trusted));
     let output = codeloop_as(&env, Some(&config), &["run", "say hi"]).await;
     assert!(output.status.success(), "{}", text(&output).1);
     assert!(
-        last_result(&fake, 4).contains("hi-there"),
+        super::last_tool_output(&fake, 4).contains("hi-there"),
         "trusted, its allow counts: {}",
-        last_result(&fake, 4)
+        super::last_tool_output(&fake, 4)
     );
 }
 

@@ -16,6 +16,12 @@ fn small_window(config: &mut codeloop_core::config::Config) {
     *model = ModelSettings { context: Some(50_000), output: Some(4_000), ..model.clone() };
 }
 
+/// A small window, and everything before the compaction summarised (no tail kept).
+fn small_window_no_tail(config: &mut codeloop_core::config::Config) {
+    small_window(config);
+    config.compaction.tail_turns = 0;
+}
+
 fn text(text: &str, input: u64) -> Turn {
     Turn::from(Reply::text(text).with_usage(ScriptUsage::new(input, 20)))
 }
@@ -516,10 +522,7 @@ async fn the_summariser_is_told_which_tools_ran_and_how_they_ended() {
             text("Continuing.", 6_000),
         ]),
         AskPolicy::Deny,
-        |config| {
-            small_window(config);
-            config.compaction.tail_turns = 0;
-        },
+        small_window_no_tail,
     )
     .await;
     h.write("a.txt", "notes\n");
@@ -615,10 +618,7 @@ async fn the_users_words_survive_verbatim_and_a_long_first_message_is_cut_in_the
             text("Continuing.", 6_000),
         ]),
         AskPolicy::Deny,
-        |config| {
-            small_window(config);
-            config.compaction.tail_turns = 0;
-        },
+        small_window_no_tail,
     )
     .await;
     h.prompt(&first).await;
@@ -648,10 +648,7 @@ async fn files_in_view_come_back_as_they_are_now_and_a_file_that_fails_a_check_i
             text("Continuing.", 6_000),
         ]),
         AskPolicy::Deny,
-        |config| {
-            small_window(config);
-            config.compaction.tail_turns = 0;
-        },
+        small_window_no_tail,
     )
     .await;
     for name in ["a.txt", "b.txt", "c.txt", "d.txt"] {
