@@ -122,7 +122,11 @@ fn config_checks(
         let files: Vec<String> = project.files.iter().map(|f| f.display().to_string()).collect();
         match project.trust {
             TrustState::Trusted => {
-                checks.push(Check::ok("project config", format!("{} (trusted)", files.join(", "))))
+                checks.push(Check::ok("project config", format!("{} (trusted)", files.join(", "))));
+                // What the trusted project brings, named so a person sees what runs on its say-so.
+                for want in &project.wants {
+                    checks.push(Check::ok("this project brings", format!("{want} (trusted)")));
+                }
             }
             state if project.wants.is_empty() => checks.push(Check::ok(
                 "project config",

@@ -46,7 +46,7 @@ pub mod walls;
 pub use bus::{Bus, DEFAULT_CHANNEL_CAPACITY, DEFAULT_REPLAY_CAPACITY, Replay};
 pub use command::{CommandOutcome, PermissionAnswer, SessionCommand};
 pub use coordinator::{Coordinator, RunResult, WeakCoordinator};
-pub use engine::{AgentChoice, GC_MIN_AGE, GcPolicy, GcReport, StorageUsage};
+pub use engine::{AgentChoice, GC_MIN_AGE, GcPolicy, GcReport, ProjectItem, ProjectReport, StorageUsage};
 pub use engine::{Engine, EngineOptions, ProjectConfigLoader, ScaleFigures, TOOL_OUTPUT_RETENTION};
 pub use error::{EngineError, ErrorKind, RunError, SharedStoreError};
 pub use file_commands::{CommandInfo, CommandSource};

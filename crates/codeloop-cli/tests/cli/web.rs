@@ -117,3 +117,42 @@ async fn web_opens_browser_on_a_private_forwarding_file_and_keeps_the_token_off_
     assert!(status.success(), "{status}");
     assert!(!std::path::Path::new(file).exists(), "the forwarding file is removed");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_project_says_what_a_project_brings_and_whether_it_is_trusted() {
+    let env = Env::new();
+    std::fs::write(
+        env.project.path().join(".mcp.json"),
+        r#"{"mcpServers": {"fs": {"command": "npx", "args": ["-y", "server-fs"]}}}"#,
+    )
+    .unwrap();
+    std::fs::create_dir_all(env.project.path().join(".claude/agents")).unwrap();
+    std::fs::write(
+        env.project.path().join(".claude/agents/rev.md"),
+        "---\ndescription: Reviews\n---\nReview.\n",
+    )
+    .unwrap();
+    let (_server, page, _stderr) = web(&env, &["--no-open", "--port", "0"], &[]);
+    let (base, token) = page.split_once("/#token=").unwrap();
+    let get = || async {
+        reqwest::Client::new()
+            .get(format!("{base}/project"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()
+    };
+    let report = get().await;
+    assert_eq!(report["trust"], "untrusted", "{report}");
+    let brings = report["brings"].to_string();
+    assert!(brings.contains("start `npx -y server-fs`") && brings.contains("agent `rev`"), "{report}");
+    assert!(report["files"].to_string().contains(".mcp.json"), "{report}");
+    let trusted = env.codeloop(None, &["trust"]);
+    assert!(trusted.status.success());
+    let report = get().await;
+    assert_eq!(report["trust"], "trusted", "{report}");
+    assert_eq!(report["brings"][0]["state"], "trusted", "{report}");
+}

@@ -12,7 +12,7 @@ mod jobs;
 mod sessions;
 
 pub use gc::{GC_MIN_AGE, GcPolicy, GcReport, StorageUsage};
-pub use sessions::AgentChoice;
+pub use sessions::{AgentChoice, ProjectItem, ProjectReport};
 
 use std::path::PathBuf;
 use std::sync::Arc;

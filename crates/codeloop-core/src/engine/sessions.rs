@@ -106,6 +106,38 @@ impl Engine {
         Ok(model)
     }
 
+    /// What the project of `directory` brings (DESIGN.md §5k): its config files, its trust state, each
+    /// thing it would start, contact or widen, and what codeloop could not honour. `None` without a
+    /// project config loader (an engine for one config) or when the project has no files of its own.
+    pub async fn project_report(&self, directory: &Path) -> Result<Option<ProjectReport>, EngineError> {
+        let Some(load) = self.services.project_config.clone() else { return Ok(None) };
+        let directory = directory.to_owned();
+        let loaded = tokio::task::spawn_blocking(move || load(&directory))
+            .await
+            .map_err(|_| EngineError::internal("the project config could not be read"))?
+            .map_err(|e| EngineError::Config {
+                origin: "the project's config".into(),
+                reason: e.to_string(),
+            })?;
+        let Some(project) = loaded.project else { return Ok(None) };
+        let state = match project.trust {
+            crate::trust::TrustState::Trusted => "trusted",
+            crate::trust::TrustState::Untrusted => "untrusted",
+            crate::trust::TrustState::Changed => "changed",
+        };
+        Ok(Some(ProjectReport {
+            root: project.root.display().to_string(),
+            trust: state.to_owned(),
+            files: project.files.iter().map(|f| f.display().to_string()).collect(),
+            brings: project
+                .wants
+                .iter()
+                .map(|w| ProjectItem { what: w.clone(), state: state.to_owned() })
+                .collect(),
+            notes: loaded.warnings,
+        }))
+    }
+
     /// A model as a person types it: `provider/model` or a bare id one set-up provider serves.
     pub fn parse_model(&self, text: &str) -> Result<ModelRef, EngineError> {
         Ok(self.services.models.parse_model(text)?)
@@ -253,4 +285,26 @@ impl Engine {
         }
         Ok(deleted)
     }
+}
+
+/// `GET /project`: what a project brings and how far it is trusted.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProjectReport {
+    /// The root the trust record is keyed by.
+    pub root: String,
+    /// `trusted`, `untrusted` or `changed` (trusted once, changed since).
+    pub trust: String,
+    /// The files it brings config from (codeloop's, Claude Code's, OpenCode's).
+    pub files: Vec<String>,
+    /// Each thing it would start, contact or widen, with its state.
+    pub brings: Vec<ProjectItem>,
+    /// What codeloop left out or could not honour, in words.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProjectItem {
+    pub what: String,
+    /// The project's trust state: the item counts only when `trusted`.
+    pub state: String,
 }

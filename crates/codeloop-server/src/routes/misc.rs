@@ -134,6 +134,28 @@ pub async fn commands(
     Ok(Json(entries))
 }
 
+/// `GET /project?directory=`: what the project brings (hooks, MCP servers, agents, rules that widen …)
+/// and how far it is trusted (DESIGN.md §5k); `trust: "none"` for a project without config of its own.
+pub async fn project(
+    State(state): State<AppState>,
+    ApiQuery(query): ApiQuery<crate::api::DirectoryQuery>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let directory = match query.directory.as_deref().filter(|d| !d.is_empty()) {
+        Some(dir) => state.options.directory.join(dir),
+        None => state.options.directory.clone(),
+    };
+    if !directory.is_dir() {
+        return Err(ApiError::invalid(format!("directory {} does not exist", directory.display())));
+    }
+    let report = state.engine.project_report(&directory).await?;
+    Ok(Json(match report {
+        Some(report) => serde_json::to_value(report).unwrap_or_default(),
+        None => serde_json::json!({
+            "root": directory.display().to_string(), "trust": "none", "files": [], "brings": [], "notes": []
+        }),
+    }))
+}
+
 /// One agent a person may pick, or the engine's refusal (the one agent rule).
 pub async fn agent(
     State(state): State<AppState>,

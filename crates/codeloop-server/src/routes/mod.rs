@@ -108,5 +108,6 @@ pub fn api() -> Api {
         .add(get("/models", "models.list", "The model catalogue").json::<Vec<ModelEntry>>(), misc::models)
         .add(get("/agent", "agent.list", "The agents a person may pick (primary agents), with the default marked").json::<Vec<AgentEntry>>(), misc::agents)
         .add(get("/command", "command.list", "The commands of a project directory: built-ins, Markdown command files and MCP prompts").query::<DirectoryQuery>().json::<Vec<CommandEntry>>(), misc::commands)
+        .add(get("/project", "project.get", "What the project of a directory brings (hooks, MCP servers, agents, widening rules) and its trust state").query::<DirectoryQuery>().returns(Returns::AnyJson), misc::project)
         .add(get("/agent/{name}", "agent.get", "One agent a person may pick; 400 with the reason when it may not be picked (a subagent, a hidden or missing one)").json::<AgentEntry>(), misc::agent)
 }

@@ -268,6 +268,7 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("get", "/models"),
     ("get", "/agent"),
     ("get", "/command"),
+    ("get", "/project"),
     ("get", "/agent/{name}"),
     ("get", "/session/{id}/job"),
     ("get", "/session/{id}/job/{job}/output"),
