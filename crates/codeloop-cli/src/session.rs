@@ -223,6 +223,21 @@ pub async fn session(command: SessionCommand) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "reverted {id}: {files} file(s) restored; the next message continues from there (undo with codeloop session unrevert {id})"
             );
+            // What acted outside the project stays done: said, so no one believes it undone.
+            let not_undone = session.revert.as_ref().map(|r| r.not_undone.as_slice()).unwrap_or_default();
+            if !not_undone.is_empty() {
+                eprintln!("not undone (these acted outside the project files):");
+                for call in not_undone {
+                    let title = crate::terminal::for_stderr(&call.title);
+                    eprintln!(
+                        "  {} {} ({}, {})",
+                        call.tool,
+                        title,
+                        call.call_id,
+                        codeloop_types::iso8601(call.time)
+                    );
+                }
+            }
         }
         SessionCommand::Unrevert { id } => {
             let id = SessionId::from(id);

@@ -54,6 +54,17 @@ pub enum Needs {
     Jobs,
 }
 
+/// What a tool's call may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    ReadOnly,
+    /// Files inside the project: a revert puts them back.
+    Project,
+    /// Anything: commands, the network, other systems. A revert cannot undo it.
+    External,
+}
+
 /// One tool. Implementations generate their JSON Schema once, at construction.
 #[async_trait]
 pub trait Tool: Send + Sync {
@@ -74,6 +85,11 @@ pub trait Tool: Send + Sync {
     /// [`ToolProfile`] only (`apply_patch` is `Patch`, `edit` and `write` are `Edit`). `None`: every model.
     fn profile(&self) -> Option<ToolProfile> {
         None
+    }
+    /// What a call may change (DESIGN.md §5m): nothing, the project (undone by a revert), or the world
+    /// outside it (never undone). Unknown tools act outside.
+    fn effect(&self) -> Effect {
+        Effect::External
     }
     /// What must exist for a call to do anything; the tool is not offered without it.
     fn needs(&self) -> Needs {

@@ -39,7 +39,9 @@ pub use permission::{
     PermissionAction, PermissionRequest, PermissionRule, Question, QuestionOption, QuestionRequest,
     ToolCallRef,
 };
-pub use session::{ModelRef, ModelRefError, Revert, Session, SessionTime, ToolProfile, date_of, iso8601};
+pub use session::{
+    ModelRef, ModelRefError, NotUndone, Revert, Session, SessionTime, ToolProfile, date_of, iso8601,
+};
 pub use sync::LockExt;
 pub use tool_state::{
     INTERRUPTED_ERROR, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,

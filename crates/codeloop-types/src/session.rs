@@ -10,6 +10,20 @@ pub struct Revert {
     pub snapshot: String,
     #[serde(default)]
     pub files: Vec<String>,
+    /// Calls in the reverted range that acted outside the project (commands, MCP tools, fetches): a
+    /// revert puts files back, it cannot undo these (DESIGN.md §5m).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_undone: Vec<NotUndone>,
+}
+
+/// A call a revert cannot undo.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotUndone {
+    pub call_id: String,
+    pub tool: String,
+    pub title: String,
+    /// When it started (ms since the epoch).
+    pub time: crate::Millis,
 }
 
 /// A conversation with its working directory, model and running totals.

@@ -187,6 +187,16 @@ impl ToolState {
         }
     }
 
+    /// When the call started running (`None` while pending).
+    pub fn started_at(&self) -> Option<crate::Millis> {
+        match self {
+            ToolState::Pending(_) => None,
+            ToolState::Running(s) => Some(s.time.start),
+            ToolState::Completed(s) => Some(s.time.start),
+            ToolState::Error(s) => Some(s.time.start),
+        }
+    }
+
     /// Metadata of a running, completed or errored call.
     pub fn metadata(&self) -> Option<&Value> {
         match self {

@@ -280,11 +280,36 @@ impl Engine {
             snapshots.restore(hash, files).await?;
         }
         let files: Vec<String> = groups.iter().flat_map(|(_, f)| f.iter().cloned()).collect();
-        session.revert =
-            Some(codeloop_types::Revert { message_id: message.clone(), snapshot: current, files });
+        let not_undone = self.not_undone(&history[start..]);
+        session.revert = Some(codeloop_types::Revert {
+            message_id: message.clone(),
+            snapshot: current,
+            files,
+            not_undone,
+        });
         self.services.journal.save_session(&mut session);
         self.flush().await?;
         Ok(session)
+    }
+
+    /// The calls of `range` that may have acted outside the project: a revert cannot undo them.
+    fn not_undone(&self, range: &[codeloop_store::MessageWithParts]) -> Vec<codeloop_types::NotUndone> {
+        range
+            .iter()
+            .flat_map(|m| &m.parts)
+            .filter_map(|p| p.as_tool())
+            .filter(|tool| {
+                let effect = self.services.tools.get(&tool.tool).map(|t| t.effect());
+                effect.unwrap_or(codeloop_tools::Effect::External) == codeloop_tools::Effect::External
+            })
+            .filter(|tool| !matches!(tool.state, codeloop_types::ToolState::Pending(_)))
+            .map(|tool| codeloop_types::NotUndone {
+                call_id: tool.call_id.clone(),
+                tool: tool.tool.clone(),
+                title: codeloop_tools::call_summary(&tool.tool, tool.state.input()),
+                time: tool.state.started_at().unwrap_or_default(),
+            })
+            .collect()
     }
 
     /// Undoes a revert: the files come back as they were before it.

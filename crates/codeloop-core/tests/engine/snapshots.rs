@@ -66,3 +66,28 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
     let sent = h.request_messages(2);
     assert!(!serde_json::Value::Array(sent.clone()).to_string().contains("rewrite notes.txt"), "{sent:?}");
 }
+
+#[tokio::test]
+async fn a_revert_names_the_calls_that_acted_outside_the_project_files() {
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call("write", json!({"filePath": "notes.txt", "content": "v2\n"}))),
+            Turn::from(Reply::tool_call("bash", json!({"command": "echo deployed > /dev/null"}))),
+            Turn::from(Reply::tool_call("read", json!({"filePath": "notes.txt"}))),
+            Turn::from(Reply::text("Done.")),
+        ]),
+        codeloop_core::permission::AskPolicy::Allow,
+        |_| {},
+    )
+    .await;
+    assert!(git_init(h.project.path()), "snapshots need git: install it (.ci/run does)");
+    h.write("notes.txt", "v1\n");
+    assert_eq!(h.prompt("write, deploy, check").await.stop, StopReason::Completed);
+    let first = h.history()[0].info.id().clone();
+    let session = h.engine.revert(&h.session.id, &first).await.unwrap();
+    assert_eq!(h.read("notes.txt"), "v1\n", "the project file is put back");
+    let not_undone = &session.revert.unwrap().not_undone;
+    let tools: Vec<&str> = not_undone.iter().map(|c| c.tool.as_str()).collect();
+    assert_eq!(tools, ["bash"], "only the command, not the write or the read: {not_undone:?}");
+    assert!(not_undone[0].title.contains("echo deployed") && not_undone[0].time > 0, "{not_undone:?}");
+}

@@ -51,6 +51,10 @@ impl Tool for GlobTool {
         "glob"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }

@@ -76,6 +76,10 @@ impl Tool for GrepTool {
         "grep"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }

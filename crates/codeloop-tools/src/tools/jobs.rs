@@ -96,6 +96,10 @@ impl Tool for BashOutputTool {
         "bash_output"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn description(&self) -> &str {
         OUTPUT_DESCRIPTION
     }

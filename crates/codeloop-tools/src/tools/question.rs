@@ -65,6 +65,10 @@ impl Tool for QuestionTool {
         "question"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }

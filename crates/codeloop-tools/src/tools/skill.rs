@@ -75,6 +75,10 @@ impl Tool for SkillTool {
         "skill"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn needs(&self) -> crate::Needs {
         crate::Needs::Skills
     }

@@ -84,6 +84,10 @@ impl Tool for TodoWriteTool {
         "todowrite"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }

@@ -43,6 +43,10 @@ impl Tool for WriteTool {
         "write"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::Project
+    }
+
     fn profile(&self) -> Option<crate::ToolProfile> {
         Some(crate::ToolProfile::Edit)
     }

@@ -119,6 +119,7 @@ fn undo_reverts_the_newest_shown_turn_and_redo_needs_a_revert() {
         message_id: "msg_1".into(),
         snapshot: String::new(),
         files: Vec::new(),
+        not_undone: Vec::new(),
     });
     app.event(EventPayload::SessionUpdated { session_id: SESSION.into(), info: session });
     assert_eq!(app.send_text("/undo"), vec![], "nothing shown is left to undo");

@@ -87,6 +87,10 @@ impl Tool for ApplyPatchTool {
         "apply_patch"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::Project
+    }
+
     fn permission(&self) -> &str {
         "edit"
     }

@@ -61,6 +61,10 @@ impl Tool for EditTool {
         "edit"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::Project
+    }
+
     fn profile(&self) -> Option<crate::ToolProfile> {
         Some(crate::ToolProfile::Edit)
     }

@@ -67,6 +67,10 @@ impl Tool for ReadTool {
         "read"
     }
 
+    fn effect(&self) -> crate::Effect {
+        crate::Effect::ReadOnly
+    }
+
     fn description(&self) -> &str {
         DESCRIPTION
     }
