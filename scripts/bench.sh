@@ -34,6 +34,7 @@ fi
 echo "== criterion benches"
 cargo bench -q -p codeloop-core --bench processor -- $measure 2>/dev/null | grep -E 'time:|thrpt:|^processor' || true
 cargo bench -q -p codeloop-core --bench turn -- $measure 2>/dev/null | grep -E 'time:|^turn' || true
+cargo bench -q -p codeloop-core --bench carried -- $measure 2>/dev/null | grep -E 'time:|^carried' || true
 cargo bench -q -p codeloop-provider --bench decode -- $measure 2>/dev/null | grep -E 'time:|thrpt:|^decode' || true
 cargo bench -q -p codeloop-store --bench persist -- $measure 2>/dev/null | grep -E 'time:|thrpt:|^[a-z_]+/' || true
 

@@ -751,3 +751,21 @@ mod tests {
         assert!(on("google", "gemini-3-pro-preview", WireApi::Gemini, Effort::Medium, 32_000).is_err());
     }
 }
+#[cfg(test)]
+mod timing {
+    #[test]
+    #[ignore = "a figure, not a check; meaningful in release"]
+    fn builtin_parse_time() {
+        let started = std::time::Instant::now();
+        for _ in 0..20 {
+            std::hint::black_box(super::Catalogue::from_json(super::BUILTIN).unwrap());
+        }
+        eprintln!("catalogue parse: {:?} each", started.elapsed() / 20);
+        let catalogue = super::Catalogue::from_json(super::BUILTIN).unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..20 {
+            std::hint::black_box(catalogue.clone());
+        }
+        eprintln!("catalogue clone: {:?} each", started.elapsed() / 20);
+    }
+}
