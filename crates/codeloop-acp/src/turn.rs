@@ -178,6 +178,7 @@ impl<'a> Turn<'a> {
                 name,
                 arguments,
                 delivery: Delivery::Queue,
+                effort: self.session.choice.locked().effort,
             },
         };
         let engine = self.session.engine.clone();

@@ -52,12 +52,6 @@ pub struct RunArgs {
 
 /// `codeloop run` in this process (`--attach` runs go to [`crate::attach::run`]).
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    if args.command.is_some() && args.effort.is_some() {
-        anyhow::bail!(
-            "--effort applies to a message, not to --command yet: set `effort` in the config of the agent the \
-             command runs with ([agent.NAME] effort = \"high\")"
-        );
-    }
     let message = match &args.command {
         Some(_) => args.message.join(" "),
         None => message_text(&args.message)?,
@@ -87,7 +81,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let session = pick_session(&engine, &args, &dir, model.clone()).await?;
     let send = match &args.command {
         Some(name) => {
-            let send = Send::Command { name: name.clone(), arguments: message };
+            let send = Send::Command { name: name.clone(), arguments: message, effort: args.effort };
             // Checked before anything is sent: an unknown command names the ones there are (and a
             // session made for it is not left behind empty).
             if let Err(refused) = engine.validate(&send.command(&session.id)).await {
@@ -174,7 +168,7 @@ async fn pick_session(
 /// What `run` sends: a message, or a command (DESIGN.md §5g) whose expanded text the engine sends.
 pub enum Send {
     Prompt(PromptInput),
-    Command { name: String, arguments: String },
+    Command { name: String, arguments: String, effort: Option<codeloop_types::Effort> },
 }
 
 impl Send {
@@ -184,11 +178,12 @@ impl Send {
             Self::Prompt(input) => {
                 SessionCommand::Prompt { session, input: input.clone(), delivery: Delivery::Queue }
             }
-            Self::Command { name, arguments } => SessionCommand::RunCommand {
+            Self::Command { name, arguments, effort } => SessionCommand::RunCommand {
                 session,
                 name: name.clone(),
                 arguments: arguments.clone(),
                 delivery: Delivery::Queue,
+                effort: *effort,
             },
         }
     }

@@ -24,7 +24,14 @@ pub enum SessionCommand {
     Unrevert { session: SessionId },
     /// Run command `name` (DESIGN.md §5g: a Markdown file, an MCP prompt, `compact` or `init`) with
     /// `arguments` (as typed: `$ARGUMENTS`, split for `$1`…`$9`); its expanded text is sent as a prompt.
-    RunCommand { session: SessionId, name: String, arguments: String, delivery: Delivery },
+    /// `effort`: how hard the model thinks for the command's turn (`None`: the agent's or model's).
+    RunCommand {
+        session: SessionId,
+        name: String,
+        arguments: String,
+        delivery: Delivery,
+        effort: Option<codeloop_types::Effort>,
+    },
     /// Answer a pending permission request.
     AnswerPermission { request: PermissionId, answer: PermissionAnswer },
     /// Answer a pending question (one list of answers per question asked), or reject it (`None`).

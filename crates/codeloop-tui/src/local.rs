@@ -113,6 +113,7 @@ impl Client for LocalClient {
             name: name.to_owned(),
             arguments: arguments.to_owned(),
             delivery: Delivery::Queue,
+            effort: None,
         };
         self.submit(command).await?;
         Ok(())

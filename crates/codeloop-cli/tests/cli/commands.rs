@@ -146,3 +146,17 @@ async fn allowed_tools_pre_approve_a_commands_calls_within_deny_rules_and_only_i
     );
     assert!(stderr.contains("needs approval"), "the echo was not pre-approved: {stderr}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_runs_with_the_effort_asked_for_it() {
+    let env = Env::new();
+    let fake = fake().await;
+    let config = env.config(&fake.base_url(), "reasoning = true\n");
+    write(env.home.path(), ".claude/commands/think.md", "Think about $ARGUMENTS");
+    let output =
+        codeloop(&env, Some(&config), &["run", "--command", "think", "--effort", "high", "it"]).await;
+    assert!(output.status.success(), "{}", text(&output).1);
+    let body = &fake.requests()[0].body;
+    assert_eq!(body["reasoning_effort"], serde_json::json!("high"), "{body}");
+    assert!(body["messages"].to_string().contains("Think about it"), "{body}");
+}

@@ -93,8 +93,8 @@ impl Engine {
             SessionCommand::Unrevert { session } => {
                 self.submit_unrevert(&session).await.map(CommandOutcome::Session)
             }
-            SessionCommand::RunCommand { session, name, arguments, delivery } => self
-                .submit_command(&session, &name, &arguments, delivery, accepted)
+            SessionCommand::RunCommand { session, name, arguments, delivery, effort } => self
+                .submit_command(&session, &name, &arguments, delivery, effort, accepted)
                 .await
                 .map(CommandOutcome::Ran),
             SessionCommand::AnswerPermission { request, answer } => {

@@ -185,6 +185,7 @@ impl Engine {
         name: &str,
         arguments: &str,
         delivery: Delivery,
+        effort: Option<codeloop_types::Effort>,
         accepted: &Accepted,
     ) -> Result<RunOutcome, EngineError> {
         let arguments = arguments.trim();
@@ -206,10 +207,10 @@ impl Engine {
                 (command, PromptInput::text(text))
             }
             Resolved::File(file) => {
-                return self.submit_file_command(session, &file, arguments, delivery, accepted).await;
+                return self.submit_file_command(session, &file, arguments, delivery, effort, accepted).await;
             }
         };
-        let input = PromptInput { command: Some(command), ..input };
+        let input = PromptInput { command: Some(command), effort: effort.or(input.effort), ..input };
         self.submit_prompt_accepted(session, input, delivery, accepted).await
     }
 
@@ -240,6 +241,7 @@ impl Engine {
         file: &CommandFile,
         arguments: &str,
         delivery: Delivery,
+        effort: Option<codeloop_types::Effort>,
         accepted: &Accepted,
     ) -> Result<RunOutcome, EngineError> {
         let session = self.session(id).await?;
@@ -279,6 +281,7 @@ impl Engine {
             model,
             command: Some(file.name.clone()),
             allowed_tools: file.allowed_tools.clone(),
+            effort,
             ..PromptInput::text(text)
         };
         if !file.subtask {

@@ -54,6 +54,7 @@ impl Setup {
             name: name.into(),
             arguments: arguments.into(),
             delivery: Delivery::Queue,
+            effort: None,
         };
         self.engine.validate(&command).await?;
         self.engine.submit(command).await.map(drop)

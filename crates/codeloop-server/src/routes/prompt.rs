@@ -107,6 +107,7 @@ pub async fn command(
         name: body.command.clone(),
         arguments: body.arguments.joined(),
         delivery,
+        effort: None,
     };
     accept(&state, &id, command).await
 }
