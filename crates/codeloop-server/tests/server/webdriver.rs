@@ -283,8 +283,17 @@ impl Drop for Browser {
     }
 }
 
-/// Starts chromedriver on a free port in its own process group; returns it and the port.
+/// Starts chromedriver on a free port in its own process group; returns it and the port. A driver that
+/// exits before saying its port (seen once in a loaded full run) is started once more.
 fn start_driver(driver: &std::path::Path) -> (Child, u16) {
+    match try_start_driver(driver) {
+        Ok(started) => started,
+        Err(first) => try_start_driver(driver)
+            .unwrap_or_else(|again| panic!("chromedriver did not say its port: {first}, then {again}")),
+    }
+}
+
+fn try_start_driver(driver: &std::path::Path) -> Result<(Child, u16), String> {
     let mut child = Command::new(driver)
         .arg("--port=0")
         .stdin(Stdio::null())
@@ -310,10 +319,11 @@ fn start_driver(driver: &std::path::Path) -> (Child, u16) {
         }
     });
     match rx.recv_timeout(PATIENCE) {
-        Ok(Some(port)) => (child, port),
+        Ok(Some(port)) => Ok((child, port)),
         other => {
             let _ = child.kill();
-            panic!("chromedriver did not say its port: {other:?}");
+            let _ = child.wait();
+            Err(format!("{other:?}"))
         }
     }
 }
