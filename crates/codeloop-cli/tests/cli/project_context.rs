@@ -31,12 +31,14 @@ async fn a_projects_mcp_json_server_starts_only_once_the_project_is_trusted() {
         McpTestServer::start(McpServerOptions { revision: Revision::Sessions, auth: None }).await.unwrap();
     let fake = FakeProvider::start(Script::new((0..2).map(|_| Turn::from(Reply::text("ok"))))).await.unwrap();
     let config = env.config(&fake.base_url(), "");
-    write(
-        env.project.path(),
-        ".mcp.json",
-        &json!({"mcpServers": {"web": {"type": "http", "url": mcp.url()}}}).to_string(),
-    );
-    let output = codeloop_as(&env, Some(&config), &["run", "hi"]).await;
+    let server = json!({"type": "http", "url": mcp.url(), "headers": {"X-Key": "${MCP_TEST_KEY}"}});
+    write(env.project.path(), ".mcp.json", &json!({"mcpServers": {"web": server}}).to_string());
+    let run = |args: &[&str]| {
+        tokio::task::block_in_place(|| {
+            env.codeloop_with(Some(&config), args, &[("MCP_TEST_KEY", "s3cr3t-value")])
+        })
+    };
+    let output = run(&["run", "hi"]);
     let (_, stderr) = text(&output);
     assert!(output.status.success(), "{stderr}");
     assert!(
@@ -44,13 +46,15 @@ async fn a_projects_mcp_json_server_starts_only_once_the_project_is_trusted() {
         "untrusted: not started"
     );
     assert!(stderr.contains(".mcp.json") && stderr.contains("[mcp.web]"), "the warning names it: {stderr}");
+    assert!(!stderr.contains("s3cr3t-value"), "an untrusted file is described, not filled in: {stderr}");
     assert_eq!(mcp.requests().len(), 0, "nothing was sent to the server");
     let trusted = codeloop_as(&env, Some(&config), &["trust"]).await;
     assert!(trusted.status.success(), "{:?}", text(&trusted));
-    let output = codeloop_as(&env, Some(&config), &["run", "hi"]).await;
+    let output = run(&["run", "hi"]);
     assert!(output.status.success(), "{}", text(&output).1);
     let tools = offered(&fake.requests()[1].body);
     assert!(tools.contains(&"web_echo".to_owned()), "{tools:?}");
+    assert_eq!(mcp.requests()[0].header("x-key"), Some("s3cr3t-value"), "trusted: the variable is filled in");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -204,7 +204,10 @@ fn mcp_server(server: &Value, env: Option<&EnvLookup>) -> Result<toml::Table, St
 }
 
 /// `${VAR}` and `${VAR:-default}` replaced; a variable that is not set (and has no default) is an error.
+/// Without `env` the text stays as written: an untrusted project's `.mcp.json` is described, never filled
+/// with the user's secrets.
 fn expand(text: &str, env: Option<&EnvLookup>) -> Result<String, String> {
+    let Some(env) = env else { return Ok(text.to_owned()) };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("${") {
@@ -216,7 +219,7 @@ fn expand(text: &str, env: Option<&EnvLookup>) -> Result<String, String> {
             Some((name, default)) => (name, Some(default)),
             None => (inner, None),
         };
-        match env.and_then(|env| (env.0)(name)).or_else(|| default.map(str::to_owned)) {
+        match (env.0)(name).or_else(|| default.map(str::to_owned)) {
             Some(value) => out.push_str(&value),
             None => return Err(format!("${{{name}}} is not set")),
         }
@@ -661,6 +664,9 @@ mod tests {
             "{notes:?}"
         );
         assert!(mcp_json_servers("{", Path::new(".mcp.json"), None, &mut notes).is_err());
+        // Not expanded without a lookup (an untrusted project's file is only described).
+        let described = mcp_json_servers(text, Path::new(".mcp.json"), None, &mut notes).unwrap();
+        assert_eq!(described["web"]["headers"]["Authorization"].as_str(), Some("Bearer ${TOKEN}"));
     }
 
     #[test]

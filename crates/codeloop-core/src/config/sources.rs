@@ -161,8 +161,10 @@ impl ConfigSources {
         }
         let root = self.project_root.clone().or_else(|| self.project_dir.clone()).unwrap_or_default();
         // What Claude Code's and OpenCode's files bring, under the project's own config (which wins).
-        let mut table = self.imported_project(&root, &mut files, warnings);
-        merge(&mut table, own);
+        // Read first without filling in `${VAR}`: until the project is known to be trusted, what it names is
+        // only described (warnings, `GET /project`), never filled with the user's environment.
+        let mut table = self.imported_project(&root, &mut files, warnings, false);
+        merge(&mut table, own.clone());
         let mut claude_wants = Vec::new();
         let mut claude_rules = Vec::new();
         let import_claude = import_claude || imports_claude(std::slice::from_ref(&table));
@@ -189,6 +191,13 @@ impl ConfigSources {
         };
         let mut wants = describe(&relevant);
         wants.extend(claude_wants);
+        if trust == TrustState::Trusted {
+            // Trusted: read again with `${VAR}` filled in, as Claude Code does (the notes were said once).
+            let mut notes = Vec::new();
+            table = self.imported_project(&root, &mut Vec::new(), &mut notes, true);
+            merge(&mut table, own);
+            warnings.extend(notes.into_iter().filter(|n| !warnings.contains(n)).collect::<Vec<_>>());
+        }
         Ok(Some((ProjectConfig { root, files, trust, hash, wants, claude_rules }, table)))
     }
 
@@ -198,11 +207,13 @@ impl ConfigSources {
         root: &Path,
         files: &mut Vec<PathBuf>,
         warnings: &mut Vec<String>,
+        expand: bool,
     ) -> toml::Table {
         let mut table = toml::Table::new();
         let mcp_json = root.join(".mcp.json");
         if let Ok(text) = std::fs::read_to_string(&mcp_json) {
-            match imports::mcp_json_servers(&text, &mcp_json, self.env.as_ref(), warnings) {
+            let env = self.env.as_ref().filter(|_| expand);
+            match imports::mcp_json_servers(&text, &mcp_json, env, warnings) {
                 Ok(servers) if !servers.is_empty() => {
                     table.insert("mcp".into(), toml::Value::Table(servers));
                 }
