@@ -311,7 +311,16 @@ fn print_message(out: &mut impl Write, message: &MessageWithParts, marker: &str)
     }
     for part in &message.parts {
         match &part.kind {
-            PartKind::Text(text) if !text.ignored => writeln!(out, "{}", text.text)?,
+            PartKind::Text(text) if !text.ignored => match text.carried_label() {
+                // A restored file's text is on disk and in the export; its name is enough here.
+                Some(label)
+                    if text.metadata.as_ref().and_then(|m| m.get("carried")) == Some(&"files".into()) =>
+                {
+                    writeln!(out, "  ↳ {label}")?
+                }
+                Some(label) => writeln!(out, "  ↳ {label}\n{}", text.text)?,
+                None => writeln!(out, "{}", text.text)?,
+            },
             PartKind::Reasoning(r) if !r.text.is_empty() => {
                 writeln!(out, "  (thinking) {}", first_line(&r.text))?
             }

@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
             let named = files_in_view(&head);
             let check = RestoreCheck { project: &paths, allowed: &allowed };
             let files = restored_files(&named, &check, 30_000, "nonce");
-            (state.len(), block.map(|b| b.len()), files.map(|f| f.len()))
+            (state.len(), block.map(|b| b.len()), files.map(|f| f.text.len()))
         })
     });
 }

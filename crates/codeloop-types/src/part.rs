@@ -51,6 +51,41 @@ pub struct TextPart {
     pub metadata: Option<Value>,
 }
 
+impl TextPart {
+    /// What a compaction carried after its summary, in one line for people (`None` for other text): the
+    /// part's metadata says `carried` is `user_words` (with `count`) or `files` (with `shown` and
+    /// `left_out`).
+    pub fn carried_label(&self) -> Option<String> {
+        let meta = self.metadata.as_ref()?;
+        let names = |key: &str| -> Vec<&str> {
+            meta.get(key)
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default()
+        };
+        match meta.get("carried")?.as_str()? {
+            "user_words" => {
+                let count = meta.get("count").and_then(Value::as_u64).unwrap_or(0);
+                let plural = if count == 1 { "" } else { "s" };
+                Some(format!("carried {count} earlier user message{plural} verbatim"))
+            }
+            "files" => {
+                let (shown, left_out) = (names("shown"), names("left_out"));
+                let mut label =
+                    format!("restored {} file{}", shown.len(), if shown.len() == 1 { "" } else { "s" });
+                if !shown.is_empty() {
+                    label.push_str(&format!(": {}", shown.join(", ")));
+                }
+                if !left_out.is_empty() {
+                    label.push_str(&format!("; named, not shown: {}", left_out.join("; ")));
+                }
+                Some(label)
+            }
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ReasoningPart {
     pub text: String,

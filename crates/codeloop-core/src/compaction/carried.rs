@@ -152,6 +152,15 @@ pub struct RestoreCheck<'a> {
     pub allowed: &'a dyn Fn(&str) -> bool,
 }
 
+/// The files shown again after a summary: the block the model reads, and which were shown and which
+/// only named (with why), for the people and hooks that look at the compaction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RestoredFiles {
+    pub text: String,
+    pub shown: Vec<String>,
+    pub left_out: Vec<String>,
+}
+
 /// The files to show again after a summary, read now, within the budget: a block of their text and
 /// the ones not shown with why. Restoring is a read like any other: resolved again, inside the project,
 /// no protected path or secret, a regular file, allowed by the rules without asking.
@@ -160,11 +169,11 @@ pub fn restored_files(
     check: &RestoreCheck<'_>,
     carried_budget: u64,
     nonce: &str,
-) -> Option<String> {
+) -> Option<RestoredFiles> {
     let total_max = (RESTORED_MAX_TOKENS.min(carried_budget / 4) * 4) as usize;
     let share = (RESTORED_FILE_TOKENS * 4) as usize;
     let root = codeloop_tools::real_path(&check.project.root);
-    let (mut shown, mut left_out, mut used) = (Vec::new(), Vec::new(), 0usize);
+    let (mut shown, mut shown_paths, mut left_out, mut used) = (Vec::new(), Vec::new(), Vec::new(), 0usize);
     for raw in named.iter().take(RESTORED_FILES) {
         let path = codeloop_tools::resolve_in(&check.project.directory, raw);
         let rel = path.strip_prefix(&root).map(|p| p.display().to_string());
@@ -184,6 +193,7 @@ pub fn restored_files(
             Ok(text) => {
                 used += text.len();
                 shown.push(format!("<file-{nonce} path=\"{rel}\">\n{text}\n</file-{nonce}>"));
+                shown_paths.push(rel);
             }
             Err(why) => left_out.push(format!("{rel} ({why})")),
         }
@@ -201,7 +211,7 @@ pub fn restored_files(
     if !left_out.is_empty() {
         text.push_str(&format!("\nNot shown: {}.", left_out.join("; ")));
     }
-    Some(text)
+    Some(RestoredFiles { text, shown: shown_paths, left_out })
 }
 
 /// A regular file's text within `max` bytes (one more is read to tell it is over).

@@ -325,7 +325,7 @@ impl Run<'_> {
         mut summary: MessageWithParts,
         state: &str,
         words: &[String],
-        files: Option<String>,
+        files: Option<crate::compaction::RestoredFiles>,
         nonce: &str,
     ) {
         for part in &mut summary.parts {
@@ -343,11 +343,16 @@ impl Run<'_> {
         let state = Part::synthetic_text(self.session.id.clone(), id.clone(), format!("\n\n{state}"));
         self.services.journal.save_part(&state);
         summary.parts.push(state);
-        for (kind, block) in [("user_words", user_words_block(words, nonce)), ("files", files)] {
-            let Some(block) = block else { continue };
+        let words = user_words_block(words, nonce)
+            .map(|block| (block, serde_json::json!({ CARRIED_KEY: "user_words", "count": words.len() })));
+        let files = files.map(|f| {
+            let meta = serde_json::json!({ CARRIED_KEY: "files", "shown": f.shown, "left_out": f.left_out });
+            (f.text, meta)
+        });
+        for (block, meta) in [words, files].into_iter().flatten() {
             let mut part = Part::synthetic_text(self.session.id.clone(), id.clone(), block);
             if let PartKind::Text(text) = &mut part.kind {
-                text.metadata = Some(serde_json::json!({ CARRIED_KEY: kind }));
+                text.metadata = Some(meta);
             }
             self.services.journal.save_part(&part);
             summary.parts.push(part);

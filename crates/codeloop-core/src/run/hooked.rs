@@ -110,7 +110,7 @@ impl Run<'_> {
             return;
         }
         let trigger = if auto { "auto" } else { "manual" };
-        let summary = self.last_assistant_text();
+        let summary = self.carried_text();
         let input = json!({"trigger": trigger, "compact_summary": summary});
         let turn_hooks = self.hooks();
         // Claude Code's order: the session starts again from the summary, then PostCompact.
@@ -140,6 +140,30 @@ impl Run<'_> {
         }
         let input = json!({"error": error.message(), "stop_hook_active": false});
         self.hooks().fire(HookEvent::StopFailure, &[], input).await;
+    }
+
+    /// The newest summary as PostCompact's `compact_summary`: the summariser's text, codeloop's work
+    /// state, and one line per block carried after it (the user's words, the files restored).
+    fn carried_text(&self) -> String {
+        let Some(message) =
+            self.history.iter().rev().find(|m| matches!(&m.info, Message::Assistant(a) if a.summary))
+        else {
+            return String::new();
+        };
+        message
+            .parts
+            .iter()
+            .filter_map(|p| match &p.kind {
+                PartKind::Text(text) if text.ignored => None,
+                PartKind::Text(text) => match text.carried_label() {
+                    Some(label) => Some(format!("[{label}]")),
+                    None => Some(text.text.trim().to_owned()),
+                },
+                _ => None,
+            })
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n\n")
     }
 
     fn last_assistant_text(&self) -> String {

@@ -674,4 +674,20 @@ async fn files_in_view_come_back_as_they_are_now_and_a_file_that_fails_a_check_i
     assert!(after.contains("b.txt (outside the project)"), "{after}");
     assert!(after.contains("c.txt (not a regular file)"), "{after}");
     assert!(after.contains("d.txt (deleted)"), "{after}");
+    // What was carried is recorded with the summary for people to see (session show, TUI, web page).
+    let labels: Vec<String> = h
+        .history()
+        .iter()
+        .filter(|m| matches!(&m.info, codeloop_types::Message::Assistant(a) if a.summary))
+        .flat_map(|m| m.parts.iter().filter_map(|p| p.as_text()).filter_map(|t| t.carried_label()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            "carried 2 earlier user messages verbatim".to_owned(),
+            "restored 1 file: a.txt; named, not shown: d.txt (deleted); c.txt (not a regular file); b.txt \
+             (outside the project)"
+                .to_owned(),
+        ]
+    );
 }

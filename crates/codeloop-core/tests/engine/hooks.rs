@@ -548,5 +548,8 @@ async fn pre_compact_exit_2_skips_the_compaction_and_post_compact_fires_after_on
     h.engine.compact(&h.session.id).await.unwrap();
     let input: Value = serde_json::from_str(&std::fs::read_to_string(s.path("post.json")).unwrap()).unwrap();
     assert_eq!(input["trigger"], "manual");
-    assert!(input["compact_summary"].as_str().unwrap().contains("the summary"));
+    let summary = input["compact_summary"].as_str().unwrap();
+    assert!(summary.contains("the summary"), "{summary}");
+    // What is carried beside the summary is named there too: codeloop's work state and the user's words.
+    assert!(summary.contains("carried 1 earlier user message verbatim"), "{summary}");
 }

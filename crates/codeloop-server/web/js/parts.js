@@ -81,9 +81,30 @@ function partRow(row) {
 }
 
 function summaryRow(row) {
-  const texts = [...row.entry.parts.values()].filter((p) => p.type === 'text').map((p) => p.text).join('\n\n');
+  const parts = [...row.entry.parts.values()].filter((p) => p.type === 'text');
+  const texts = parts.filter((p) => !p.metadata?.carried).map((p) => p.text).join('\n\n');
   const lines = texts ? texts.split('\n').length : 0;
-  return fold(row.key, 'summary', `Summary of the earlier conversation (${lines} lines)`, () => h('div', {class: 'markdown'}, markdown(texts)));
+  const summary = fold(row.key, 'summary', `Summary of the earlier conversation (${lines} lines)`, () => h('div', {class: 'markdown'}, markdown(texts)));
+  const carried = parts.map(carriedLabel).filter(Boolean).map((label) => h('div', {class: 'line dim carried'}, `↳ ${label}`));
+  return carried.length ? h('div', null, [summary, ...carried]) : summary;
+}
+
+/** What a compaction carried after its summary, in one line (as `TextPart::carried_label` says it). */
+function carriedLabel(part) {
+  const meta = part.metadata;
+  if (meta?.carried === 'user_words') {
+    const count = meta.count ?? 0;
+    return `carried ${count} earlier user message${count === 1 ? '' : 's'} verbatim`;
+  }
+  if (meta?.carried === 'files') {
+    const shown = meta.shown ?? [];
+    const leftOut = meta.left_out ?? [];
+    let label = `restored ${shown.length} file${shown.length === 1 ? '' : 's'}`;
+    if (shown.length) label += `: ${shown.join(', ')}`;
+    if (leftOut.length) label += `; named, not shown: ${leftOut.join('; ')}`;
+    return label;
+  }
+  return null;
 }
 
 function footerRow(entry) {

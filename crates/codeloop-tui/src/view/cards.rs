@@ -59,6 +59,10 @@ pub(super) fn message_lines(entry: &Entry, width: u16, show_reasoning: bool) -> 
                     .sum::<usize>();
                 lines
                     .push(Line::styled(format!("▸ summary of the earlier conversation ({rows} lines)"), DIM));
+                let carried = entry.parts.values().filter_map(Piece::as_part).filter_map(|p| p.as_text());
+                for label in carried.filter_map(|t| t.carried_label()) {
+                    lines.push(Line::styled(truncate(&format!("  ↳ {label}"), usize::from(width)), DIM));
+                }
             } else {
                 for piece in entry.parts.values() {
                     match piece {
