@@ -313,6 +313,65 @@ pub fn work_state(history: &[MessageWithParts]) -> String {
     text
 }
 
+/// Fits everything carried after a summary into the one carried budget (tokens, 4 bytes each): over it,
+/// the restored files go first (named, not shown), then the oldest user words (the first message stays,
+/// cut in the middle if need be), then the work state's oldest lines.
+pub fn fit_carried(
+    budget: u64,
+    summary: usize,
+    state: &mut String,
+    words: &mut Vec<String>,
+    files: &mut Option<RestoredFiles>,
+) {
+    const FRAMING: usize = 200;
+    let max = (budget * 4) as usize;
+    let words_len = |words: &[String]| words.iter().map(|w| w.len() + 60).sum::<usize>();
+    let files_len = |files: &Option<RestoredFiles>| files.as_ref().map_or(0, |f| f.text.len());
+    let total = |state: &str, words: &[String], files: &Option<RestoredFiles>| {
+        summary + FRAMING + state.len() + words_len(words) + files_len(files)
+    };
+    if total(state, words, files) > max
+        && let Some(restored) = files.as_mut()
+        && !restored.shown.is_empty()
+    {
+        let mut left_out: Vec<String> = restored
+            .shown
+            .drain(..)
+            .map(|f| format!("{f} (over the room carried after a summary)"))
+            .collect();
+        left_out.append(&mut restored.left_out);
+        restored.text = format!(
+            "Files the work above used, not shown again for room (read them again if needed): {}.",
+            left_out.join("; ")
+        );
+        restored.left_out = left_out;
+    }
+    while total(state, words, files) > max && words.len() > 1 {
+        words.remove(1);
+    }
+    let over = total(state, words, files).saturating_sub(max);
+    if over > 0
+        && let Some(first) = words.first_mut()
+    {
+        *first = cut_middle(first, first.len().saturating_sub(over).max(400));
+    }
+    let mut dropped = 0;
+    // The note saying how many lines were left out needs its own room.
+    let note = 70;
+    while total(state, words, files) > max || (dropped > 0 && total(state, words, files) + note > max) {
+        let Some(cut) = state.rfind('\n') else { break };
+        // The heading line stays.
+        if !state[..cut].contains('\n') {
+            break;
+        }
+        state.truncate(cut);
+        dropped += 1;
+    }
+    if dropped > 0 {
+        state.push_str(&format!("\n- ({dropped} older lines of the work state left out for room)"));
+    }
+}
+
 fn background(metadata: &serde_json::Value) -> bool {
     metadata.get("background").and_then(serde_json::Value::as_bool).unwrap_or(false)
 }
@@ -410,6 +469,48 @@ pub fn fit_outputs(messages: &mut [ChatMessage], budget_chars: usize) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    fn restored(shown: &[&str], size: usize) -> Option<RestoredFiles> {
+        Some(RestoredFiles {
+            text: "x".repeat(size),
+            shown: shown.iter().map(|s| s.to_string()).collect(),
+            left_out: vec!["gone.txt (deleted)".into()],
+        })
+    }
+
+    #[test]
+    fn over_the_carried_budget_files_go_first_then_old_words_then_old_work_state() {
+        let state0 = format!(
+            "## Work state{}",
+            (0..50).map(|i| format!("\n- bash step {i}: completed")).collect::<String>()
+        );
+        let words0: Vec<String> = vec!["FIRST ".repeat(100), "second ".repeat(100), "third ".repeat(100)];
+
+        // Room for all: nothing changes.
+        let (mut state, mut words, mut files) = (state0.clone(), words0.clone(), restored(&["a.rs"], 2_000));
+        fit_carried(10_000, 1_000, &mut state, &mut words, &mut files);
+        assert_eq!((state.as_str(), words.len()), (state0.as_str(), 3));
+        assert_eq!(files.as_ref().unwrap().shown, ["a.rs"]);
+
+        // Room for all but the files: they are named with why, not shown.
+        let (mut state, mut words, mut files) = (state0.clone(), words0.clone(), restored(&["a.rs"], 20_000));
+        fit_carried(2_000, 1_000, &mut state, &mut words, &mut files);
+        let files = files.unwrap();
+        assert!(files.shown.is_empty() && words.len() == 3 && state == state0);
+        assert_eq!(files.left_out, ["a.rs (over the room carried after a summary)", "gone.txt (deleted)"]);
+        assert!(files.text.len() < 200, "{}", files.text);
+
+        // Less: the oldest words after the first go, then the work state's oldest lines.
+        let (mut state, mut words, mut files) = (state0.clone(), words0.clone(), None);
+        fit_carried(600, 1_000, &mut state, &mut words, &mut files);
+        assert_eq!(words.len(), 1, "the first message always stays");
+        assert!(words[0].starts_with("FIRST"));
+        assert!(state.contains("bash step 0:") && !state.contains("bash step 49:"), "{state}");
+        assert!(state.ends_with("older lines of the work state left out for room)"), "{state}");
+        assert!(1_000 + 200 + state.len() + words[0].len() + 60 <= 2_400);
+    }
+
     use super::*;
 
     #[test]

@@ -12,7 +12,7 @@ mod summary;
 
 pub use carried::{
     RestoreCheck, RestoredFiles, carried_budget, carried_user_words, drop_model_work_state, files_in_view,
-    fit_outputs, restored_files, summary_failure, user_words_block, work_state,
+    fit_carried, fit_outputs, restored_files, summary_failure, user_words_block, work_state,
 };
 pub use overflow::{
     COMPACTION_BUFFER, OUTPUT_TOKEN_MAX, is_overflow, max_output, overflow_threshold, request_size, usable,

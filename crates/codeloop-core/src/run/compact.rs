@@ -10,9 +10,9 @@ use super::{Flow, Latest, MAX_NO_PROGRESS_COMPACTIONS, Run};
 use crate::agents::COMPACTION_AGENT;
 use crate::compaction::{
     CONTINUE_TEXT, OVERFLOW_MEDIA_NOTE, SUMMARY_SYSTEM_PROMPT, WorkRecord, carried_budget,
-    carried_user_words, drop_model_work_state, fit_outputs, is_overflow, max_output, request_size,
-    select_tail, summary_failure, summary_prompt, summary_text, tail_budget, usable, user_words_block,
-    work_state,
+    carried_user_words, drop_model_work_state, fit_carried, fit_outputs, is_overflow, max_output,
+    request_size, select_tail, summary_failure, summary_prompt, summary_text, tail_budget, usable,
+    user_words_block, work_state,
 };
 use crate::compaction::{RestoreCheck, files_in_view, new_compaction_request, restored_files, user_info};
 use crate::error::RunError;
@@ -189,6 +189,8 @@ impl Run<'_> {
                 self.own_summary(&request_user, &agent.name, &model, words.first().map(String::as_str))
             }
         };
+        let (mut state, mut words, mut files) = (state, words, files);
+        fit_carried(budget, summary_text(&finished).len(), &mut state, &mut words, &mut files);
         self.carry(finished, &state, &words, files, &nonce);
         self.record_tail(index, tail);
         if part.auto {
