@@ -511,7 +511,6 @@ mod tests {
         assert!(1_000 + 200 + state.len() + words[0].len() + 60 <= 2_400);
     }
 
-    use super::*;
 
     #[test]
     fn a_looping_or_cut_off_summary_is_told_apart() {
