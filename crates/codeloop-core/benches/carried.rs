@@ -101,7 +101,7 @@ fn bench(c: &mut Criterion) {
     let allowed = |_: &str| true;
     c.bench_function("carried parts, 1000 calls over 50 files", |b| {
         b.iter(|| {
-            let state = work_state(&history);
+            let state = work_state(&history, project.path());
             let words = carried_user_words(&history, &HashSet::new(), 30_000);
             let block = user_words_block(&words, "nonce");
             let head: Vec<&MessageWithParts> = history.iter().collect();

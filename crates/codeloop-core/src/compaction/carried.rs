@@ -245,7 +245,7 @@ struct Call {
 
 /// codeloop's work state: every tool call of `history` (newest 30 listed, older counted per tool) with
 /// its outcome as recorded, and the files the file tools changed with their +/− lines.
-pub fn work_state(history: &[MessageWithParts]) -> String {
+pub fn work_state(history: &[MessageWithParts], root: &std::path::Path) -> String {
     let mut calls = Vec::new();
     let mut files: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
@@ -270,6 +270,11 @@ pub fn work_state(history: &[MessageWithParts]) -> String {
         };
         if let ToolState::Completed(done) = &tool.state {
             for (file, added, removed) in changed_files(&done.metadata) {
+                // Named as the project names it (the tools record real, absolute paths).
+                let file = std::path::Path::new(&file)
+                    .strip_prefix(root)
+                    .map(|rel| rel.display().to_string())
+                    .unwrap_or(file);
                 let entry = files.entry(file.clone()).or_default();
                 entry.0 += added;
                 entry.1 += removed;
@@ -510,7 +515,6 @@ mod tests {
         assert!(state.ends_with("older lines of the work state left out for room)"), "{state}");
         assert!(1_000 + 200 + state.len() + words[0].len() + 60 <= 2_400);
     }
-
 
     #[test]
     fn a_looping_or_cut_off_summary_is_told_apart() {

@@ -161,7 +161,7 @@ impl Run<'_> {
         let budget =
             carried_budget(usable(&session_model.limits, &compaction), (prefix_chars as u64).div_ceil(4));
         let words = carried_user_words(&self.history[..index], &tail_ids, budget);
-        let state = work_state(&self.history[..index]);
+        let state = work_state(&self.history[..index], &codeloop_tools::real_path(&self.paths.root));
         let nonce = MessageId::new().to_string();
         let nonce: String = nonce.chars().rev().take(8).collect();
         let files = {

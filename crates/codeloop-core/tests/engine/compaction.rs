@@ -691,3 +691,69 @@ async fn files_in_view_come_back_as_they_are_now_and_a_file_that_fails_a_check_i
         ]
     );
 }
+
+#[tokio::test]
+async fn the_work_state_carries_a_failed_command_and_a_write_never_the_models_invented_claim() {
+    let invented = "## Objective\nShip it.\n\n## Work state\n### Completed\n- Completed: all tests pass\n\n## Next move\n1. release";
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call(
+                "bash",
+                json!({"command": "echo oops; exit 3", "description": "run the tests"}),
+            )),
+            Turn::from(Reply::tool_call("write", json!({"filePath": "out.txt", "content": "one\ntwo\n"}))),
+            text("All tests pass, done.", 47_000),
+            text(invented, 5_000),
+            text("Continuing.", 6_000),
+        ]),
+        AskPolicy::Allow,
+        small_window_no_tail,
+    )
+    .await;
+    assert_eq!(h.prompt("make the tests pass").await.stop, StopReason::Completed);
+    let after = Value::Array(h.request_messages(4)).to_string();
+    assert!(after.contains("failed — Exit code 3"), "the command's real outcome: {after}");
+    assert!(after.contains("- write out.txt: completed"), "{after}");
+    assert!(after.contains("- out.txt +2 −0"), "the file written, counted: {after}");
+    assert!(!after.contains("all tests pass"), "the invented claim is not carried: {after}");
+}
+
+#[tokio::test]
+async fn a_long_output_reaches_the_summariser_whole_when_it_fits_and_head_and_tail_when_it_does_not() {
+    // ~8 KB with one line in the middle that matters.
+    let command = "for i in $(seq 1 80); do echo \"line $i of the build log, nothing to see here at all....\"; \
+                   if [ $i = 40 ]; then echo MIDDLE-ERROR-$((i + 2)); fi; done; echo LAST-LINE-$((6 * 7))";
+    // (The command itself is in the request too: what is looked for is only in its output.)
+    let script = || {
+        Script::new([
+            Turn::from(Reply::tool_call("bash", json!({"command": command, "description": "build"}))),
+            text("Built.", 47_000),
+            text(SUMMARY, 1_000),
+            text("Continuing.", 6_000),
+        ])
+    };
+    let h = Harness::with(script(), AskPolicy::Allow, small_window_no_tail).await;
+    h.prompt("build it").await;
+    let to_summariser = Value::Array(h.request_messages(2)).to_string();
+    assert!(
+        to_summariser.contains("MIDDLE-ERROR-42") && to_summariser.contains("LAST-LINE-42"),
+        "{to_summariser}"
+    );
+
+    // The summariser's own window (`[compaction] model`) is small: the output is cut, head and tail kept.
+    let small_summariser = |config: &mut codeloop_core::config::Config| {
+        small_window_no_tail(config);
+        let models = &mut config.provider.get_mut("fake").unwrap().models;
+        let small = ModelSettings { context: Some(2_000), output: Some(500), ..models["test"].clone() };
+        models.insert("small".into(), small);
+        config.compaction.model = Some("fake/small".into());
+    };
+    let h = Harness::with(script(), AskPolicy::Allow, small_summariser).await;
+    h.prompt("build it").await;
+    let to_summariser = Value::Array(h.request_messages(2)).to_string();
+    assert_eq!(h.fake.requests()[2].body["model"], "small");
+    assert!(to_summariser.contains("line 1 of the build log"), "the head: {to_summariser}");
+    assert!(to_summariser.contains("LAST-LINE-42"), "the tail: {to_summariser}");
+    assert!(!to_summariser.contains("MIDDLE-ERROR-42"), "the middle is cut: {to_summariser}");
+    assert!(to_summariser.len() < 2_000 * 4, "{}", to_summariser.len());
+}
