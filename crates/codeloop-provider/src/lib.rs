@@ -64,26 +64,36 @@ pub trait Provider: Send + Sync {
 }
 
 /// The wire format a provider speaks (`api` in `[provider.NAME]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
 pub enum WireApi {
     #[serde(rename = "openai-chat")]
+    #[strum(serialize = "openai-chat")]
     OpenAiChat,
     #[serde(rename = "openai-responses")]
+    #[strum(serialize = "openai-responses")]
     OpenAiResponses,
     #[serde(rename = "anthropic")]
+    #[strum(serialize = "anthropic")]
     Anthropic,
     #[serde(rename = "gemini")]
+    #[strum(serialize = "gemini")]
     Gemini,
 }
 
 impl WireApi {
     pub fn as_str(self) -> &'static str {
-        match self {
-            WireApi::OpenAiChat => "openai-chat",
-            WireApi::OpenAiResponses => "openai-responses",
-            WireApi::Anthropic => "anthropic",
-            WireApi::Gemini => "gemini",
-        }
+        self.into()
     }
 
     /// The endpoint path appended to `base_url`; Gemini names the model in the path rather than the body.
@@ -198,4 +208,17 @@ impl ProviderConfig {
 /// is reported by the first request (so unused providers never fail start-up).
 pub fn connect(config: ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError> {
     Ok(Arc::new(http::HttpProvider::new(config)?))
+}
+
+#[cfg(test)]
+mod wireapi_text {
+    use super::WireApi;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in WireApi::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
+    }
 }

@@ -20,7 +20,19 @@ use codeloop_types::Finish;
 
 /// What to do with an answer that is a tool call written as text (`tool_call_text` in
 /// `[provider.NAME]` or `[provider.NAME.models.ID]`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum ToolCallText {
     /// Leave it text, say nothing.
@@ -34,11 +46,7 @@ pub enum ToolCallText {
 
 impl ToolCallText {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ToolCallText::Off => "off",
-            ToolCallText::Warn => "warn",
-            ToolCallText::Parse => "parse",
-        }
+        self.into()
     }
 }
 
@@ -369,6 +377,19 @@ mod tests {
         }
         for text in ["I", "Here", "<think>", "`x`"] {
             assert!(!could_be_call(text), "{text:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod toolcalltext_text {
+    use super::ToolCallText;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in ToolCallText::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
         }
     }
 }

@@ -7,7 +7,19 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 /// How much a tool's child process may write (`[sandbox] mode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    Deserialize,
+    Default,
+    strum::IntoStaticStr,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
     /// The project, the session temp dir, `writable_roots` and the package caches are writable.
@@ -22,11 +34,7 @@ pub enum SandboxMode {
 impl SandboxMode {
     /// The name users write in `codeloop.toml`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::WorkspaceWrite => "workspace-write",
-            Self::ReadOnly => "read-only",
-            Self::Off => "off",
-        }
+        self.into()
     }
 }
 
@@ -154,5 +162,18 @@ mod tests {
         policy.writable_roots = vec!["/w".into()];
         policy.mode = SandboxMode::ReadOnly;
         assert_eq!(policy.writable_paths(), [Path::new("/t")]);
+    }
+}
+
+#[cfg(test)]
+mod sandboxmode_text {
+    use super::SandboxMode;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in SandboxMode::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
     }
 }

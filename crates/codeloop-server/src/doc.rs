@@ -14,7 +14,8 @@ fn schema<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<T>()
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum Verb {
     Get,
     Post,
@@ -24,12 +25,7 @@ pub enum Verb {
 
 impl Verb {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Verb::Get => "get",
-            Verb::Post => "post",
-            Verb::Patch => "patch",
-            Verb::Delete => "delete",
-        }
+        self.into()
     }
 }
 

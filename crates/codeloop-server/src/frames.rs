@@ -73,7 +73,8 @@ pub fn control(id: Option<u64>, kind: &str, properties: Value) -> Bytes {
 }
 
 /// Why a client must refetch state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "snake_case")]
 pub enum ResyncReason {
     /// `Last-Event-ID` is older than the replay buffer.
     TooFarBehind,
@@ -85,11 +86,7 @@ pub enum ResyncReason {
 
 impl ResyncReason {
     fn as_str(self) -> &'static str {
-        match self {
-            ResyncReason::TooFarBehind => "too_far_behind",
-            ResyncReason::Lagged => "lagged",
-            ResyncReason::UnknownId => "unknown_id",
-        }
+        self.into()
     }
 }
 

@@ -20,7 +20,8 @@ use tokio_util::sync::CancellationToken;
 const MAX_SESSIONS: usize = 4_096;
 
 /// How a tool call ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 pub enum ToolStatus {
     Completed,
     Error,
@@ -29,11 +30,7 @@ pub enum ToolStatus {
 
 impl ToolStatus {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ToolStatus::Completed => "completed",
-            ToolStatus::Error => "error",
-            ToolStatus::Aborted => "aborted",
-        }
+        self.into()
     }
 }
 

@@ -12,6 +12,7 @@
 //! challenge. Every HTTP request is recorded (headers, session, JSON-RPC method), and the time the
 //! server spends on each is summed (for the overhead figure).
 
+use codeloop_types::LockExt;
 use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -164,7 +165,7 @@ impl McpTestServer {
     }
 
     pub fn requests(&self) -> Vec<McpRequest> {
-        self.shared.requests.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.requests.locked().clone()
     }
 
     /// The JSON-RPC methods received, in order.
@@ -241,7 +242,7 @@ async fn guard(State(gate): State<Gate>, request: Request, next: Next) -> Respon
         _ => next.run(Request::from_parts(parts, Body::from(bytes))).await,
     };
     record.status = response.status().as_u16();
-    gate.shared.requests.lock().unwrap_or_else(|e| e.into_inner()).push(record);
+    gate.shared.requests.locked().push(record);
     // The server's time runs until its answer's last byte (an SSE answer streams after its head).
     let (parts, body) = response.into_parts();
     let timed = Timed { inner: body.into_data_stream(), started, shared: gate.shared.clone(), done: false };

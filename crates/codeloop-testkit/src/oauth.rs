@@ -4,6 +4,7 @@
 //! verifier is refused) and refresh grants. Every call is recorded with its parameters, so tests see the
 //! `resource` of each request (RFC 8707).
 
+use codeloop_types::LockExt;
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,16 +24,16 @@ pub struct Tokens(Arc<Mutex<HashSet<String>>>);
 
 impl Tokens {
     pub fn valid(&self, token: &str) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).contains(token)
+        self.0.locked().contains(token)
     }
 
     fn issue(&self, token: String) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).insert(token);
+        self.0.locked().insert(token);
     }
 
     /// Forgets every access token (as a revocation or a server restart would).
     pub fn revoke_all(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.0.locked().clear();
     }
 }
 
@@ -128,7 +129,7 @@ impl AsState {
         status: u16,
     ) {
         let call = OAuthCall { endpoint: endpoint.into(), params, authorization, status };
-        self.calls.lock().unwrap_or_else(|e| e.into_inner()).push(call);
+        self.calls.locked().push(call);
     }
 }
 
@@ -188,7 +189,7 @@ impl OAuthTestServer {
     }
 
     pub fn calls(&self) -> Vec<OAuthCall> {
-        self.state.calls.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.state.calls.locked().clone()
     }
 
     pub fn calls_to(&self, endpoint: &str) -> Vec<OAuthCall> {
@@ -201,7 +202,7 @@ impl OAuthTestServer {
     }
 
     pub fn set_token_lifetime(&self, secs: u64) {
-        self.state.options.lock().unwrap_or_else(|e| e.into_inner()).token_lifetime_secs = secs;
+        self.state.options.locked().token_lifetime_secs = secs;
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -216,7 +217,7 @@ impl Drop for OAuthTestServer {
 }
 
 async fn metadata(State(state): State<Arc<AsState>>) -> Response {
-    let options = state.options.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let options = state.options.locked().clone();
     let issuer = &state.issuer;
     let mut metadata = json!({
         "issuer": issuer,
@@ -240,7 +241,7 @@ async fn metadata(State(state): State<Arc<AsState>>) -> Response {
 
 async fn register(State(state): State<Arc<AsState>>, axum::Json(body): axum::Json<Value>) -> Response {
     let client_id = state.next("dyn");
-    state.clients.lock().unwrap_or_else(|e| e.into_inner()).insert(client_id.clone());
+    state.clients.locked().insert(client_id.clone());
     let params: HashMap<String, String> =
         body.as_object().into_iter().flatten().map(|(k, v)| (k.clone(), v.to_string())).collect();
     state.record("register", params, None, 201);
@@ -254,10 +255,10 @@ async fn authorize(
     State(state): State<Arc<AsState>>,
     Query(params): Query<HashMap<String, String>>,
 ) -> Response {
-    let options = state.options.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let options = state.options.locked().clone();
     let get = |k: &str| params.get(k).cloned().unwrap_or_default();
     let client_id = get("client_id");
-    let known = state.clients.lock().unwrap_or_else(|e| e.into_inner()).contains(&client_id)
+    let known = state.clients.locked().contains(&client_id)
         || (options.metadata_documents && client_id.starts_with("https://"));
     if !known || get("code_challenge_method") != "S256" || get("code_challenge").is_empty() {
         state.record("authorize", params.clone(), None, 400);
@@ -265,7 +266,7 @@ async fn authorize(
     }
     let code = state.next("code");
     let redirect_uri = get("redirect_uri");
-    state.codes.lock().unwrap_or_else(|e| e.into_inner()).insert(
+    state.codes.locked().insert(
         code.clone(),
         Grant { challenge: get("code_challenge"), client_id, redirect_uri: redirect_uri.clone() },
     );
@@ -295,7 +296,7 @@ async fn token(
     };
     let answer = match get("grant_type").as_str() {
         "authorization_code" => {
-            let grant = state.codes.lock().unwrap_or_else(|e| e.into_inner()).remove(&get("code"));
+            let grant = state.codes.locked().remove(&get("code"));
             match grant {
                 None => refuse("unknown or used code"),
                 Some(grant) if pkce_s256(&get("code_verifier")) != grant.challenge => {
@@ -309,8 +310,7 @@ async fn token(
             }
         }
         "refresh_token" => {
-            let known =
-                state.refresh_tokens.lock().unwrap_or_else(|e| e.into_inner()).remove(&get("refresh_token"));
+            let known = state.refresh_tokens.locked().remove(&get("refresh_token"));
             if !known || state.refuse_refresh.load(Ordering::SeqCst) {
                 refuse("refresh token refused")
             } else {
@@ -326,11 +326,11 @@ async fn token(
 }
 
 fn issue(state: &AsState) -> Response {
-    let lifetime = state.options.lock().unwrap_or_else(|e| e.into_inner()).token_lifetime_secs;
+    let lifetime = state.options.locked().token_lifetime_secs;
     let access = state.next("access");
     let refresh = state.next("refresh");
     state.tokens.issue(access.clone());
-    state.refresh_tokens.lock().unwrap_or_else(|e| e.into_inner()).insert(refresh.clone());
+    state.refresh_tokens.locked().insert(refresh.clone());
     axum::Json(json!({
         "access_token": access,
         "token_type": "Bearer",

@@ -2,6 +2,7 @@
 //! every span and metric point it receives, decoded, for assertions. Also a collector that accepts
 //! connections and never answers, and an endpoint that refuses them, for the dead-collector cases.
 
+use codeloop_types::LockExt;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::net::SocketAddr;
@@ -207,7 +208,7 @@ fn record(
         })
         .collect();
     let requests = {
-        let mut received = received.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut received = received.locked();
         add(&mut received);
         received.headers.push(headers);
         received.requests += 1;
@@ -245,22 +246,22 @@ impl OtlpCollector {
     }
 
     pub fn spans(&self) -> Vec<CollectedSpan> {
-        self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner).spans.clone()
+        self.received.locked().spans.clone()
     }
 
     pub fn points(&self) -> Vec<CollectedPoint> {
-        self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner).points.clone()
+        self.received.locked().points.clone()
     }
 
     /// The values header `name` (lowercase) had on each export request that carried it.
     pub fn header_values(&self, name: &str) -> Vec<String> {
-        let received = self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let received = self.received.locked();
         received.headers.iter().filter_map(|h| h.get(name).cloned()).collect()
     }
 
     /// Export requests received (traces and metrics).
     pub fn requests(&self) -> usize {
-        self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner).requests
+        self.received.locked().requests
     }
 
     /// Waits until what was received satisfies `done`, at most `limit`; returns whether it did.
@@ -271,7 +272,7 @@ impl OtlpCollector {
     ) -> bool {
         let mut arrived = self.arrived.subscribe();
         let check = || {
-            let received = self.received.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let received = self.received.locked();
             done(&received.spans, &received.points)
         };
         tokio::time::timeout(limit, async {

@@ -1,8 +1,9 @@
 //! The HTTP side: [`FakeProvider`] binds a loopback port, records every request, hands each provider call
 //! the next script turn (in arrival order, whatever the path) and answers in the format the path names.
 
+use codeloop_types::LockExt;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use axum::Router;
 use axum::body::Body;
@@ -173,7 +174,7 @@ impl Drop for FakeProvider {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, ScriptState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.locked()
     }
 }
 

@@ -4,7 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 /// `effort = "none" | "low" | "medium" | "high" | "max"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, strum::IntoStaticStr,
+)]
+#[strum(serialize_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum Effort {
     /// No thinking: nothing is asked for (or thinking is switched off where the model thinks by default).
@@ -21,13 +24,7 @@ impl Effort {
 
     /// The config value.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Effort::None => "none",
-            Effort::Low => "low",
-            Effort::Medium => "medium",
-            Effort::High => "high",
-            Effort::Max => "max",
-        }
+        self.into()
     }
 }
 

@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Why an assistant message failed (DESIGN.md §3). Serialised with a `name` tag.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, strum::IntoStaticStr)]
 #[serde(tag = "name")]
 pub enum AssistantError {
     /// Missing or rejected credentials.
@@ -55,15 +55,7 @@ impl AssistantError {
     }
 
     pub fn name(&self) -> &'static str {
-        match self {
-            AssistantError::ProviderAuth { .. } => "ProviderAuth",
-            AssistantError::Api { .. } => "Api",
-            AssistantError::ContextOverflow { .. } => "ContextOverflow",
-            AssistantError::OutputLength { .. } => "OutputLength",
-            AssistantError::Aborted { .. } => "Aborted",
-            AssistantError::ContentFilter { .. } => "ContentFilter",
-            AssistantError::Unknown { .. } => "Unknown",
-        }
+        self.into()
     }
 
     pub fn aborted() -> Self {

@@ -21,7 +21,20 @@ pub struct Job {
 }
 
 /// Where a job is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    Deserialize,
+    strum::IntoStaticStr,
+    strum::EnumString,
+    strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Running,
@@ -35,23 +48,12 @@ pub enum JobState {
 
 impl JobState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Running => "running",
-            Self::Exited => "exited",
-            Self::Killed => "killed",
-            Self::Lost => "lost",
-        }
+        self.into()
     }
 
     /// The state stored as text; `None` for a word this build does not know.
     pub fn parse(text: &str) -> Option<Self> {
-        match text {
-            "running" => Some(Self::Running),
-            "exited" => Some(Self::Exited),
-            "killed" => Some(Self::Killed),
-            "lost" => Some(Self::Lost),
-            _ => None,
-        }
+        text.parse().ok()
     }
 
     pub fn is_running(self) -> bool {
@@ -62,5 +64,18 @@ impl JobState {
 impl std::fmt::Display for JobState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod jobstate_text {
+    use super::JobState;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in JobState::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
     }
 }

@@ -71,7 +71,10 @@ pub struct MessagePath {
 }
 
 /// Why a provider step ended, normalised across wire formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 #[serde(rename_all = "kebab-case")]
 pub enum Finish {
     Stop,
@@ -84,14 +87,7 @@ pub enum Finish {
 
 impl Finish {
     pub fn as_str(self) -> &'static str {
-        match self {
-            Finish::Stop => "stop",
-            Finish::Length => "length",
-            Finish::ToolCalls => "tool-calls",
-            Finish::ContentFilter => "content-filter",
-            Finish::Error => "error",
-            Finish::Unknown => "unknown",
-        }
+        self.into()
     }
 }
 
@@ -154,6 +150,19 @@ impl AssistantMessage {
             error: None,
             summary: false,
             time: MessageTime { created: crate::now_ms(), completed: None },
+        }
+    }
+}
+
+#[cfg(test)]
+mod finish_text {
+    use super::Finish;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in Finish::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
         }
     }
 }

@@ -118,7 +118,10 @@ impl std::fmt::Display for ModelRef {
 /// Which file-editing tools a model is offered (reference §8.2): `apply_patch` for the models trained on
 /// it (the GPT-5 and codex families), `edit` and `write` for the others. Set per model with
 /// `tools = "patch" | "edit"` in `[provider.NAME.models.ID]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum ToolProfile {
     /// `apply_patch` (a multi-file patch envelope).
@@ -130,10 +133,7 @@ pub enum ToolProfile {
 impl ToolProfile {
     /// The config value: `patch` or `edit`.
     pub fn as_str(self) -> &'static str {
-        match self {
-            ToolProfile::Patch => "patch",
-            ToolProfile::Edit => "edit",
-        }
+        self.into()
     }
 }
 
@@ -183,5 +183,18 @@ mod tests {
         assert_eq!(m.provider_id, "openrouter");
         assert_eq!(m.model_id, "anthropic/claude-sonnet-4.5");
         assert!("gpt-4".parse::<ModelRef>().is_err());
+    }
+}
+
+#[cfg(test)]
+mod toolprofile_text {
+    use super::ToolProfile;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in ToolProfile::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
     }
 }

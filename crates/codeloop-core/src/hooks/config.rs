@@ -65,7 +65,10 @@ pub struct HandlerSettings {
 }
 
 /// Where a hook was written (the `source` of `hook.ran`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr, strum::VariantArray,
+)]
+#[strum(serialize_all = "kebab-case")]
 pub enum HookSource {
     #[serde(rename = "user")]
     User,
@@ -79,12 +82,7 @@ pub enum HookSource {
 
 impl HookSource {
     pub fn as_str(self) -> &'static str {
-        match self {
-            HookSource::User => "user",
-            HookSource::Project => "project",
-            HookSource::ClaudeUser => "claude-user",
-            HookSource::ClaudeProject => "claude-project",
-        }
+        self.into()
     }
 }
 
@@ -260,4 +258,17 @@ pub fn read_claude_settings(path: &std::path::Path) -> Result<Option<HooksSettin
     let settings: ClaudeSettings =
         serde_json::from_str(&text).map_err(|e| format!("invalid JSON in {}: {e}", path.display()))?;
     Ok(settings.hooks.map(|events| HooksSettings { import_claude: None, events }))
+}
+
+#[cfg(test)]
+mod hooksource_text {
+    use super::HookSource;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in HookSource::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
+    }
 }

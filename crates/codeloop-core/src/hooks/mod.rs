@@ -23,7 +23,7 @@ pub use run::{HookEnv, fire};
 pub use turn::TurnHooks;
 
 /// The events of Claude Code that codeloop fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, strum::IntoStaticStr)]
 pub enum HookEvent {
     SessionStart,
     UserPromptSubmit,
@@ -61,22 +61,7 @@ impl HookEvent {
     ];
 
     pub fn name(self) -> &'static str {
-        match self {
-            HookEvent::SessionStart => "SessionStart",
-            HookEvent::UserPromptSubmit => "UserPromptSubmit",
-            HookEvent::PreToolUse => "PreToolUse",
-            HookEvent::PermissionRequest => "PermissionRequest",
-            HookEvent::PostToolUse => "PostToolUse",
-            HookEvent::PostToolUseFailure => "PostToolUseFailure",
-            HookEvent::Stop => "Stop",
-            HookEvent::StopFailure => "StopFailure",
-            HookEvent::SubagentStart => "SubagentStart",
-            HookEvent::SubagentStop => "SubagentStop",
-            HookEvent::PreCompact => "PreCompact",
-            HookEvent::PostCompact => "PostCompact",
-            HookEvent::Notification => "Notification",
-            HookEvent::SessionEnd => "SessionEnd",
-        }
+        self.into()
     }
 
     pub fn parse(name: &str) -> Option<HookEvent> {

@@ -56,7 +56,8 @@ impl std::fmt::Debug for AuthRecord {
 }
 
 /// What a listing says about a server's sign-in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 #[serde(rename_all = "kebab-case")]
 pub enum AuthState {
     /// No sign-in involved (a local server, one that does not ask, or `oauth = false`).
@@ -69,12 +70,7 @@ pub enum AuthState {
 
 impl AuthState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            AuthState::None => "none",
-            AuthState::SignedIn => "signed-in",
-            AuthState::Expired => "expired",
-            AuthState::NeedsLogin => "needs-login",
-        }
+        self.into()
     }
 }
 
@@ -350,5 +346,18 @@ mod tests {
     fn the_resource_is_the_url_without_its_fragment() {
         assert_eq!(resource_of("https://x/mcp#part"), "https://x/mcp");
         assert_eq!(resource_of("https://x/mcp"), "https://x/mcp");
+    }
+}
+
+#[cfg(test)]
+mod authstate_text {
+    use super::AuthState;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in AuthState::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
     }
 }

@@ -66,7 +66,8 @@ pub struct McpNotice {
 }
 
 /// A server's state in a listing (`codeloop mcp list --json`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "kebab-case")]
 #[serde(rename_all = "kebab-case")]
 pub enum ServerState {
     Connected,
@@ -77,12 +78,7 @@ pub enum ServerState {
 
 impl ServerState {
     pub fn as_str(self) -> &'static str {
-        match self {
-            ServerState::Connected => "connected",
-            ServerState::NeedsLogin => "needs-login",
-            ServerState::Failed => "failed",
-            ServerState::Disabled => "disabled",
-        }
+        self.into()
     }
 }
 
@@ -504,4 +500,17 @@ fn offered_tools(
         .filter(|tool| settings.offers_tool(&tool.name))
         .map(|tool| Arc::new(McpTool::new(link, tool)) as Arc<dyn Tool>)
         .collect()
+}
+
+#[cfg(test)]
+mod serverstate_text {
+    use super::ServerState;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in ServerState::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
+    }
 }

@@ -75,7 +75,8 @@ impl Default for McpSettings {
 }
 
 /// How a server is reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum::IntoStaticStr, strum::VariantArray)]
+#[strum(serialize_all = "lowercase")]
 #[serde(rename_all = "lowercase")]
 pub enum TransportKind {
     Stdio,
@@ -84,10 +85,7 @@ pub enum TransportKind {
 
 impl TransportKind {
     pub fn as_str(self) -> &'static str {
-        match self {
-            TransportKind::Stdio => "stdio",
-            TransportKind::Http => "http",
-        }
+        self.into()
     }
 }
 
@@ -321,5 +319,18 @@ mod tests {
         assert_eq!(client.client_id.as_deref(), Some("abc"));
         assert_eq!(client.scopes, ["r"]);
         assert_eq!(serde_json::to_value(OAuthConfig::Off).unwrap(), serde_json::json!(false));
+    }
+}
+
+#[cfg(test)]
+mod transportkind_text {
+    use super::TransportKind;
+    use strum::VariantArray as _;
+
+    #[test]
+    fn the_text_is_the_serialized_name() {
+        for value in TransportKind::VARIANTS {
+            assert_eq!(serde_json::to_value(value).ok(), Some(serde_json::json!(value.as_str())));
+        }
     }
 }

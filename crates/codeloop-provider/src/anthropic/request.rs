@@ -191,7 +191,8 @@ fn message(role: Role, mut content: Vec<Value>, marker: Marker) -> Map<String, V
     message
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 enum Role {
     User,
     Assistant,
@@ -199,10 +200,7 @@ enum Role {
 
 impl Role {
     fn as_str(self) -> &'static str {
-        match self {
-            Role::User => "user",
-            Role::Assistant => "assistant",
-        }
+        self.into()
     }
 }
 

@@ -152,7 +152,8 @@ fn content(role: Role, parts: Value) -> Map<String, Value> {
     content
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, strum::IntoStaticStr)]
+#[strum(serialize_all = "lowercase")]
 enum Role {
     User,
     Model,
@@ -160,10 +161,7 @@ enum Role {
 
 impl Role {
     fn as_str(self) -> &'static str {
-        match self {
-            Role::User => "user",
-            Role::Model => "model",
-        }
+        self.into()
     }
 }
 
