@@ -62,7 +62,8 @@ pub const TEXT_CALL_METADATA: &str = "written_as_text";
 
 /// The calls an answer makes when its whole text is nothing but calls naming offered tools: one JSON
 /// object `{"name": …, "arguments": {…}}` (or `parameters`, `input`; arguments may be a JSON string),
-/// bare or in a ```` ```json ```` fence, or one or more `<tool_call>…</tool_call>` blocks. `None` for
+/// several such objects one after another or in an array, bare or in a ```` ```json ```` fence, or one
+/// or more `<tool_call>…</tool_call>` blocks. `None` for
 /// anything else, including a call to a tool that was not offered.
 pub fn text_tool_call(text: &str, offered: &[&str]) -> Option<Vec<TextCall>> {
     let text = text.trim();
@@ -73,8 +74,8 @@ pub fn text_tool_call(text: &str, offered: &[&str]) -> Option<Vec<TextCall>> {
     } else {
         vec![text]
     };
-    let calls: Option<Vec<TextCall>> = objects.into_iter().map(|o| call(o, offered)).collect();
-    calls.filter(|calls| !calls.is_empty())
+    let calls: Option<Vec<Vec<TextCall>>> = objects.into_iter().map(|o| calls(o, offered)).collect();
+    calls.map(|calls| calls.into_iter().flatten().collect::<Vec<_>>()).filter(|calls| !calls.is_empty())
 }
 
 /// The first call written as text anywhere in `text`: a ```` ```json ```` fence or a `<tool_call>` block
@@ -89,7 +90,7 @@ pub fn text_tool_call_inside(text: &str, offered: &[&str]) -> Option<TextCall> {
         matches!(language.trim(), "" | "json" | "tool_call").then_some(body.trim())
     });
     let tagged = text.split(TAG_OPEN).skip(1).map(|rest| rest.split(TAG_CLOSE).next().unwrap_or(rest).trim());
-    fenced.chain(tagged).find_map(|block| call(block, offered))
+    fenced.chain(tagged).find_map(|block| calls(block, offered)?.into_iter().next())
 }
 
 const TAG_OPEN: &str = "<tool_call>";
@@ -124,11 +125,29 @@ fn fenced_block(fenced: &str) -> Option<&str> {
     Some(body.trim_end().strip_suffix("```")?.trim())
 }
 
-fn call(object: &str, offered: &[&str]) -> Option<TextCall> {
-    if !(object.starts_with('{') && object.ends_with('}')) {
+/// The calls one block holds: one call object, several written one after another (a weak model writes
+/// three reads in one fence, no commas), or an array of them; `None` unless every value is a call to an
+/// offered tool.
+fn calls(block: &str, offered: &[&str]) -> Option<Vec<TextCall>> {
+    if !(block.starts_with('{') || block.starts_with('[')) {
         return None;
     }
-    let Value::Object(mut map) = serde_json::from_str::<Value>(object).ok()? else { return None };
+    let mut calls = Vec::new();
+    for value in serde_json::Deserializer::from_str(block).into_iter::<Value>() {
+        match value.ok()? {
+            Value::Array(items) => {
+                for item in items {
+                    calls.push(call(item, offered)?);
+                }
+            }
+            object => calls.push(call(object, offered)?),
+        }
+    }
+    (!calls.is_empty()).then_some(calls)
+}
+
+fn call(value: Value, offered: &[&str]) -> Option<TextCall> {
+    let Value::Object(mut map) = value else { return None };
     // OpenAI's own shape, `{"function": {"name", "arguments"}}`, written out by some models.
     if let Some(Value::Object(function)) = map.remove("function") {
         map = function;
@@ -285,6 +304,18 @@ mod tests {
         assert_eq!(text_tool_call(openai, OFFERED), read_a());
         let two = "<tool_call>{\"name\": \"read\", \"arguments\": {}}</tool_call>\n<tool_call>{\"name\": \"bash\", \"arguments\": {\"command\": \"ls\"}}</tool_call>";
         assert_eq!(text_tool_call(two, OFFERED).map(|c| c.len()), Some(2));
+        // Qwen2.5-Coder 1.5B under llama.cpp, asked to read three files: three objects in one fence.
+        let run_on = "```json\n{\n  \"name\": \"read\",\n  \"arguments\": {\"filePath\": \"a.txt\"}\n}\n{\n  \"name\": \"bash\",\n  \"arguments\": {\"command\": \"ls\"}\n}\n```";
+        let names = |calls: Vec<TextCall>| calls.into_iter().map(|c| c.name).collect::<Vec<_>>();
+        assert_eq!(
+            text_tool_call(run_on, OFFERED).map(names),
+            Some(vec!["read".to_owned(), "bash".to_owned()])
+        );
+        let array =
+            r#"[{"name": "read", "arguments": {"filePath": "a.txt"}}, {"name": "bash", "arguments": {}}]"#;
+        assert_eq!(text_tool_call(array, OFFERED).map(|c| c.len()), Some(2));
+        let one_unknown = r#"{"name": "read", "arguments": {}} {"name": "rm_rf", "arguments": {}}"#;
+        assert_eq!(text_tool_call(one_unknown, OFFERED), None, "every call must name an offered tool");
     }
 
     #[test]
