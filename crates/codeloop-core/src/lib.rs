@@ -22,6 +22,7 @@ pub mod hooks;
 pub mod input;
 pub mod instructions;
 pub mod jobs;
+mod live;
 pub mod mcp;
 pub mod models;
 mod outcome;

@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use codeloop_types::{
-    EventPayload, PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId, SessionStatus,
-    WorkerRequest,
+    EventPayload, PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId, WorkerRequest,
 };
 use tokio::sync::broadcast::error::RecvError;
 
@@ -135,15 +134,7 @@ fn mirror(peers: &Peers, services: &Services, payload: &EventPayload, local: &dy
             peers.questions.locked().remove(request_id);
         }
         EventPayload::SessionStatus { session_id, status } if !local(session_id) => {
-            let mut statuses = services.statuses.locked();
-            match status {
-                SessionStatus::Idle => {
-                    statuses.remove(session_id);
-                }
-                other => {
-                    statuses.insert(session_id.clone(), other.clone());
-                }
-            }
+            services.live.set_status(session_id, status);
         }
         EventPayload::SessionIdle { session_id } => peers.forget_session(session_id),
         _ => {}

@@ -54,8 +54,8 @@ pub struct Services {
     pub command_dirs: Vec<PathBuf>,
     /// Whether a project directory is trusted (its commands' shell parts may run); `None`: none is.
     pub project_trust: Option<crate::file_commands::ProjectTrust>,
-    /// Busy or retrying sessions (idle ones are absent).
-    pub statuses: Mutex<HashMap<SessionId, SessionStatus>>,
+    /// What this process knows of each live session: status, last prompt prefix, hooks fired and owed.
+    pub(crate) live: crate::live::LiveSessions,
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
@@ -69,14 +69,8 @@ pub struct Services {
     pub all_tools: Mutex<Option<ToolSet>>,
     /// Every session's background jobs in this process (DESIGN.md §5f).
     pub jobs: Arc<codeloop_tools::jobs::Jobs>,
-    /// The prompt prefix each session's last step was sent with (`session.cache` compares with it).
-    pub(crate) prefixes: Mutex<HashMap<SessionId, crate::prefix::Prefix>>,
     /// The hooks last compiled, with the layers they came from.
     pub(crate) hooks_cache: Mutex<Option<(Vec<crate::hooks::HookLayer>, Arc<crate::hooks::Hooks>)>>,
-    /// Sessions whose SessionStart hooks fired in this process.
-    pub(crate) started_sessions: Mutex<std::collections::HashSet<SessionId>>,
-    /// Sessions prompted in this process while SessionEnd hooks exist: they run when it is done.
-    pub(crate) open_sessions: Mutex<std::collections::HashSet<SessionId>>,
     /// Unanswered prompts failover already started a run for (each once per process).
     pub(crate) resumed_prompts: Mutex<std::collections::HashSet<codeloop_types::MessageId>>,
     /// Sessions the store settled when it opened (runs a dead process left): failover runs them again.
@@ -165,13 +159,7 @@ impl Services {
 
     /// Records and announces a session's status.
     pub fn set_status(&self, session: &SessionId, status: SessionStatus) {
-        {
-            let mut statuses = self.statuses.locked();
-            match status {
-                SessionStatus::Idle => statuses.remove(session),
-                ref other => statuses.insert(session.clone(), other.clone()),
-            };
-        }
+        self.live.set_status(session, &status);
         self.bus.publish(EventPayload::SessionStatus { session_id: session.clone(), status });
     }
 

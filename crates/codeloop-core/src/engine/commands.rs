@@ -14,7 +14,6 @@ use crate::error::EngineError;
 use crate::input::{Delivery, PromptInput};
 use crate::instructions::ProjectInfo;
 use crate::outcome::RunOutcome;
-use codeloop_types::LockExt;
 
 impl Engine {
     /// Checks a command as [`Engine::submit`] would, without carrying it out: for a client that answers
@@ -168,7 +167,7 @@ impl Engine {
         if self.peers.is_none() {
             return false;
         }
-        let seen_busy = self.services.statuses.locked().contains_key(session);
+        let seen_busy = self.services.live.is_marked_busy(session);
         // A run that started before this worker did was never seen starting: its lease says it runs.
         let running_elsewhere = seen_busy || {
             let id = session.clone();

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use codeloop_types::{LockExt, MessageId, SessionId};
+use codeloop_types::{MessageId, SessionId};
 use serde_json::{Value, json};
 
 use super::Engine;
@@ -36,7 +36,7 @@ impl Engine {
                 }
             })?;
         if hooks.hooks.any(HookEvent::SessionEnd) {
-            self.services.open_sessions.locked().insert(id.clone());
+            self.services.live.owe_end(id);
         }
         let (start, submit) =
             (hooks.hooks.any(HookEvent::SessionStart), hooks.hooks.any(HookEvent::UserPromptSubmit));
@@ -54,7 +54,7 @@ impl Engine {
                 stop: StopReason::HookStopped(reason),
             })))
         };
-        if start && self.services.started_sessions.locked().insert(id.clone()) {
+        if start && self.services.live.start(id) {
             let wanted = id.clone();
             let fresh = self.read(move |store| store.load_history(&wanted)).await?.is_empty();
             let source = if fresh { "startup" } else { "resume" };
@@ -92,7 +92,7 @@ impl Engine {
     /// A client is done with a session (`codeloop run` ends, the TUI quits): the SessionEnd hooks run.
     /// `reason` is Claude's: `prompt_input_exit`, `clear`, `logout` or `other`.
     pub async fn end_session(&self, id: &SessionId, reason: &str) {
-        self.services.open_sessions.locked().remove(id);
+        self.services.live.settle_end(id);
         let Ok(session) = self.session(id).await else { return };
         let Ok(hooks) = self.services.session_hooks(id, Path::new(&session.directory)).await else { return };
         if hooks.hooks.any(HookEvent::SessionEnd) {
@@ -110,7 +110,7 @@ impl Engine {
     /// This process is done with every session it started (the TUI quits, the ACP agent's editor goes):
     /// each one's SessionEnd hooks run, once.
     pub async fn end_started_sessions(&self, reason: &str) {
-        let open: Vec<SessionId> = self.services.open_sessions.locked().drain().collect();
+        let open = self.services.live.take_ends_owed();
         for id in &open {
             self.end_session(id, reason).await;
         }

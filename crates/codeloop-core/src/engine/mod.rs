@@ -229,7 +229,7 @@ impl Engine {
             skill_dirs,
             command_dirs,
             project_trust: options.project_trust,
-            statuses: Default::default(),
+            live: Default::default(),
             snapshots: Default::default(),
             mcp,
             project_config: options.project_config,
@@ -237,10 +237,7 @@ impl Engine {
             _sweep_stop: sweep_stop,
             all_tools: Default::default(),
             jobs,
-            prefixes: Default::default(),
             hooks_cache: Default::default(),
-            started_sessions: Default::default(),
-            open_sessions: Default::default(),
             failovers: Default::default(),
             resumed_prompts: Default::default(),
             settled_at_open: std::sync::Mutex::new(settled_at_open),
@@ -392,7 +389,7 @@ impl Engine {
         if self.coordinator.is_busy(session) {
             return;
         }
-        let mirrored = self.services.statuses.locked().remove(session).is_some();
+        let mirrored = self.services.live.set_status(session, &codeloop_types::SessionStatus::Idle);
         if mirrored {
             self.services.bus.publish(EventPayload::SessionStatus {
                 session_id: session.clone(),

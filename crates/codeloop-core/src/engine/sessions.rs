@@ -252,7 +252,7 @@ impl Engine {
     /// What each session is doing: busy or retrying (idle sessions are absent). A session between the
     /// turns of its run counts as busy.
     pub fn statuses(&self) -> HashMap<SessionId, SessionStatus> {
-        let mut statuses = self.services.statuses.locked().clone();
+        let mut statuses = self.services.live.statuses();
         for id in self.coordinator.active() {
             statuses.entry(id).or_insert(SessionStatus::Busy);
         }

@@ -326,9 +326,6 @@ pub(crate) async fn run_session(
     Ok(RunOutcome { session_id: session_id.clone(), message: run.last_assistant().cloned(), stop })
 }
 
-/// Sessions whose last prompt prefix is kept in memory ([`Run::note_prefix`]).
-const PREFIXES_KEPT: usize = 1024;
-
 /// See [`Run::sweep_jobs`]; nothing to do (and no thread) when no job of the session watches.
 async fn sweep_jobs(services: &Services, session_id: &SessionId) {
     if !services.jobs.watches_protected(session_id) {
@@ -575,17 +572,8 @@ impl Run<'_> {
 
     /// Compares the prefix of the step about to be sent with the session's previous one.
     fn note_prefix(&self, prefix: Prefix) {
-        let before = {
-            let mut prefixes = self.services.prefixes.locked();
-            let before = prefixes.get(&self.session.id).cloned();
-            // Bounded: a server sees ever new sessions; a session forgotten here is compared with its
-            // stored history instead.
-            if before.is_none() && prefixes.len() >= PREFIXES_KEPT {
-                prefixes.clear();
-            }
-            prefixes.insert(self.session.id.clone(), prefix.clone());
-            before
-        };
+        // A session the live map forgot is compared with its stored history instead.
+        let before = self.services.live.swap_prefix(&self.session.id, prefix.clone());
         let before = before.or_else(|| Prefix::from_history(&self.history, &prefix));
         if let Some(reason) = before.and_then(|before| prefix.changed_from(&before)) {
             self.prefix_changed(reason);
