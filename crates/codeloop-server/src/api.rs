@@ -323,6 +323,9 @@ pub struct CommandBody {
     pub arguments: CommandArguments,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delivery: Option<DeliveryMode>,
+    /// How hard the model thinks for the command's turn: none, low, medium, high or max (DESIGN.md §5l).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub effort: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

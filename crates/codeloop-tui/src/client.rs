@@ -102,7 +102,13 @@ pub trait Client: Send + Sync + 'static {
     /// The commands of `directory` (built-ins, command files, MCP prompts).
     async fn commands(&self, directory: &Path) -> Vec<CommandEntry>;
     /// Runs command `name` with `arguments`; like [`Client::prompt`], returns once it is accepted.
-    async fn run_command(&self, id: &SessionId, name: &str, arguments: &str) -> anyhow::Result<()>;
+    async fn run_command(
+        &self,
+        id: &SessionId,
+        name: &str,
+        arguments: &str,
+        effort: Option<codeloop_types::Effort>,
+    ) -> anyhow::Result<()>;
     /// Names of the agents a person can choose (`None`: unknown, accept any and let the engine say).
     async fn agents(&self) -> Option<Vec<String>>;
     /// The session's background jobs, oldest first.

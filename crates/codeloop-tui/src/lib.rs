@@ -295,10 +295,12 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
             Some(Outcome::Window(model, window))
         }
         Action::LoadCommands => Some(Outcome::Commands(client.commands(directory).await)),
-        Action::RunCommand(id, name, arguments) => match client.run_command(&id, &name, &arguments).await {
-            Ok(()) => None,
-            Err(e) => Some(Outcome::PromptFailed(format!("{e:#}"))),
-        },
+        Action::RunCommand(id, name, arguments, effort) => {
+            match client.run_command(&id, &name, &arguments, effort).await {
+                Ok(()) => None,
+                Err(e) => Some(Outcome::PromptFailed(format!("{e:#}"))),
+            }
+        }
         Action::Quit => None,
     }
 }

@@ -107,13 +107,19 @@ impl Client for LocalClient {
             .collect()
     }
 
-    async fn run_command(&self, id: &SessionId, name: &str, arguments: &str) -> anyhow::Result<()> {
+    async fn run_command(
+        &self,
+        id: &SessionId,
+        name: &str,
+        arguments: &str,
+        effort: Option<codeloop_types::Effort>,
+    ) -> anyhow::Result<()> {
         let command = SessionCommand::RunCommand {
             session: id.clone(),
             name: name.to_owned(),
             arguments: arguments.to_owned(),
             delivery: Delivery::Queue,
-            effort: None,
+            effort,
         };
         self.submit(command).await?;
         Ok(())

@@ -192,8 +192,19 @@ impl Client for RemoteClient {
             .collect()
     }
 
-    async fn run_command(&self, id: &SessionId, name: &str, arguments: &str) -> anyhow::Result<()> {
-        let body = json!({"command": name, "arguments": arguments, "delivery": "queue"});
+    async fn run_command(
+        &self,
+        id: &SessionId,
+        name: &str,
+        arguments: &str,
+        effort: Option<codeloop_types::Effort>,
+    ) -> anyhow::Result<()> {
+        let body = json!({
+            "command": name,
+            "arguments": arguments,
+            "delivery": "queue",
+            "effort": effort.map(|e| e.as_str()),
+        });
         self.post::<Value>(&format!("/session/{id}/command"), &body).await?;
         Ok(())
     }

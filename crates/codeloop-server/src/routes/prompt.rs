@@ -102,12 +102,18 @@ pub async fn command(
         Some(crate::api::DeliveryMode::Queue) => codeloop_core::Delivery::Queue,
         _ => codeloop_core::Delivery::Steer,
     };
+    let effort = body
+        .effort
+        .as_deref()
+        .map(str::parse::<codeloop_types::Effort>)
+        .transpose()
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
     let command = SessionCommand::RunCommand {
         session: session_id(&id)?,
         name: body.command.clone(),
         arguments: body.arguments.joined(),
         delivery,
-        effort: None,
+        effort,
     };
     accept(&state, &id, command).await
 }

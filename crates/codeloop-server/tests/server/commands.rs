@@ -31,8 +31,12 @@ async fn a_command_is_accepted_then_its_expanded_text_is_sent() {
 
     let session = h.create_session().await;
     let mut events = h.events(&format!("?session={session}")).await;
-    let (status, body) =
-        h.post(&format!("/session/{session}/command"), json!({"command": "hello", "arguments": "a b"})).await;
+    let (status, body) = h
+        .post(
+            &format!("/session/{session}/command"),
+            json!({"command": "hello", "arguments": "a b", "effort": "high"}),
+        )
+        .await;
     assert_eq!(status, 202, "{body}");
     events.until(|e| e.is_idle()).await;
     let sent = h.fake.requests().last().unwrap().body["messages"].to_string();
@@ -40,6 +44,12 @@ async fn a_command_is_accepted_then_its_expanded_text_is_sent() {
     let (_, messages) = h.get(&format!("/session/{session}/message")).await;
     let user = messages.as_array().unwrap().iter().find(|m| m["info"]["role"] == "user").unwrap();
     assert_eq!(user["info"]["command"], "hello", "{user}");
+    assert_eq!(user["info"]["effort"], "high", "the command's turn thinks as asked: {user}");
+    let (status, body) = h
+        .post(&format!("/session/{session}/command"), json!({"command": "hello", "effort": "extreme"}))
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("none, low, medium, high, max"), "{body}");
 }
 
 #[tokio::test]

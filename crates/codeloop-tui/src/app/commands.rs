@@ -124,7 +124,7 @@ impl App {
                 } else {
                     self.state = RunState::Busy;
                 }
-                vec![Action::RunCommand(id, other.to_owned(), arg.to_owned())]
+                vec![Action::RunCommand(id, other.to_owned(), arg.to_owned(), self.effort)]
             }
             (other, _) => {
                 self.convo

@@ -51,7 +51,8 @@ pub enum Action {
     /// Load the directory's commands (for `/help` and completion).
     LoadCommands,
     /// `/NAME args` for a command file, an MCP prompt or `/init`.
-    RunCommand(SessionId, String, String),
+    /// A `/NAME` command with its arguments, at the `/effort` level chosen (if any).
+    RunCommand(SessionId, String, String, Option<codeloop_types::Effort>),
     Quit,
 }
 

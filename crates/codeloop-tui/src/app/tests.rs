@@ -180,7 +180,7 @@ fn a_command_file_runs_as_slash_name_and_help_lists_it() {
     type_text(&mut app, "/review src/a.rs now");
     assert_eq!(
         app.key(key(KeyCode::Enter)),
-        vec![Action::RunCommand(SESSION.into(), "review".into(), "src/a.rs now".into())]
+        vec![Action::RunCommand(SESSION.into(), "review".into(), "src/a.rs now".into(), None)]
     );
     assert!(app.busy());
     let mut app = super::tests::app();
