@@ -4,8 +4,9 @@
 //! of the walls (`KEY`, `TOKEN`, …) misses names like `OTEL_EXPORTER_OTLP_HEADERS` or a provider's
 //! `api_key_env = "ACME_LLM"`; this list names them.
 //!
-//! Owns: which variable names are codeloop's credentials under a config. Must not: read their values, or
-//! decide which child keeps one (`[sandbox] env_keep` and an MCP server's own `env` do).
+//! Owns: which variable names are codeloop's credentials under a config. Must not: decide which child
+//! keeps one (`[sandbox] env_keep` and an MCP server's own `env` do). Values are read only to find the
+//! variables a trusted project's `.mcp.json` was filled from (its `${VAR}` are expanded as it is loaded).
 
 use std::collections::BTreeSet;
 
@@ -42,6 +43,43 @@ const CLOUD: [&str; 17] = [
     "AZURE_OPENAI_API_KEY",
     "AZURE_API_KEY",
 ];
+
+/// [`credential_variables`], and every variable of `environment` whose value an MCP server's `headers` or
+/// `env` carries (a trusted project's `.mcp.json` arrives with its `${VAR}` already filled in).
+pub fn credential_variables_in(
+    config: &Config,
+    environment: impl IntoIterator<Item = (String, String)>,
+) -> Vec<String> {
+    /// Shorter values say too little to tell whose they are (`1`, `true`, a port).
+    const SHORTEST: usize = 8;
+    /// Never taken away from a command, whatever a server was given (`"env": {"HOME": "${HOME}"}`).
+    const ESSENTIAL: [&str; 9] =
+        ["HOME", "PATH", "USER", "LOGNAME", "SHELL", "LANG", "TERM", "PWD", "TMPDIR"];
+    // Headers are sent to a server (its credentials); of a stdio server's `env`, what has a secret's name.
+    let carried: Vec<&str> = config
+        .mcp
+        .values()
+        .flat_map(|server| {
+            let secret_env = server
+                .env
+                .iter()
+                .filter(|(key, _)| codeloop_sandbox::looks_secret(std::ffi::OsStr::new(key.as_str())))
+                .map(|(_, value)| value);
+            server.headers.values().chain(secret_env)
+        })
+        .map(String::as_str)
+        .collect();
+    let mut names: BTreeSet<String> = credential_variables(config).into_iter().collect();
+    for (name, value) in environment {
+        if value.len() >= SHORTEST
+            && !ESSENTIAL.contains(&name.as_str())
+            && carried.iter().any(|c| c.contains(value.as_str()))
+        {
+            names.insert(name);
+        }
+    }
+    names.into_iter().collect()
+}
 
 /// Every variable codeloop reads a credential from under `config`, sorted: its own, the cloud ones, each
 /// provider's `api_key_env` (the built-in providers' too), each MCP server's OAuth `client_secret_env` and
@@ -81,6 +119,37 @@ pub(crate) fn interpolated(value: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn variables_a_projects_mcp_json_was_filled_from_are_named() {
+        // As a trusted project's `.mcp.json` arrives: `${ACME_SEAT}` and `${REGION}` already expanded.
+        let config: Config = toml::from_str(
+            r#"
+            [mcp.acme]
+            url = "https://mcp.acme.test"
+            headers = { Authorization = "Bearer s3at-0123456789", X-Region = "eu" }
+            [mcp.local]
+            command = ["acme-mcp"]
+            env = { ACME_HOME = "/opt/acme/home", ACME_API_KEY = "k3y-0123456789", HOME = "/home/person" }
+            "#,
+        )
+        .unwrap();
+        let environment = [
+            ("ACME_SEAT", "s3at-0123456789"),
+            ("REGION", "eu"),
+            ("ACME_HOME_DIR", "/opt/acme/home"),
+            ("ACME_KEY", "k3y-0123456789"),
+            ("HOME", "/home/person"),
+            ("UNRELATED", "something-else-entirely"),
+        ]
+        .map(|(n, v)| (n.to_owned(), v.to_owned()));
+        let names = credential_variables_in(&config, environment);
+        assert!(names.contains(&"ACME_SEAT".to_owned()) && names.contains(&"ACME_KEY".to_owned()));
+        assert!(!names.contains(&"ACME_HOME_DIR".to_owned()), "a server's plain setting is not a credential");
+        assert!(!names.contains(&"HOME".to_owned()));
+        assert!(!names.contains(&"REGION".to_owned()), "too short to tell");
+        assert!(!names.contains(&"UNRELATED".to_owned()));
+    }
 
     #[test]
     fn every_source_of_a_credential_is_named() {

@@ -189,7 +189,7 @@ impl Engine {
         let settled_at_open = store.settled_at_open();
         let recorder = crate::jobs::JobRecorder::new(writer.clone(), bus.clone(), owner);
         let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
-        let credentials = crate::credentials::credential_variables(&options.config);
+        let credentials = crate::credentials::credential_variables_in(&options.config, std::env::vars());
         let mcp = crate::mcp::McpServers::new(
             options.config.mcp.clone(),
             crate::mcp::StartContext {
