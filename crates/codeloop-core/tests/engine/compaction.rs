@@ -739,6 +739,10 @@ async fn a_long_output_reaches_the_summariser_whole_when_it_fits_and_head_and_ta
         to_summariser.contains("MIDDLE-ERROR-42") && to_summariser.contains("LAST-LINE-42"),
         "{to_summariser}"
     );
+    // What was summarised (the 8 KB output) is larger than what is carried: the request after is smaller.
+    let before = Value::Array(h.request_messages(1)).to_string().len();
+    let after = Value::Array(h.request_messages(3)).to_string().len();
+    assert!(after < before, "after the compaction {after} bytes, before {before}");
 
     // The summariser's own window (`[compaction] model`) is small: the output is cut, head and tail kept.
     let small_summariser = |config: &mut codeloop_core::config::Config| {
