@@ -33,7 +33,7 @@ impl Run<'_> {
     /// The loop would end: the Stop hooks may keep it going.
     pub(super) async fn stop_hooks(&mut self) -> Result<Flow, RunError> {
         let event = if self.session.parent_id.is_some() { HookEvent::SubagentStop } else { HookEvent::Stop };
-        if !self.policy.hooks.any(event) || self.stop_blocks >= MAX_STOP_BLOCKS {
+        if !self.policy.hooks.any(event) {
             return Ok(Flow::Stop(StopReason::Completed));
         }
         // The session's background jobs still running, as Claude Code lists its background tasks (it
@@ -65,6 +65,19 @@ impl Run<'_> {
             return Ok(Flow::Stop(StopReason::HookStopped(reason)));
         }
         let Some(reason) = outcome.block else { return Ok(Flow::Stop(StopReason::Completed)) };
+        if self.stop_blocks >= MAX_STOP_BLOCKS {
+            // As Claude Code does: the hook is still asked once more (it may log, or say continue: false),
+            // and a block past the cap is overridden, said once.
+            self.services.bus.publish(codeloop_types::EventPayload::SessionWarning {
+                session_id: self.session.id.clone(),
+                message: format!(
+                    "{} hook blocked the end {} times in a row: overridden, the run ends ({reason})",
+                    event.name(),
+                    self.stop_blocks + 1
+                ),
+            });
+            return Ok(Flow::Stop(StopReason::Completed));
+        }
         self.stop_blocks += 1;
         let text = if reason.trim().is_empty() { "Continue.".to_owned() } else { reason };
         let input =
