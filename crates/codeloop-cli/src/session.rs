@@ -339,7 +339,17 @@ fn print_message(out: &mut impl Write, message: &MessageWithParts, marker: &str)
                         }
                     }
                     ToolState::Error(error) => {
-                        writeln!(out, "  ✗ {} {input}: {}", tool.tool, first_line(&error.error))?
+                        let outcome =
+                            error.metadata.as_ref().and_then(|m| m.get("outcome")).and_then(|o| o.as_str());
+                        match outcome {
+                            // Not a failure: it started, then was cut short, and may have acted.
+                            Some(codeloop_types::OUTCOME_UNKNOWN) => writeln!(
+                                out,
+                                "  ■ {} {input}: interrupted after it started, outcome unknown (it may have acted; call {})",
+                                tool.tool, tool.call_id
+                            )?,
+                            _ => writeln!(out, "  ✗ {} {input}: {}", tool.tool, first_line(&error.error))?,
+                        }
                     }
                     other => writeln!(out, "  … {} {input} ({})", tool.tool, other.status())?,
                 }

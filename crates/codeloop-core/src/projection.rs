@@ -14,6 +14,13 @@ use codeloop_types::{FilePart, Message, MessageId, ModelRef, PartKind, ToolState
 pub const COMPACTION_QUESTION: &str = "What did we do so far?";
 pub const PRUNED_OUTPUT: &str = "[Old tool result content cleared]";
 pub const INTERRUPTED_RESULT: &str = "[Tool execution was interrupted]";
+/// An interrupted call that had started (DESIGN.md §5m): not a failure, an unknown outcome.
+pub const MAY_HAVE_ACTED_RESULT: &str =
+    "This call was interrupted after it started and may have acted: check its effects before repeating it.";
+/// An interrupted call that never started.
+pub const NOT_STARTED_RESULT: &str =
+    "This call was interrupted before it started: nothing ran, and it is safe to repeat.";
+
 pub const SUBTASK_TEXT: &str = "The following tool was executed by the user";
 /// The metadata key of a summary's part that is carried after it as a user message (the user's words).
 pub const CARRIED_KEY: &str = "carried";
@@ -255,19 +262,30 @@ fn tool_result(call_id: &str, name: &str, state: &ToolState, options: Projection
             }
             (output, failed_command(&done.metadata), attachments)
         }
-        ToolState::Error(error) => {
-            // An interrupted call that had produced output is replayed with that output.
-            let partial = error.metadata.as_ref().and_then(|m| m.get("output")).and_then(|o| o.as_str());
-            match partial {
-                Some(output) if state.is_interrupted() && !output.is_empty() => (
-                    format!("{}\n\n[{}]", cut(output, options.tool_output_max_chars), error.error),
-                    false,
-                    Vec::new(),
-                ),
-                _ => (error.error.clone(), true, Vec::new()),
-            }
+        ToolState::Error(error) if state.is_interrupted() => {
+            // What the model is told depends on what is known: a call that never ran is safe to repeat;
+            // one that started may have acted (its output so far is replayed with it).
+            let metadata = error.metadata.as_ref();
+            let outcome = metadata.and_then(|m| m.get("outcome")).and_then(|o| o.as_str());
+            let partial =
+                metadata.and_then(|m| m.get("output")).and_then(|o| o.as_str()).filter(|o| !o.is_empty());
+            let text = match (outcome, partial) {
+                (Some(codeloop_types::OUTCOME_NOT_STARTED), _) => NOT_STARTED_RESULT.to_owned(),
+                (Some(codeloop_types::OUTCOME_UNKNOWN), None) => MAY_HAVE_ACTED_RESULT.to_owned(),
+                (Some(codeloop_types::OUTCOME_UNKNOWN), Some(output)) => {
+                    format!("{}\n\n[{MAY_HAVE_ACTED_RESULT}]", cut(output, options.tool_output_max_chars))
+                }
+                // Recorded before outcomes were: as it was sent then.
+                (_, Some(output)) => {
+                    format!("{}\n\n[{}]", cut(output, options.tool_output_max_chars), error.error)
+                }
+                (_, None) => error.error.clone(),
+            };
+            (text, partial.is_none(), Vec::new())
         }
-        ToolState::Pending(_) | ToolState::Running(_) => (INTERRUPTED_RESULT.to_owned(), true, Vec::new()),
+        ToolState::Error(error) => (error.error.clone(), true, Vec::new()),
+        ToolState::Pending(_) => (NOT_STARTED_RESULT.to_owned(), true, Vec::new()),
+        ToolState::Running(_) => (INTERRUPTED_RESULT.to_owned(), true, Vec::new()),
     };
     ToolResult { call_id: call_id.to_owned(), name: name.to_owned(), output, is_error, attachments }
 }

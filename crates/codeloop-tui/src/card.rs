@@ -21,6 +21,8 @@ pub enum CardState {
     Running,
     Completed,
     Interrupted,
+    /// Interrupted after it started: it may have acted (DESIGN.md §5m).
+    OutcomeUnknown,
     Failed,
 }
 
@@ -53,7 +55,13 @@ impl ToolCard {
             ToolState::Pending(_) => CardState::Pending,
             ToolState::Running(_) => CardState::Running,
             ToolState::Completed(_) => CardState::Completed,
-            ToolState::Error(_) if tool.state.is_interrupted() => CardState::Interrupted,
+            ToolState::Error(error) if tool.state.is_interrupted() => {
+                let outcome = error.metadata.as_ref().and_then(|m| m.get("outcome")).and_then(|o| o.as_str());
+                match outcome {
+                    Some(codeloop_types::OUTCOME_UNKNOWN) => CardState::OutcomeUnknown,
+                    _ => CardState::Interrupted,
+                }
+            }
             ToolState::Error(_) => CardState::Failed,
         };
         let mut card = ToolCard {
@@ -105,7 +113,10 @@ impl ToolCard {
 
     /// A card that will not change again: the call finished.
     pub fn is_final(&self) -> bool {
-        matches!(self.state, CardState::Completed | CardState::Interrupted | CardState::Failed)
+        matches!(
+            self.state,
+            CardState::Completed | CardState::Interrupted | CardState::OutcomeUnknown | CardState::Failed
+        )
     }
 
     fn show<'a>(&mut self, lines: impl Iterator<Item = &'a str>, limit: usize) {
@@ -151,6 +162,25 @@ mod tests {
         assert_eq!((card.state, card.kind), (CardState::Completed, PreviewKind::Output));
         assert!(card.detail.contains("seq 10"), "{}", card.detail);
         assert!(card.is_final());
+    }
+
+    #[test]
+    fn an_interrupted_call_that_had_started_is_told_apart_from_one_that_had_not() {
+        let interrupted = |metadata: Value| {
+            ToolCard::new(&tool(json!({"call_id": "c", "tool": "bash", "state": {
+                "status": "error", "input": {}, "error": "Tool execution aborted", "metadata": metadata,
+                "time": {"start": 0, "end": 1}}})))
+            .state
+        };
+        let unknown = interrupted(json!({"interrupted": true, "outcome": "unknown"}));
+        assert_eq!(unknown, CardState::OutcomeUnknown);
+        let never_ran = interrupted(json!({"interrupted": true, "outcome": "not_started"}));
+        assert_eq!(never_ran, CardState::Interrupted);
+        assert_eq!(
+            interrupted(json!({"interrupted": true})),
+            CardState::Interrupted,
+            "recorded before outcomes"
+        );
     }
 
     #[test]

@@ -44,8 +44,8 @@ pub use session::{
 };
 pub use sync::LockExt;
 pub use tool_state::{
-    INTERRUPTED_ERROR, ToolCompleted, ToolError, ToolPending, ToolRunning, ToolState, ToolTime,
-    TransitionError,
+    INTERRUPTED_ERROR, OUTCOME_NOT_STARTED, OUTCOME_UNKNOWN, ToolCompleted, ToolError, ToolPending,
+    ToolRunning, ToolState, ToolTime, TransitionError,
 };
 
 /// Milliseconds since the Unix epoch: the one time unit of the data model.

@@ -11,6 +11,10 @@ use crate::{FilePart, Millis};
 
 /// The error text of a call that was still open when its turn ended (reference §3.3).
 pub const INTERRUPTED_ERROR: &str = "Tool execution aborted";
+/// `metadata.outcome` of an interrupted call that had started: it may have acted.
+pub const OUTCOME_UNKNOWN: &str = "unknown";
+/// `metadata.outcome` of an interrupted call that never started: nothing ran.
+pub const OUTCOME_NOT_STARTED: &str = "not_started";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "lowercase", try_from = "FlatState")]
@@ -311,11 +315,15 @@ impl ToolState {
     }
 
     /// Settles a call that is still pending or running when its turn ends or after a crash:
-    /// `error "Tool execution aborted"` with `metadata.interrupted = true`.
+    /// `error "Tool execution aborted"` with `metadata.interrupted = true` and what is known of its
+    /// effects, `metadata.outcome`: `not_started` (it never ran: safe to repeat) or `unknown` (it started
+    /// and may have acted before it was cut short).
     pub fn interrupt(&mut self, now: Millis) -> Result<(), TransitionError> {
-        let (input, metadata, start) = match self {
-            ToolState::Pending(p) => (std::mem::take(&mut p.input), None, now),
-            ToolState::Running(r) => (std::mem::take(&mut r.input), r.metadata.take(), r.time.start),
+        let (input, metadata, start, outcome) = match self {
+            ToolState::Pending(p) => (std::mem::take(&mut p.input), None, now, OUTCOME_NOT_STARTED),
+            ToolState::Running(r) => {
+                (std::mem::take(&mut r.input), r.metadata.take(), r.time.start, OUTCOME_UNKNOWN)
+            }
             other => return Err(other.refuse("error")),
         };
         let mut metadata = match metadata {
@@ -323,6 +331,7 @@ impl ToolState {
             _ => Default::default(),
         };
         metadata.insert("interrupted".into(), Value::Bool(true));
+        metadata.insert("outcome".into(), Value::String(outcome.into()));
         *self = ToolState::Error(ToolError {
             input,
             error: INTERRUPTED_ERROR.to_owned(),
@@ -391,7 +400,7 @@ mod tests {
         s.interrupt(99).unwrap();
         let ToolState::Error(e) = &s else { panic!("not error") };
         assert_eq!(e.error, INTERRUPTED_ERROR);
-        assert_eq!(e.metadata, Some(json!({"output": "partial", "interrupted": true})));
+        assert_eq!(e.metadata, Some(json!({"output": "partial", "interrupted": true, "outcome": "unknown"})));
         assert!(s.is_interrupted());
 
         let mut p = ToolState::default();

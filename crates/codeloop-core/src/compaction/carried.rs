@@ -258,7 +258,14 @@ pub fn work_state(history: &[MessageWithParts], root: &std::path::Path) -> Strin
                 }
                 _ => "completed".to_owned(),
             },
-            ToolState::Error(_) if tool.state.is_interrupted() => "interrupted".to_owned(),
+            ToolState::Error(error) if tool.state.is_interrupted() => {
+                let outcome = error.metadata.as_ref().and_then(|m| m.get("outcome")).and_then(|o| o.as_str());
+                match outcome {
+                    Some(codeloop_types::OUTCOME_UNKNOWN) => "interrupted, outcome unknown".to_owned(),
+                    Some(codeloop_types::OUTCOME_NOT_STARTED) => "interrupted before it started".to_owned(),
+                    _ => "interrupted".to_owned(),
+                }
+            }
             ToolState::Error(error) => {
                 let outcome = error.metadata.as_ref().and_then(|m| m.get("outcome")).and_then(|o| o.as_str());
                 match outcome {

@@ -144,6 +144,9 @@ async fn a_running_tool_is_marked_interrupted_when_the_run_is_aborted() {
     let results = tool_results(&h.request_messages(1));
     assert_eq!(results.len(), 1);
     assert!(results[0].1.contains("aborted"), "{results:?}");
+    // Not a failure: an unknown outcome, said so (DESIGN.md §5m).
+    assert!(results[0].1.contains("interrupted after it started and may have acted"), "{results:?}");
+    assert_eq!(state(tool).metadata().and_then(|m| m.get("outcome")), Some(&json!("unknown")));
 }
 
 #[tokio::test]

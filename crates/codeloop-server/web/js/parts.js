@@ -155,7 +155,9 @@ const STATES = {
 function toolCard(key, part) {
   const state = part.state ?? {status: 'pending'};
   const interrupted = state.status === 'error' && state.metadata?.interrupted === true;
-  const [icon, label] = interrupted ? ['■', 'interrupted'] : STATES[state.status] ?? ['?', state.status];
+  // Interrupted after it started: it may have acted (DESIGN.md §5m), shown apart from a failure.
+  const unknown = interrupted && state.metadata?.outcome === 'unknown';
+  const [icon, label] = interrupted ? ['■', unknown ? 'interrupted · may have acted' : 'interrupted'] : STATES[state.status] ?? ['?', state.status];
   const title = state.title && state.status !== 'pending' ? state.title : callSummary(part.tool, state.input ?? {});
   const head = h(
     'div',

@@ -146,6 +146,7 @@ fn card_lines(card: &ToolCard, width: u16) -> Vec<Line<'static>> {
         CardState::Running => ("◐", WARN, Some("running")),
         CardState::Completed => ("✓", OK, None),
         CardState::Interrupted => ("■", WARN, Some("interrupted")),
+        CardState::OutcomeUnknown => ("■", WARN, Some("interrupted · may have acted")),
         CardState::Failed => ("✗", ERROR, None),
     };
     let mut head = vec![
