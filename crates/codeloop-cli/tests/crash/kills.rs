@@ -113,7 +113,8 @@ pub async fn during_bash() -> Report {
     );
     let results = crate::support::tool_results(env.bodies().last().unwrap());
     assert_eq!(results.len(), 1);
-    assert!(results[0].contains("aborted"), "{results:?}");
+    // Crash recovery says what is known: the command started, so it may have acted (DESIGN.md §5m).
+    assert!(results[0].contains("interrupted after it started and may have acted"), "{results:?}");
     if !orphans.is_empty() {
         eprintln!(
             "note: {} process(es) of the killed bash call outlived SIGKILL: {orphans:?}",

@@ -131,7 +131,12 @@ async fn after(
     match &result {
         Ok(output) if failed => {
             event["error"] = json!(claude::failure_error(call.name, output));
-            event["is_interrupt"] = json!(output.metadata.get("exit").is_some_and(Value::is_null));
+            let interrupted = output.metadata.get("exit").is_some_and(Value::is_null);
+            event["is_interrupt"] = json!(interrupted);
+            if interrupted {
+                // codeloop's addition: a command cut short may have acted (DESIGN.md §5m).
+                event["outcome"] = json!(codeloop_types::OUTCOME_UNKNOWN);
+            }
         }
         Ok(output) => {
             event["tool_response"] = claude::tool_response(call.name, call.input, output, &call.original, cwd)
