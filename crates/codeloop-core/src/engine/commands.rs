@@ -198,12 +198,23 @@ impl Engine {
         if self.coordinator.is_busy(id) {
             return Err(busy());
         }
-        let session = id.clone();
-        match self.services.blocking(move |store| store.lock_session(&session)).await {
-            Ok(guard) => Ok(guard),
-            Err(StoreError::SessionBusy(_)) => Err(busy()),
-            Err(e) => Err(e.into()),
+        // A lock file's descriptor is copied into every child forked while it is open, until that child's
+        // exec closes it: a lock just released can look held for that moment. Asked again a few times
+        // (never while this process runs the session) before saying busy.
+        for attempt in 0..LOCK_ATTEMPTS {
+            let session = id.clone();
+            match self.services.blocking(move |store| store.lock_session(&session)).await {
+                Ok(guard) => return Ok(guard),
+                Err(StoreError::SessionBusy(_))
+                    if attempt + 1 < LOCK_ATTEMPTS && !self.coordinator.is_busy(id) =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                Err(StoreError::SessionBusy(_)) => return Err(busy()),
+                Err(e) => return Err(e.into()),
+            }
         }
+        Err(busy())
     }
 
     /// Summarises the session now (manual compaction: no automatic continuation); `focus` goes to the
@@ -327,6 +338,9 @@ impl Engine {
         Ok(session)
     }
 }
+
+/// Tries of a session's lock for a change that needs it idle, 10 ms apart (see `hold_idle`).
+const LOCK_ATTEMPTS: usize = 10;
 
 /// Shortcuts over [`Engine::submit`] for core's own tests and benches.
 #[cfg(any(test, feature = "internals"))]
