@@ -2,7 +2,7 @@
 //! continues with its reason as the next instruction, at most [`MAX_STOP_BLOCKS`] times in a row —
 //! PreCompact (a block skips the compaction) and PostCompact around a summary, and StopFailure.
 
-use codeloop_types::{AssistantError, Finish, Message, PartKind};
+use codeloop_types::{AssistantError, Finish, Message};
 use serde_json::json;
 
 use super::{Flow, MAX_STOP_BLOCKS, Run};
@@ -158,40 +158,28 @@ impl Run<'_> {
     /// The newest summary as PostCompact's `compact_summary`: the summariser's text, codeloop's work
     /// state, and one line per block carried after it (the user's words, the files restored).
     fn carried_text(&self) -> String {
-        let Some(message) =
-            self.history.iter().rev().find(|m| matches!(&m.info, Message::Assistant(a) if a.summary))
-        else {
-            return String::new();
+        let text = |text: &codeloop_types::TextPart| match text.carried_label() {
+            _ if text.ignored => None,
+            Some(label) => Some(format!("[{label}]")),
+            None => Some(text.text.trim().to_owned()).filter(|t| !t.is_empty()),
         };
-        message
-            .parts
-            .iter()
-            .filter_map(|p| match &p.kind {
-                PartKind::Text(text) if text.ignored => None,
-                PartKind::Text(text) => match text.carried_label() {
-                    Some(label) => Some(format!("[{label}]")),
-                    None => Some(text.text.trim().to_owned()),
-                },
-                _ => None,
-            })
-            .filter(|t| !t.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n\n")
+        self.newest_texts(|a| a.summary, text, "\n\n")
     }
 
     fn last_assistant_text(&self) -> String {
-        let Some(message) = self.history.iter().rev().find(|m| matches!(m.info, Message::Assistant(_)))
-        else {
-            return String::new();
-        };
-        message
-            .parts
-            .iter()
-            .filter_map(|p| match &p.kind {
-                PartKind::Text(text) if !text.synthetic => Some(text.text.as_str()),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
+        self.newest_texts(|_| true, |text| (!text.synthetic).then(|| text.text.clone()), "\n")
+    }
+
+    /// The text parts of the newest assistant message `which` accepts, each as `text` gives it, joined.
+    fn newest_texts(
+        &self,
+        which: impl Fn(&codeloop_types::AssistantMessage) -> bool,
+        text: impl Fn(&codeloop_types::TextPart) -> Option<String>,
+        separator: &str,
+    ) -> String {
+        let newest = self.history.iter().rev().find(|m| matches!(&m.info, Message::Assistant(a) if which(a)));
+        let Some(message) = newest else { return String::new() };
+        let texts: Vec<String> = message.parts.iter().filter_map(|p| p.as_text()).filter_map(text).collect();
+        texts.join(separator)
     }
 }
