@@ -45,7 +45,16 @@ async fn steps_record_patches_and_a_revert_restores_the_files() {
     // Revert to the first user message: the file goes back, the messages are hidden.
     let first = history[0].info.id().clone();
     // Not while another process (another `codeloop`, another worker) runs the session: nothing changes.
-    let elsewhere = h.engine.store().lock_session(&h.session.id).unwrap();
+    // (A lock just released can look held for a moment while another test forks a child: polled.)
+    let elsewhere = (0..100)
+        .find_map(|_| {
+            let lock = h.engine.store().lock_session(&h.session.id).ok();
+            if lock.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            lock
+        })
+        .expect("the session's lock is free once its run ended");
     let refused = h.engine.revert(&h.session.id, &first).await;
     assert!(matches!(refused, Err(codeloop_core::EngineError::Busy { .. })), "{refused:?}");
     assert_eq!(h.read("notes.txt"), "v2\n");
