@@ -73,6 +73,26 @@ fn lock_ignoring_poison<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     codeloop_types::LockExt::locked(mutex)
 }
 
+/// The writer connection, set up. Two processes creating a data dir at once race to switch the new file
+/// to WAL, which needs it alone and does not wait on the busy timeout: the loser asks again, briefly.
+fn open_writer(db_path: &Path) -> Result<Connection> {
+    const ATTEMPTS: usize = 50;
+    let mut attempt = 0;
+    loop {
+        let mut writer = Connection::open(db_path)?;
+        match schema::setup_writer(&mut writer) {
+            Ok(()) => return Ok(writer),
+            Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _)))
+                if failure.code == rusqlite::ErrorCode::DatabaseBusy && attempt + 1 < ATTEMPTS =>
+            {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) `<data_dir>/codeloop.db`, migrates it, and recovers runs left open by a
     /// crashed process (see [`SqliteStore::last_recovery`]). A data dir it creates is 0700, the database
@@ -83,8 +103,7 @@ impl SqliteStore {
         private::create_dir(&lock_dir).map_err(io_error(&lock_dir))?;
         let db_path = data_dir.join(DB_FILE);
         private::prepare_db_file(&db_path).map_err(io_error(&db_path))?;
-        let mut writer = Connection::open(&db_path)?;
-        schema::setup_writer(&mut writer)?;
+        let writer = open_writer(&db_path)?;
         let mut store = SqliteStore {
             data_dir: data_dir.to_path_buf(),
             db_path,
