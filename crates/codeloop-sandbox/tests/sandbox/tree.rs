@@ -72,8 +72,8 @@ fn mode_off_owns_its_tree_leftovers_are_ended_and_counted() {
     assert!(begun.elapsed() < Duration::from_secs(20), "the call waited for its leftovers");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "main-done\n", "{}", text(&out));
     let report = report.expect("the helper reports how the tree ended");
-    // Four shells and the sleep of each (one may not have started its sleep yet).
-    assert!((7..=8).contains(&report.leftovers), "{report:?}");
+    // Four shells and the sleep of each (under load, shells may not have started their sleep yet).
+    assert!((4..=8).contains(&report.leftovers), "{report:?}");
     assert_eq!(report.process_limit, ProcessLimit::Unbounded);
     assert_eq!(running(&t), 0, "nothing outlived the call");
     let (_, report) = bash_reported(&fx, &off(&fx), "true");
