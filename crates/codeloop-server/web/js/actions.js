@@ -27,6 +27,9 @@ export async function send(delivery) {
   if (app.effort) body.effort = app.effort;
   input.value = '';
   autosize();
+  // Busy before the request, not after its answer: a quick run's own events (its end included) can
+  // arrive before the 202 does, and must not be overwritten by a stale "busy".
+  if (!busy) app.statuses.set(convo.id, {type: 'busy'});
   try {
     await app.api.post(`/session/${seg(convo.id)}/prompt_async`, body);
     if (busy && delivery === 'queue') {
@@ -35,9 +38,9 @@ export async function send(delivery) {
     } else if (busy) {
       notify('info', `Steering: ${ellipsize(text.split('\n')[0], 80)}`);
     }
-    if (!busy) app.statuses.set(convo.id, {type: 'busy'});
     timeline.toBottom();
   } catch (e) {
+    if (!busy) app.statuses.set(convo.id, {type: 'idle'});
     if (!input.value) input.value = text;
     notify('error', `Not sent: ${e.message}`);
   }
