@@ -48,8 +48,10 @@ pub(crate) fn apply_write(conn: &Connection, write: &Write) -> Result<()> {
 
 pub(crate) fn upsert_job(conn: &Connection, job: &codeloop_types::Job, owner: &str) -> Result<()> {
     let data = encode_json("job", job.id.as_str(), job)?;
+    // A job's last record can come after its session was deleted: it is dropped with the session.
     conn.prepare_cached(
-        "INSERT INTO job (id, session_id, state, owner, data) VALUES (?1, ?2, ?3, ?4, ?5)
+        "INSERT INTO job (id, session_id, state, owner, data)
+         SELECT ?1, ?2, ?3, ?4, ?5 WHERE EXISTS (SELECT 1 FROM session WHERE id = ?2)
          ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
     )?
     .execute(params![job.id.as_str(), job.session_id.as_str(), job.state.as_str(), owner, data])?;

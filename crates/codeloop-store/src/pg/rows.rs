@@ -84,7 +84,9 @@ pub(crate) async fn upsert_job(tx: &Transaction<'_>, job: &codeloop_types::Job, 
     let data = encode_json("job", job.id.as_str(), job)?;
     let stmt = tx
         .prepare_cached(
-            "INSERT INTO job (id, session_id, state, owner, data) VALUES ($1, $2, $3, $4, $5::text::json)
+            // A job's last record can come after its session was deleted: it is dropped with the session.
+            "INSERT INTO job (id, session_id, state, owner, data)
+             SELECT $1, $2, $3, $4, $5::text::json WHERE EXISTS (SELECT 1 FROM session WHERE id = $2)
              ON CONFLICT (id) DO UPDATE SET state = excluded.state, owner = excluded.owner, data = excluded.data",
         )
         .await?;
