@@ -298,6 +298,32 @@ fn http_lifecycle() -> ClientLifecycleMode {
     }
 }
 
+/// The HTTP handshake: rmcp's probe, then — when the server answered `server/discover` with something
+/// that is neither a discover result nor a JSON-RPC error (an empty `{}`, an HTML error page, a 404/405:
+/// servers of the older revisions do all of these) — plain `initialize` on a fresh transport, as the
+/// spec's backward-compatibility rules ask. A sign-in demand is never retried.
+async fn handshake_http<C>(
+    handler: Handler,
+    client: C,
+    config: StreamableHttpClientTransportConfig,
+) -> Result<RunningService<RoleClient, Handler>, rmcp::service::ClientInitializeError>
+where
+    C: rmcp::transport::streamable_http_client::StreamableHttpClient + Clone + Send + Sync + 'static,
+{
+    let transport = StreamableHttpClientTransport::with_client(client.clone(), config.clone());
+    let probed = match handler.clone().serve_with_lifecycle(transport, http_lifecycle()).await {
+        Ok(service) => return Ok(service),
+        Err(e) if e.is_authorization_required() || e.auth_challenge().is_some() => return Err(e),
+        Err(e) => e,
+    };
+    tracing::debug!("server/discover was not understood ({probed}); trying initialize");
+    let transport = StreamableHttpClientTransport::with_client(client, config);
+    handler.serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await.map_err(|e| {
+        // The first error says more when the retry failed the same way (a dead address).
+        if e.is_authorization_required() { e } else { probed }
+    })
+}
+
 async fn connect_http(
     name: &str,
     settings: &McpSettings,
@@ -313,8 +339,7 @@ async fn connect_http(
     let oauth = settings.oauth.enabled() && !settings.has_authorization_header();
     let record = if oauth { context.auth.find(name, &resource) } else { None };
     let Some((path, record)) = record.filter(|(_, r)| r.has_token()) else {
-        let transport = StreamableHttpClientTransport::with_client(http, config);
-        return match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
+        return match handshake_http(handler, http, config).await {
             Ok(service) => Ok(connected(service, AuthState::None, StderrTail::default(), None)),
             Err(e) if e.is_authorization_required() && oauth => {
                 Err(StartFailure::NeedsLogin { expired: false, detail: "no sign-in is saved for it".into() })
@@ -343,8 +368,7 @@ async fn connect_http(
     }
     let client = AuthClient::new(http, manager);
     let tokens = client.auth_manager.clone();
-    let transport = StreamableHttpClientTransport::with_client(client, config);
-    match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
+    match handshake_http(handler, client, config).await {
         Ok(service) => Ok(connected(service, AuthState::SignedIn, StderrTail::default(), Some(tokens))),
         Err(e) if e.is_authorization_required() => Err(StartFailure::NeedsLogin {
             expired: true,
@@ -368,9 +392,8 @@ pub(crate) async fn probe_challenge(
         })?,
     );
     let http = super::http::transport_client()?;
-    let transport = StreamableHttpClientTransport::with_client(http, config);
     let handler = Handler { signals: Arc::new(Signals::default()) };
-    match handler.serve_with_lifecycle(transport, http_lifecycle()).await {
+    match handshake_http(handler, http, config).await {
         Ok(service) => {
             let _ = service.cancel().await;
             Ok(None)

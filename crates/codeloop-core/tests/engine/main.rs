@@ -18,6 +18,7 @@ mod limits;
 mod loop_rules;
 mod mcp;
 mod mcp_auth;
+mod mcp_old;
 mod permissions;
 mod prompt_cache;
 mod providers;

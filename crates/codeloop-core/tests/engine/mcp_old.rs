@@ -1,0 +1,80 @@
+//! MCP servers of the older revisions as they are deployed (DESIGN.md §5o): a plain JSON server that
+//! answers every method it does not know with an empty result — `server/discover` included, as the
+//! official conformance suite's `initialize` server does.
+
+use std::sync::{Arc, Mutex};
+
+use axum::{Json, Router, routing::post};
+use codeloop_core::StopReason;
+use codeloop_testkit::Reply;
+use serde_json::{Value, json};
+
+use crate::harness::tool_results;
+
+use super::mcp::*;
+
+/// The methods it was sent, in order, and its URL.
+struct OldServer {
+    url: String,
+    methods: Arc<Mutex<Vec<String>>>,
+}
+
+async fn old_server() -> OldServer {
+    let methods = Arc::new(Mutex::new(Vec::new()));
+    let seen = methods.clone();
+    let app = Router::new().route(
+        "/mcp",
+        post(move |Json(request): Json<Value>| {
+            let seen = seen.clone();
+            async move {
+                let method = request["method"].as_str().unwrap_or_default().to_owned();
+                seen.lock().unwrap().push(method.clone());
+                let result = match method.as_str() {
+                    "initialize" => json!({
+                        "protocolVersion": "2025-06-18",
+                        "serverInfo": {"name": "old", "version": "1"},
+                        "capabilities": {"tools": {}},
+                    }),
+                    "tools/list" => json!({"tools": [{
+                        "name": "add",
+                        "description": "Adds two numbers",
+                        "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+                    }]}),
+                    "tools/call" => {
+                        let args = &request["params"]["arguments"];
+                        let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
+                        json!({"content": [{"type": "text", "text": format!("sum {sum}")}]})
+                    }
+                    _ => json!({}),
+                };
+                match request.get("id") {
+                    Some(id) => (axum::http::StatusCode::OK, Json(json!({"jsonrpc": "2.0", "id": id, "result": result}))),
+                    None => (axum::http::StatusCode::ACCEPTED, Json(Value::Null)),
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    OldServer { url, methods }
+}
+
+#[tokio::test]
+async fn a_server_that_answers_discover_with_an_empty_result_is_reached_with_initialize() {
+    let server = old_server().await;
+    let h = McpHarness::new(
+        script(vec![Reply::tool_call("old_add", json!({"a": 5, "b": 3})), Reply::text("done")]),
+        vec![("old", remote(&server.url))],
+        vec![],
+    )
+    .await;
+    let (outcome, warnings) = h.prompt("add").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(tool_results(&h.messages(1))[0].1, "sum 8");
+    let methods = server.methods.lock().unwrap().clone();
+    assert_eq!(methods.first().map(String::as_str), Some("server/discover"), "{methods:?}");
+    let initialize = methods.iter().position(|m| m == "initialize").expect("initialize was sent");
+    assert!(methods[initialize..].contains(&"tools/call".to_owned()), "{methods:?}");
+}
