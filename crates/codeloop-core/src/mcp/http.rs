@@ -16,9 +16,9 @@ use rmcp::transport::auth::{
 };
 
 /// Longest an OAuth request may take (discovery, registration, tokens).
-const OAUTH_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const OAUTH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Largest OAuth response body read.
-const MAX_OAUTH_BODY: usize = 1024 * 1024;
+pub(crate) const MAX_OAUTH_BODY: usize = 1024 * 1024;
 /// Redirects an OAuth discovery request follows.
 const MAX_REDIRECTS: usize = 10;
 

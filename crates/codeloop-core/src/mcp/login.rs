@@ -67,6 +67,35 @@ pub struct SignedIn {
     pub file: PathBuf,
 }
 
+/// The authorization server metadata a 2025-03-26 server publishes at its own origin with an issuer
+/// under a path (`issuer: https://host/oauth`, served at `https://host/.well-known/oauth-authorization-server`),
+/// which RFC 8414's strict issuer rule refuses. Taken only when the issuer is on the MCP server's own
+/// origin: the same party runs both, so there is no one to mix up.
+async fn same_origin_metadata(resource: &str) -> Option<rmcp::transport::auth::AuthorizationMetadata> {
+    let origin = origin_of(resource)?;
+    let http = super::http::transport_client().ok()?;
+    let response = http
+        .get(format!("{origin}/.well-known/oauth-authorization-server"))
+        .timeout(super::http::OAUTH_TIMEOUT)
+        .send()
+        .await
+        .ok()?;
+    let too_big = response.content_length().is_some_and(|n| n > super::http::MAX_OAUTH_BODY as u64);
+    if !response.status().is_success() || too_big {
+        return None;
+    }
+    let bytes = response.bytes().await.ok()?;
+    let metadata: rmcp::transport::auth::AuthorizationMetadata = serde_json::from_slice(&bytes).ok()?;
+    let issuer = metadata.issuer.as_deref()?;
+    (origin_of(issuer)? == origin).then_some(metadata)
+}
+
+/// `scheme://host[:port]` of a URL.
+fn origin_of(url: &str) -> Option<String> {
+    let url = reqwest_mcp::Url::parse(url).ok()?;
+    Some(url.origin().ascii_serialization()).filter(|o| o != "null")
+}
+
 /// Discovers, registers and prepares the authorization URL of server `name`.
 pub async fn begin_login(
     name: &str,
@@ -98,18 +127,26 @@ pub async fn begin_login(
     let mut manager = AuthorizationManager::new_with_oauth_http_client(resource.as_str(), http)
         .await
         .map_err(|e| failed(e.to_string()))?;
-    let discovered = manager
-        .resolve_metadata_from_challenge(Some(challenge.as_str()).filter(|c| !c.is_empty()))
-        .await
-        .map_err(|e| failed(format!("OAuth discovery failed: {}", describe(&e))))?;
-    if discovered.source == AuthorizationMetadataSource::LegacyEndpointFallback {
-        return Err(failed(
-            "it asks for a sign-in but publishes no OAuth metadata (RFC 9728 protected resource metadata or \
-             RFC 8414 authorization server metadata)"
-                .into(),
-        ));
-    }
-    let metadata = discovered.metadata;
+    let discovered =
+        manager.resolve_metadata_from_challenge(Some(challenge.as_str()).filter(|c| !c.is_empty())).await;
+    let metadata = match discovered {
+        Ok(found) if found.source == AuthorizationMetadataSource::LegacyEndpointFallback => {
+            // The 2025-03-26 revision's default endpoints (`/authorize`, `/token`, `/register` at the
+            // server's origin); that revision requires PKCE, so S256 is taken as given.
+            tracing::info!(server = %name, "no OAuth metadata published: using the 2025-03-26 default endpoints");
+            let mut metadata = found.metadata;
+            metadata.code_challenge_methods_supported.get_or_insert_with(|| vec!["S256".into()]);
+            metadata
+        }
+        Ok(found) => found.metadata,
+        Err(e @ rmcp::transport::auth::AuthError::AuthorizationServerMismatch { .. }) => {
+            match same_origin_metadata(&resource).await {
+                Some(metadata) => metadata,
+                None => return Err(failed(format!("OAuth discovery failed: {}", describe(&e)))),
+            }
+        }
+        Err(e) => return Err(failed(format!("OAuth discovery failed: {}", describe(&e)))),
+    };
     let methods = metadata.code_challenge_methods_supported.clone().unwrap_or_default();
     if !methods.iter().any(|m| m == "S256") {
         let offered = if methods.is_empty() { "none".to_owned() } else { methods.join(", ") };
