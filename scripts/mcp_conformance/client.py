@@ -5,10 +5,13 @@ MCP_CONFORMANCE_SCENARIO (and its context in MCP_CONFORMANCE_CONTEXT), as the su
 It drives the real codeloop, not a library: a config naming the scenario's server as `[mcp.conf]`, a scripted
 fake model (codeloop-fake-provider) that calls the scenario's tool, then `codeloop run`. A server that wants a
 sign-in is signed in first with `codeloop mcp login`, whose browser is `browser.py` (it follows the
-authorization server's redirect back to codeloop, as a person's browser would). Exit code: run's.
+authorization server's redirect back to codeloop, as a person's browser would). A scenario where the server
+asks the person something (elicitation) runs under `codeloop serve` instead, answered through its HTTP API as
+a client would: the tool call's permission once, the elicitation accepted with nothing filled in (codeloop
+fills the schema's defaults). Exit code: the run's.
 
 CODELOOP_BIN and CODELOOP_FAKE_BIN name the two binaries."""
-import json, os, subprocess, sys, tempfile
+import json, os, socket, subprocess, sys, tempfile, threading, time, urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVER = "conf"
@@ -64,12 +67,60 @@ def main():
                 login = subprocess.run([codeloop, "mcp", "login", SERVER, "--timeout", "20"], env=env, cwd=project)
                 if login.returncode != 0:
                     return login.returncode
+            if scenario.startswith("elicitation"):
+                return through_server(codeloop, env, project)
             run = subprocess.run([codeloop, "run", "--on-ask", "allow", "--dir", project, "use the server"],
                                  env=env, cwd=project)
             return run.returncode
         finally:
             provider.kill()
             provider.wait()
+
+
+def through_server(codeloop, env, project):
+    """One prompt through `codeloop serve`, answering its permission asks and elicitations over HTTP."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    token = "conformance-token"
+    env = dict(env, CODELOOP_SERVER_TOKEN=token)
+    server = subprocess.Popen([codeloop, "serve", "--port", str(port)], env=env, cwd=project,
+                              stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def call(method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(base + path, data=data, method=method, headers={
+            "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return json.loads(response.read() or b"null")
+
+    try:
+        for line in server.stderr:
+            if "listening on" in line:
+                break
+        threading.Thread(target=lambda: [None for _ in server.stderr], daemon=True).start()
+        session = call("POST", "/session", {"directory": project})["id"]
+        outcome = {}
+        prompt = threading.Thread(target=lambda: outcome.update(
+            call("POST", f"/session/{session}/prompt", {"parts": [{"type": "text", "text": "use the server"}]})))
+        prompt.start()
+        deadline = time.time() + 25
+        answered = 0
+        while prompt.is_alive() and time.time() < deadline:
+            for ask in call("GET", f"/permission?session={session}"):
+                call("POST", f"/permission/{ask['id']}/reply", {"reply": "once"})
+            for ask in call("GET", f"/session/{session}/elicitation"):
+                print(f"elicitation from {ask['server']}: {ask['message']}", file=sys.stderr)
+                call("POST", f"/session/{session}/elicitation/{ask['id']}", {"action": "accept", "content": {}})
+                answered += 1
+            time.sleep(0.05)
+        prompt.join(timeout=5)
+        print(json.dumps(outcome), file=sys.stderr)
+        return 0 if answered and outcome else 1
+    finally:
+        server.terminate()
+        server.wait()
 
 
 if __name__ == "__main__":

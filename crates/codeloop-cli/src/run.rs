@@ -364,6 +364,12 @@ fn spawn_asker(engine: Engine, session: SessionId) -> tokio::task::JoinHandle<()
                         tokio::task::spawn_blocking(move || ask_questions(&request)).await.ok().flatten();
                     let _ = engine.submit(SessionCommand::AnswerQuestion { request: id, answers }).await;
                 }
+                EventPayload::ElicitationAsked(request) if request.session_id == session => {
+                    let request = request.clone();
+                    let reply = tokio::task::spawn_blocking(move || ask_elicitation(&request.ask)).await;
+                    let reply = reply.unwrap_or_else(|_| codeloop_types::ElicitationReply::decline());
+                    let _ = engine.answer_elicitation(&request.session_id, &request.id, reply);
+                }
                 _ => {}
             }
         }
@@ -393,6 +399,59 @@ pub(crate) fn ask_terminal(request: &PermissionRequest) -> (codeloop_types::Perm
         _ => PermissionAnswer::Reject { message: None },
     };
     (request.id.clone(), answer)
+}
+
+/// Asks for what an MCP server wants on the terminal: a URL is shown (never opened), a form is filled
+/// field by field (an empty answer takes the field's default, or leaves it out).
+fn ask_elicitation(ask: &codeloop_types::ElicitationAsk) -> codeloop_types::ElicitationReply {
+    use codeloop_types::{ElicitationAction, ElicitationReply};
+    let read = || {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        line.trim().to_owned()
+    };
+    eprintln!("\nMCP server {} asks: {}", for_stderr(&ask.server), for_stderr(&ask.message));
+    if let Some(url) = &ask.url {
+        eprintln!("  open: {}", for_stderr(url));
+        eprint!("  [d]one there  d[e]cline  [c]ancel > ");
+        return match read().to_lowercase().as_str() {
+            "d" | "done" | "y" | "yes" => {
+                ElicitationReply { action: ElicitationAction::Accept, content: None }
+            }
+            "c" | "cancel" => ElicitationReply { action: ElicitationAction::Cancel, content: None },
+            _ => ElicitationReply::decline(),
+        };
+    }
+    eprint!("  [a]nswer  [d]ecline  [c]ancel > ");
+    match read().to_lowercase().as_str() {
+        "a" | "answer" | "y" | "yes" => {}
+        "c" | "cancel" => return ElicitationReply { action: ElicitationAction::Cancel, content: None },
+        _ => return ElicitationReply::decline(),
+    }
+    let mut content = serde_json::Map::new();
+    let properties = ask.schema.as_ref().and_then(|s| s.get("properties")).and_then(|p| p.as_object());
+    for (field, spec) in properties.into_iter().flatten() {
+        let kind = spec.get("type").and_then(|t| t.as_str()).unwrap_or("string");
+        let title = spec.get("title").or(spec.get("description")).and_then(|t| t.as_str()).unwrap_or(field);
+        let default = spec.get("default").map(|d| format!(" [{d}]")).unwrap_or_default();
+        let choices = spec.get("enum").map(|e| format!(" one of {e}")).unwrap_or_default();
+        eprint!("  {} ({kind}{}){} > ", for_stderr(title), for_stderr(&choices), for_stderr(&default));
+        let answer = read();
+        if answer.is_empty() {
+            continue;
+        }
+        let value = match kind {
+            "integer" | "number" => {
+                serde_json::from_str(&answer).unwrap_or(serde_json::Value::String(answer))
+            }
+            "boolean" => {
+                serde_json::Value::Bool(matches!(answer.to_lowercase().as_str(), "y" | "yes" | "true"))
+            }
+            _ => serde_json::Value::String(answer),
+        };
+        content.insert(field.clone(), value);
+    }
+    ElicitationReply { action: ElicitationAction::Accept, content: Some(serde_json::Value::Object(content)) }
 }
 
 /// Asks the model's questions on the terminal: a number picks an option (several with commas when

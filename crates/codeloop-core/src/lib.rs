@@ -15,6 +15,7 @@ pub mod config;
 mod coordinator;
 pub mod credentials;
 pub mod doom_loop;
+pub mod elicitation;
 mod engine;
 mod error;
 pub mod file_commands;

@@ -36,6 +36,7 @@ pub struct Services {
     pub tools: Arc<ToolRegistry>,
     pub permissions: PermissionEngine,
     pub questions: crate::question::Questions,
+    pub elicitations: crate::elicitation::Elicitations,
     pub models: Models,
     pub agents: std::collections::BTreeMap<String, Agent>,
     pub data_dir: PathBuf,

@@ -253,6 +253,23 @@ impl ToolHost for RunToolHost {
         self.gate.services.questions.ask(&self.gate.session_id, parent, Some(tool), questions).await
     }
 
+    async fn elicit(
+        &self,
+        call: &CallInfo,
+        ask: codeloop_types::ElicitationAsk,
+    ) -> codeloop_types::ElicitationReply {
+        let tool = ToolCallRef { message_id: call.message_id.clone(), call_id: call.call_id.clone() };
+        let hooks = self.gate.hooks.clone();
+        if hooks.hooks.any(HookEvent::Notification) {
+            let message = format!("MCP server {} asks for input", ask.server);
+            tokio::spawn(async move {
+                let input = json!({"message": message, "notification_type": "elicitation_dialog"});
+                hooks.fire(HookEvent::Notification, &["elicitation_dialog"], input).await;
+            });
+        }
+        self.gate.services.elicitations.ask(&self.gate.session_id, Some(tool), ask).await
+    }
+
     async fn run_subtask(
         &self,
         call: &CallInfo,

@@ -428,6 +428,17 @@ pub struct QuestionReplyBody {
     pub answers: Vec<Vec<String>>,
 }
 
+/// `POST /session/{id}/elicitation/{eid}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ElicitationReplyBody {
+    /// `accept` (with `content`), `decline` or `cancel`.
+    #[schemars(regex(pattern = "^(accept|decline|cancel)$"))]
+    pub action: String,
+    /// An accepted form's values: an object of the requested fields.
+    #[serde(default)]
+    pub content: Option<serde_json::Value>,
+}
+
 /// `POST /session/{id}/revert`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RevertBody {

@@ -122,6 +122,16 @@ pub trait ToolHost: Send + Sync {
         let _ = (call, questions);
         Err(PermissionError::Blocked { message: "no one can answer questions in this session".into() })
     }
+    /// Asks the person for what an MCP server wants mid-call (elicitation, DESIGN.md §5o). Hosts where
+    /// no one can answer decline.
+    async fn elicit(
+        &self,
+        call: &CallInfo,
+        ask: codeloop_types::ElicitationAsk,
+    ) -> codeloop_types::ElicitationReply {
+        let _ = (call, ask);
+        codeloop_types::ElicitationReply::decline()
+    }
     /// Runs a subagent in a child session (the `task` tool) and returns its answer; ends early when
     /// `cancel` fires. Hosts that cannot start runs say so.
     async fn run_subtask(

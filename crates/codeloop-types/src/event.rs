@@ -7,8 +7,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    AssistantError, CacheReason, JobId, JobState, Limit, Message, MessageId, Millis, Part, PartId,
-    PermissionId, PermissionRequest, QuestionId, QuestionRequest, Session, SessionId,
+    AssistantError, CacheReason, ElicitationAction, ElicitationId, ElicitationRequest, JobId, JobState,
+    Limit, Message, MessageId, Millis, Part, PartId, PermissionId, PermissionRequest, QuestionId,
+    QuestionRequest, Session, SessionId,
 };
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,6 +91,11 @@ pub enum EventPayload {
     QuestionReplied { session_id: SessionId, request_id: QuestionId, answers: Vec<Vec<String>> },
     #[serde(rename = "question.rejected")]
     QuestionRejected { session_id: SessionId, request_id: QuestionId },
+    /// An MCP server asks the person for input (DESIGN.md §5o).
+    #[serde(rename = "elicitation.asked")]
+    ElicitationAsked(ElicitationRequest),
+    #[serde(rename = "elicitation.replied")]
+    ElicitationReplied { session_id: SessionId, request_id: ElicitationId, action: ElicitationAction },
     /// A background job started (DESIGN.md §5f).
     #[serde(rename = "job.started")]
     JobStarted { job_id: JobId, session_id: SessionId, command: String },
@@ -150,6 +156,8 @@ impl EventPayload {
             EventPayload::QuestionAsked(_) => "question.asked",
             EventPayload::QuestionReplied { .. } => "question.replied",
             EventPayload::QuestionRejected { .. } => "question.rejected",
+            EventPayload::ElicitationAsked(_) => "elicitation.asked",
+            EventPayload::ElicitationReplied { .. } => "elicitation.replied",
             EventPayload::JobStarted { .. } => "job.started",
             EventPayload::JobExited { .. } => "job.exited",
             EventPayload::WorkerRequest { .. } => "worker.request",
@@ -177,10 +185,12 @@ impl EventPayload {
             | EventPayload::PermissionReplied { session_id, .. }
             | EventPayload::QuestionReplied { session_id, .. }
             | EventPayload::QuestionRejected { session_id, .. }
+            | EventPayload::ElicitationReplied { session_id, .. }
             | EventPayload::JobStarted { session_id, .. }
             | EventPayload::JobExited { session_id, .. }
             | EventPayload::WorkerRequest { session_id, .. } => Some(session_id),
             EventPayload::QuestionAsked(request) => Some(&request.session_id),
+            EventPayload::ElicitationAsked(request) => Some(&request.session_id),
             EventPayload::SessionError { session_id, .. } => session_id.as_ref(),
             EventPayload::PermissionAsked(request) => Some(&request.session_id),
         }

@@ -110,6 +110,10 @@ id_type!(
     QuestionId, "que", ascending_id
 );
 id_type!(
+    /// An MCP server's request for input from the person (`eli_…`, ascending: DESIGN.md §5o).
+    ElicitationId, "eli", ascending_id
+);
+id_type!(
     /// A background job id (`job_…`, ascending: DESIGN.md §5f).
     JobId, "job", ascending_id
 );

@@ -26,7 +26,9 @@ pub use event::{
     Event, EventPayload, PermissionReply, SessionStatus, Todo, TodoPriority, TodoStatus, WorkerRequest,
 };
 pub use history::{Approval, MessageWithParts, Page, SessionFilter, ToolSpec};
-pub use ids::{JobId, MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id};
+pub use ids::{
+    ElicitationId, JobId, MessageId, PartId, PermissionId, QuestionId, SessionId, ascending_id, descending_id,
+};
 pub use job::{Job, JobState};
 pub use limit::{CacheReason, Limit, LimitReached};
 pub use message::{AssistantMessage, Finish, Message, MessagePath, MessageTime, UserMessage};
@@ -36,6 +38,7 @@ pub use part::{
     StepFinishPart, StepStartPart, SubtaskPart, TextPart, ToolPart,
 };
 pub use permission::{
+    ElicitationAction, ElicitationAsk, ElicitationMode, ElicitationReply, ElicitationRequest,
     PermissionAction, PermissionRequest, PermissionRule, Question, QuestionOption, QuestionRequest,
     ToolCallRef,
 };

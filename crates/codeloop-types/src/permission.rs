@@ -1,7 +1,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::{MessageId, PermissionId, QuestionId, SessionId};
+use crate::{ElicitationId, MessageId, PermissionId, QuestionId, SessionId};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,6 +41,68 @@ pub struct PermissionRequest {
     pub metadata: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<ToolCallRef>,
+}
+
+/// What an MCP server asks the person for in the middle of a call (MCP elicitation, DESIGN.md §5o).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationAsk {
+    /// The server's name in the config.
+    pub server: String,
+    /// The server's words: what it needs and why.
+    pub message: String,
+    pub mode: ElicitationMode,
+    /// `form`: the JSON schema of the answer (an object of primitive fields).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<Value>,
+    /// `url`: where the person goes to give it (never opened by codeloop itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum ElicitationMode {
+    Form,
+    Url,
+}
+
+/// A pending elicitation: `GET /session/:id/elicitation` lists these.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationRequest {
+    pub id: ElicitationId,
+    pub session_id: SessionId,
+    #[serde(flatten)]
+    pub ask: ElicitationAsk,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<ToolCallRef>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum ElicitationAction {
+    /// The person gave what was asked (`content`).
+    Accept,
+    /// The person said no; the call goes on without it.
+    Decline,
+    /// The person dismissed it.
+    Cancel,
+}
+
+/// The answer to an elicitation: `POST /session/:id/elicitation/:eid`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ElicitationReply {
+    pub action: ElicitationAction,
+    /// An accepted form's values (fields left out take the schema's defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Value>,
+}
+
+impl ElicitationReply {
+    pub fn decline() -> Self {
+        Self { action: ElicitationAction::Decline, content: None }
+    }
 }
 
 /// Questions a tool asks the person at the keyboard (the `question` tool), answered by any client.

@@ -411,6 +411,7 @@ impl Coordinator {
                 Step::AwaitEnd(rx) => {
                     self.inner.services.permissions.reject_session(session);
                     self.inner.services.questions.reject_session(session);
+                    self.inner.services.elicitations.cancel_session(session);
                     let _ = wait(rx).await;
                     return;
                 }

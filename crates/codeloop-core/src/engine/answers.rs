@@ -56,6 +56,22 @@ impl Engine {
         self.services.questions.reject(id)
     }
 
+    /// Pending MCP elicitations of a session (this worker's: an MCP server talks to the worker that
+    /// runs the call).
+    pub fn pending_elicitations(&self, session: &SessionId) -> Vec<codeloop_types::ElicitationRequest> {
+        self.services.elicitations.pending(Some(session))
+    }
+
+    /// Answers a pending MCP elicitation of `session`.
+    pub fn answer_elicitation(
+        &self,
+        session: &SessionId,
+        id: &codeloop_types::ElicitationId,
+        reply: codeloop_types::ElicitationReply,
+    ) -> Result<(), crate::elicitation::ElicitationError> {
+        self.services.elicitations.reply(session, id, reply)
+    }
+
     /// Pending permission requests: this worker's, and with many workers, those other workers' runs wait on.
     pub fn pending_permissions(&self, session: Option<&SessionId>) -> Vec<PermissionRequest> {
         let remote = self.peers.as_ref().map(|p| p.permissions(session)).unwrap_or_default();

@@ -162,6 +162,7 @@ impl Engine {
         }
         let permissions = PermissionEngine::new(store.clone(), bus.clone(), options.ask_policy, defaults);
         let questions = crate::question::Questions::new(bus.clone(), options.ask_policy);
+        let elicitations = crate::elicitation::Elicitations::new(bus.clone(), options.ask_policy);
         let skill_dirs = options.skill_dirs.unwrap_or_else(codeloop_tools::SkillTool::default_dirs);
         let mut tools = ToolRegistry::builtin_with(BuiltinConfig { skill_dirs: skill_dirs.clone() });
         let agents = agents(&options.config);
@@ -214,6 +215,7 @@ impl Engine {
             tools: Arc::new(tools),
             permissions,
             questions,
+            elicitations,
             data_dir: options.data_dir,
             tool_output_dir,
             walls: crate::walls::WallsSetup {

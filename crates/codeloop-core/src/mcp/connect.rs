@@ -83,11 +83,47 @@ pub(crate) struct Signals {
     pub prompts_stale: AtomicBool,
     /// Shared by every server: bumped whenever the offered tools may have changed.
     pub generation: Arc<AtomicU64>,
+    /// The server's name in the config.
+    pub server: String,
+    /// The calls of this server that are running, oldest first: whom its elicitations go to.
+    pub callers: Mutex<Vec<Caller>>,
+}
+
+/// A running call of a server's tool: the host that can ask its session's person.
+pub(crate) struct Caller {
+    pub id: u64,
+    pub host: Arc<dyn codeloop_tools::ToolHost>,
+    pub call: codeloop_tools::CallInfo,
+}
+
+/// Keeps a call registered as a caller while it runs.
+pub(crate) struct CallerGuard {
+    signals: Arc<Signals>,
+    id: u64,
 }
 
 impl Signals {
-    pub fn new(generation: Arc<AtomicU64>) -> Self {
-        Self { generation, ..Self::default() }
+    pub fn enter(
+        self: &Arc<Self>,
+        host: Arc<dyn codeloop_tools::ToolHost>,
+        call: codeloop_tools::CallInfo,
+    ) -> CallerGuard {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.callers.locked().push(Caller { id, host, call });
+        CallerGuard { signals: self.clone(), id }
+    }
+}
+
+impl Drop for CallerGuard {
+    fn drop(&mut self) {
+        self.signals.callers.locked().retain(|c| c.id != self.id);
+    }
+}
+
+impl Signals {
+    pub fn new(server: &str, generation: Arc<AtomicU64>) -> Self {
+        Self { server: server.to_owned(), generation, ..Self::default() }
     }
 
     fn tools_changed(&self) {
@@ -96,8 +132,9 @@ impl Signals {
     }
 }
 
-/// codeloop as an MCP client: answers nothing a server may ask (sampling, elicitation, roots are
-/// refused by rmcp's defaults) and notes list changes.
+/// codeloop as an MCP client: notes list changes and passes a server's elicitation to the person of the
+/// call that is running (the newest, when several are; none running: declined). Sampling and roots are
+/// refused by rmcp's defaults.
 #[derive(Clone)]
 pub(crate) struct Handler {
     signals: Arc<Signals>,
@@ -110,7 +147,47 @@ impl ClientHandler for Handler {
         // What `initialize` offers: its newest revision (2026-07-28 has no handshake; it is reached by
         // `server/discover`).
         info.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
+        let mut elicitation = rmcp::model::ElicitationCapability::new();
+        elicitation.form = Some(Default::default());
+        elicitation.url = Some(Default::default());
+        info.capabilities.elicitation = Some(elicitation);
         info
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        use codeloop_types::{ElicitationAction, ElicitationAsk, ElicitationMode};
+        use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction as Action};
+        let caller = self.signals.callers.locked().last().map(|c| (c.host.clone(), c.call.clone()));
+        let Some((host, call)) = caller else {
+            return Ok(ElicitResult::new(Action::Decline));
+        };
+        let server = self.signals.server.clone();
+        let ask = match request {
+            ElicitRequestParams::FormElicitationParams { message, requested_schema, .. } => ElicitationAsk {
+                server,
+                message,
+                mode: ElicitationMode::Form,
+                schema: serde_json::to_value(&requested_schema).ok(),
+                url: None,
+            },
+            ElicitRequestParams::UrlElicitationParams { message, url, .. } => {
+                ElicitationAsk { server, message, mode: ElicitationMode::Url, schema: None, url: Some(url) }
+            }
+            // A mode of a later revision: nothing to show it with.
+            _ => return Ok(ElicitResult::new(Action::Decline)),
+        };
+        let reply = host.elicit(&call, ask).await;
+        let mut result = ElicitResult::new(match reply.action {
+            ElicitationAction::Accept => Action::Accept,
+            ElicitationAction::Decline => Action::Decline,
+            ElicitationAction::Cancel => Action::Cancel,
+        });
+        result.content = reply.content;
+        Ok(result)
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -168,9 +168,9 @@ impl McpServers {
             .map(|(name, settings)| {
                 let state = if settings.enabled { State::NotStarted } else { State::Disabled };
                 Arc::new(Slot {
+                    signals: Arc::new(Signals::new(&name, generation.clone())),
                     name,
                     settings,
-                    signals: Arc::new(Signals::new(generation.clone())),
                     state: Mutex::new(state),
                     restarted: AtomicBool::new(false),
                     epochs: AtomicU64::new(0),
@@ -298,6 +298,7 @@ impl Inner {
                     move |why: String| Inner::lost(&inner, &slot, epoch, why)
                 };
                 let link = Arc::new(Link {
+                    signals: slot.signals.clone(),
                     server: name.clone(),
                     peer: connected.peer.clone(),
                     timeout,

@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 /// One connection as its tools see it.
 pub(crate) struct Link {
     pub server: String,
+    /// Where a call registers itself so the server's elicitations reach its session.
+    pub signals: Arc<super::connect::Signals>,
     pub peer: rmcp::Peer<RoleClient>,
     pub timeout: Duration,
     /// Tells the owner the connection is gone (a call met a closed transport).
@@ -157,6 +159,7 @@ impl Tool for McpTool {
         meta.insert(OPERATION_META_KEY.into(), ctx.call.call_id.clone().into());
         params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         let what = format!("`{}`", self.tool);
+        let _caller = self.link.signals.enter(ctx.host.clone(), ctx.call.clone());
         let result = self.link.request(&what, &ctx.cancel, self.link.peer.call_tool(params)).await?;
         let value = serde_json::to_value(&result).unwrap_or_default();
         let (output, attachments) = content(&value);

@@ -8,13 +8,16 @@ use axum::Json;
 use axum::extract::State;
 use codeloop_core::SessionCommand;
 use codeloop_core::models::catalogue;
-use codeloop_types::{PermissionId, PermissionRequest, QuestionId, QuestionRequest, SessionId};
+use codeloop_types::{
+    ElicitationAction, ElicitationId, ElicitationReply, ElicitationRequest, PermissionId, PermissionRequest,
+    QuestionId, QuestionRequest, SessionId,
+};
 use serde_json::Value;
 
 use crate::AppState;
 use crate::api::{
-    AgentEntry, Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody, QuestionReplyBody,
-    SessionQuery,
+    AgentEntry, ElicitationReplyBody, Health, ModelCost, ModelEntry, ModelLimit, PermissionReplyBody,
+    QuestionReplyBody, SessionQuery,
 };
 use crate::error::{ApiError, ApiJson, ApiPath, ApiQuery};
 
@@ -83,6 +86,39 @@ pub async fn reject_question(
 ) -> Result<Json<bool>, ApiError> {
     let command = SessionCommand::AnswerQuestion { request: QuestionId::from(id.as_str()), answers: None };
     state.engine.submit(command).await?;
+    Ok(Json(true))
+}
+
+pub async fn elicitations(
+    State(state): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Json<Vec<ElicitationRequest>> {
+    Json(state.engine.pending_elicitations(&SessionId::from(id.as_str())))
+}
+
+pub async fn reply_elicitation(
+    State(state): State<AppState>,
+    ApiPath((id, eid)): ApiPath<(String, String)>,
+    ApiJson(body): ApiJson<ElicitationReplyBody>,
+) -> Result<Json<bool>, ApiError> {
+    let action = match body.action.as_str() {
+        "accept" => ElicitationAction::Accept,
+        "decline" => ElicitationAction::Decline,
+        "cancel" => ElicitationAction::Cancel,
+        other => {
+            return Err(ApiError::invalid(format!(
+                "unknown action {other:?}: use accept (with content), decline or cancel"
+            )));
+        }
+    };
+    if body.content.as_ref().is_some_and(|c| !c.is_object()) {
+        return Err(ApiError::invalid("content must be an object of the requested fields"));
+    }
+    let reply = ElicitationReply { action, content: body.content };
+    state
+        .engine
+        .answer_elicitation(&SessionId::from(id.as_str()), &ElicitationId::from(eid.as_str()), reply)
+        .map_err(|e| ApiError::not_found(e.to_string()))?;
     Ok(Json(true))
 }
 

@@ -104,6 +104,8 @@ pub fn api() -> Api {
         .add(get("/question", "question.list", "Pending questions from the question tool, oldest first").query::<SessionQuery>().returns(List("QuestionRequest")), misc::questions)
         .add(post("/question/{requestID}/reply", "question.reply", "Answer a pending question: one list of answers per question").body::<QuestionReplyBody>().returns(Returns::AnyJson), misc::reply_question)
         .add(post("/question/{requestID}/reject", "question.reject", "Decline a pending question (stops the run like a rejected permission)").returns(Returns::AnyJson), misc::reject_question)
+        .add(get("/session/{id}/elicitation", "session.elicitation.list", "Pending MCP elicitations of the session, oldest first: {id, server, message, mode: form|url, schema | url}").returns(List("ElicitationRequest")), misc::elicitations)
+        .add(post("/session/{id}/elicitation/{eid}", "session.elicitation.reply", "Answer a pending MCP elicitation: {action: accept|decline|cancel, content?}; an accepted form takes the schema's defaults for fields left out (404 when it is not pending)").body::<ElicitationReplyBody>().returns(Returns::AnyJson), misc::reply_elicitation)
         .add(get("/config", "config.get", "The effective configuration (read-only, secrets redacted)").returns(Model("Config")), misc::config)
         .add(get("/models", "models.list", "The model catalogue").json::<Vec<ModelEntry>>(), misc::models)
         .add(get("/agent", "agent.list", "The agents a person may pick (primary agents), with the default marked").json::<Vec<AgentEntry>>(), misc::agents)
