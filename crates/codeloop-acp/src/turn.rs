@@ -321,6 +321,20 @@ impl<'a> Turn<'a> {
                 let command = SessionCommand::AnswerQuestion { request: request.id.clone(), answers: None };
                 let _ = self.session.engine.submit(command).await;
             }
+            EventPayload::ElicitationAsked(request) if self.ours(&request.session_id, None) => {
+                // ACP has no form to ask with: the person sees what the server wanted, and it is declined
+                // rather than left waiting.
+                let ask = &request.ask;
+                let url = ask.url.as_ref().map(|u| format!(" ({u})")).unwrap_or_default();
+                let text = format!(
+                    "\n\nMCP server {} asked: {}{url} — declined (codeloop cannot show MCP forms in this editor yet)\n",
+                    ask.server, ask.message
+                );
+                let update = SessionUpdate::AgentMessageChunk { content: ContentBlock::text(text) };
+                self.agent.send_update(&self.session.id, update).await;
+                let decline = codeloop_types::ElicitationReply::decline();
+                let _ = self.session.engine.answer_elicitation(&request.session_id, &request.id, decline);
+            }
             payload => {
                 for update in self.stream.event(payload) {
                     self.agent.send_update(&self.session.id, update).await;

@@ -5,7 +5,7 @@
 //!   ([`McpTestServer::drop_sessions`] forgets them, so the next request gets 404);
 //! - [`Revision::Stateless`]: only 2026-07-28, `server/discover` and no session.
 //!
-//! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `add_tool` (adds `added` and says the
+//! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `ask` (an elicitation), `add_tool` (adds `added` and says the
 //! list changed); resources `file:///notes.txt` (text) and `file:///logo.png` (blob); prompt
 //! `greet {name}`. With [`McpServerOptions::auth`] it is an OAuth protected resource (RFC 9728): a
 //! request without a token the [`crate::OAuthTestServer`] issued gets 401 and a `WWW-Authenticate`
@@ -327,6 +327,11 @@ impl TestHandler {
             Tool::new("slow", "Answer after `ms` milliseconds", object(json!({"ms": {"type": "integer"}}))),
             Tool::new("fail", "Always fails", object(json!({}))),
             Tool::new("add_tool", "Add the tool `added` and say the tool list changed", object(json!({}))),
+            Tool::new(
+                "ask",
+                "Ask the person for a name and a count (elicitation), say what came back",
+                object(json!({})),
+            ),
         ];
         if self.shared.added.load(Ordering::SeqCst) > 0 {
             tools.push(Tool::new("added", "A tool added while the server ran", object(json!({}))));
@@ -405,6 +410,29 @@ impl ServerHandler for TestHandler {
                 CallToolResult::success(vec![ContentBlock::text("added the tool `added`")])
             }
             "added" => CallToolResult::success(vec![ContentBlock::text("the added tool works")]),
+            "ask" => {
+                let params = json!({
+                    "mode": "form",
+                    "message": "Which name, how many?",
+                    "requestedSchema": {"type": "object", "properties": {
+                        "name": {"type": "string", "default": "Ada"},
+                        "count": {"type": "integer"},
+                    }},
+                });
+                let params = serde_json::from_value(params)
+                    .map_err(|e| ErrorData::internal_error(format!("elicitation params: {e}"), None))?;
+                let answer = context
+                    .peer
+                    .create_elicitation(params)
+                    .await
+                    .map_err(|e| ErrorData::internal_error(format!("elicitation failed: {e}"), None))?;
+                let answer = serde_json::to_value(&answer).unwrap_or_default();
+                CallToolResult::success(vec![ContentBlock::text(format!(
+                    "{} {}",
+                    answer["action"].as_str().unwrap_or("?"),
+                    answer.get("content").cloned().unwrap_or(Value::Null)
+                ))])
+            }
             other => return Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
         };
         Ok(result.into())

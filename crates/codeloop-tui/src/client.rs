@@ -86,6 +86,13 @@ pub trait Client: Send + Sync + 'static {
     ) -> anyhow::Result<()>;
     async fn reply_question(&self, id: &QuestionId, answers: Vec<Vec<String>>) -> anyhow::Result<()>;
     async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()>;
+    /// Answers an MCP server's elicitation of a session.
+    async fn answer_elicitation(
+        &self,
+        session: &SessionId,
+        id: &codeloop_types::ElicitationId,
+        reply: codeloop_types::ElicitationReply,
+    ) -> anyhow::Result<()>;
     /// Pending permission requests and questions of a session (after a reconnect or a switch).
     async fn pending(
         &self,

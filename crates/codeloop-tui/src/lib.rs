@@ -232,6 +232,9 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
         }
         Action::ReplyQuestion(id, answers) => client.reply_question(&id, answers).await.err().and_then(error),
         Action::RejectQuestion(id) => client.reject_question(&id).await.err().and_then(error),
+        Action::AnswerElicitation(session, id, reply) => {
+            client.answer_elicitation(&session, &id, reply).await.err().and_then(error)
+        }
         Action::Jobs(id, what) => app::perform_jobs(client, id, what).await,
         Action::ListSessions => match client.sessions(directory).await {
             Ok(sessions) => {

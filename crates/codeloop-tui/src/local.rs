@@ -159,6 +159,15 @@ impl Client for LocalClient {
         Ok(())
     }
 
+    async fn answer_elicitation(
+        &self,
+        session: &SessionId,
+        id: &codeloop_types::ElicitationId,
+        reply: codeloop_types::ElicitationReply,
+    ) -> anyhow::Result<()> {
+        Ok(self.engine.answer_elicitation(session, id, reply)?)
+    }
+
     async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()> {
         self.submit(SessionCommand::AnswerQuestion { request: id.clone(), answers: None }).await?;
         Ok(())

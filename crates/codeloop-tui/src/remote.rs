@@ -250,6 +250,17 @@ impl Client for RemoteClient {
         Ok(())
     }
 
+    async fn answer_elicitation(
+        &self,
+        session: &SessionId,
+        id: &codeloop_types::ElicitationId,
+        reply: codeloop_types::ElicitationReply,
+    ) -> anyhow::Result<()> {
+        self.post::<Value>(&format!("/session/{session}/elicitation/{id}"), &serde_json::to_value(&reply)?)
+            .await?;
+        Ok(())
+    }
+
     async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()> {
         self.post::<Value>(&format!("/question/{id}/reject"), &json!({})).await?;
         Ok(())

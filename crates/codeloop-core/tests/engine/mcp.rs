@@ -51,6 +51,23 @@ impl McpHarness {
         env: Env,
         tweak: impl FnOnce(&mut Config),
     ) -> Self {
+        Self::built(data, script, servers, env, tweak, AskPolicy::Deny).await
+    }
+
+    /// With someone to answer (as `serve` or a terminal): asks wait for a reply.
+    pub(super) async fn answered(script: Script, servers: Vec<(&str, McpSettings)>) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        Self::built(data, script, servers, vec![], |_| {}, AskPolicy::Wait).await
+    }
+
+    async fn built(
+        data: TempDir,
+        script: Script,
+        servers: Vec<(&str, McpSettings)>,
+        env: Env,
+        tweak: impl FnOnce(&mut Config),
+        policy: AskPolicy,
+    ) -> Self {
         let project = tempfile::tempdir().unwrap();
         let fake = FakeProvider::start(script).await.unwrap();
         let mut config: Config = config_for(&fake.base_url());
@@ -59,7 +76,7 @@ impl McpHarness {
         }
         tweak(&mut config);
         let mut options = EngineOptions::new(data.path(), config);
-        options.ask_policy = AskPolicy::Deny;
+        options.ask_policy = policy;
         let env: BTreeMap<String, String> =
             env.into_iter().map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
         options.env = Arc::new(move |name| env.get(name).cloned());

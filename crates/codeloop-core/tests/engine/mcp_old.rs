@@ -1,12 +1,14 @@
 //! MCP servers of the older revisions as they are deployed (DESIGN.md §5o): a plain JSON server that
 //! answers every method it does not know with an empty result — `server/discover` included, as the
-//! official conformance suite's `initialize` server does.
+//! official conformance suite's `initialize` server does; and what servers ask of the person mid-call
+//! (elicitation).
 
 use std::sync::{Arc, Mutex};
 
 use axum::{Json, Router, routing::post};
 use codeloop_core::StopReason;
-use codeloop_testkit::Reply;
+use codeloop_testkit::{McpServerOptions, McpTestServer, Reply, Revision};
+use codeloop_types::{ElicitationAction, ElicitationMode, ElicitationReply, EventPayload};
 use serde_json::{Value, json};
 
 use crate::harness::tool_results;
@@ -77,4 +79,79 @@ async fn a_server_that_answers_discover_with_an_empty_result_is_reached_with_ini
     assert_eq!(methods.first().map(String::as_str), Some("server/discover"), "{methods:?}");
     let initialize = methods.iter().position(|m| m == "initialize").expect("initialize was sent");
     assert!(methods[initialize..].contains(&"tools/call".to_owned()), "{methods:?}");
+}
+
+// ---- elicitation (DESIGN.md §5o) ----
+
+#[tokio::test]
+async fn a_headless_run_declines_an_elicitation_and_says_so_once() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h = McpHarness::new(
+        script(vec![
+            Reply::tool_call("web_ask", json!({})),
+            Reply::tool_call("web_ask", json!({})),
+            Reply::text("done"),
+        ]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+    )
+    .await;
+    let (outcome, warnings) = h.prompt("ask twice").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert_eq!(tool_results(&h.messages(1))[0].1, "decline null");
+    assert_eq!(tool_results(&h.messages(2)).last().unwrap().1, "decline null");
+    let said: Vec<_> = warnings.iter().filter(|w| w.contains("MCP server web asked for input")).collect();
+    assert_eq!(said.len(), 1, "{warnings:?}");
+    assert!(said[0].contains("Which name, how many?") && said[0].contains("declined"), "{said:?}");
+}
+
+#[tokio::test]
+async fn an_answered_elicitation_reaches_the_server_with_the_schemas_defaults() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h = McpHarness::answered(
+        script(vec![Reply::tool_call("web_ask", json!({})), Reply::text("done")]),
+        vec![("web", remote(&server.url()))],
+    )
+    .await;
+    let mut events = h.engine.bus().subscribe();
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let answerer = tokio::spawn(async move {
+        let mut asked = None;
+        while let Ok(event) = events.recv().await {
+            match event.payload.clone() {
+                EventPayload::PermissionAsked(request) => {
+                    let answer = codeloop_core::PermissionAnswer::Once;
+                    let command =
+                        codeloop_core::SessionCommand::AnswerPermission { request: request.id, answer };
+                    engine.submit(command).await.unwrap();
+                }
+                EventPayload::ElicitationAsked(request) => {
+                    assert_eq!(engine.pending_elicitations(&session).len(), 1);
+                    let reply = ElicitationReply {
+                        action: ElicitationAction::Accept,
+                        content: Some(json!({"count": 3})),
+                    };
+                    engine.answer_elicitation(&session, &request.id, reply).unwrap();
+                    asked = Some(request);
+                }
+                EventPayload::ElicitationReplied { action, .. } => {
+                    assert_eq!(action, ElicitationAction::Accept);
+                    return asked;
+                }
+                _ => {}
+            }
+        }
+        asked
+    });
+    let (outcome, _) = h.prompt("ask").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let asked = answerer.await.unwrap().expect("the elicitation was announced");
+    assert_eq!(asked.ask.server, "web");
+    assert_eq!(asked.ask.message, "Which name, how many?");
+    assert_eq!(asked.ask.mode, ElicitationMode::Form);
+    assert!(asked.tool.is_some(), "it names the call it belongs to");
+    // The name was left out: it took the schema's default.
+    assert_eq!(tool_results(&h.messages(1))[0].1, r#"accept {"count":3,"name":"Ada"}"#);
+    assert!(h.engine.pending_elicitations(&h.session.id).is_empty());
 }

@@ -168,6 +168,61 @@ async fn bad_requests_get_json_errors_that_say_what_is_wrong() {
 }
 
 #[tokio::test]
+async fn an_mcp_servers_elicitation_is_listed_and_answered_over_http() {
+    let mcp = codeloop_testkit::McpTestServer::start(codeloop_testkit::McpServerOptions::new(
+        codeloop_testkit::Revision::Sessions,
+    ))
+    .await
+    .unwrap();
+    let h = Harness::start_with(
+        Script::new([Turn::from(Reply::tool_call("web_ask", json!({}))), Turn::from(Reply::text("done"))]),
+        |setup| {
+            setup.ask_policy = AskPolicy::Wait;
+            setup.config.mcp.insert("web".into(), codeloop_core::mcp::McpSettings::remote(mcp.url()));
+            setup.config.permission =
+                PermissionConfig(vec![PermissionRule::new("web_ask", "*", PermissionAction::Allow)]);
+        },
+    )
+    .await;
+    let session = h.create_session().await;
+    let mut watcher = h.events(&format!("?session={session}")).await;
+    h.post(&format!("/session/{session}/prompt_async"), json!({"parts": [{"type": "text", "text": "ask"}]}))
+        .await;
+    let asked = watcher.until(|e| e.kind() == "elicitation.asked").await.pop().unwrap();
+    let id = asked.properties()["id"].as_str().unwrap().to_owned();
+    let (status, pending) = h.get(&format!("/session/{session}/elicitation")).await;
+    assert_eq!(status, 200);
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    assert_eq!(pending[0]["id"], json!(id));
+    assert_eq!(pending[0]["server"], "web");
+    assert_eq!(pending[0]["message"], "Which name, how many?");
+    assert_eq!(pending[0]["mode"], "form");
+    assert_eq!(pending[0]["schema"]["properties"]["name"]["default"], "Ada");
+
+    let answer = format!("/session/{session}/elicitation/{id}");
+    let (status, body) = h.post(&answer, json!({"action": "maybe"})).await;
+    assert_eq!((status, error_code(&body)), (400, "invalid_request"));
+    let (status, _) =
+        h.post(&format!("/session/{session}/elicitation/eli_unknown"), json!({"action": "decline"})).await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        h.post(&answer, json!({"action": "accept", "content": {"count": 2}})).await,
+        (200, json!(true))
+    );
+    assert_eq!(h.post(&answer, json!({"action": "accept"})).await.0, 404, "answered once");
+
+    let rest = watcher.until(|e| e.kind() == "session.idle").await;
+    assert!(rest.iter().any(|e| e.kind() == "elicitation.replied" && e.properties()["action"] == "accept"));
+    let output = rest
+        .iter()
+        .filter(|e| e.properties()["part"]["state"]["status"] == "completed")
+        .find_map(|e| e.properties()["part"]["state"]["output"].as_str())
+        .unwrap();
+    assert_eq!(output, r#"accept {"count":2,"name":"Ada"}"#);
+    assert_eq!(h.get(&format!("/session/{session}/elicitation")).await.1, json!([]));
+}
+
+#[tokio::test]
 async fn a_permission_asked_during_a_run_is_answered_over_http_and_the_run_continues() {
     let h = Harness::start_with(
         Script::new([
@@ -261,6 +316,8 @@ const EXPECTED_ROUTES: &[(&str, &str)] = &[
     ("post", "/session/{id}/unrevert"),
     ("get", "/permission"),
     ("post", "/permission/{requestID}/reply"),
+    ("get", "/session/{id}/elicitation"),
+    ("post", "/session/{id}/elicitation/{eid}"),
     ("get", "/question"),
     ("post", "/question/{requestID}/reply"),
     ("post", "/question/{requestID}/reject"),

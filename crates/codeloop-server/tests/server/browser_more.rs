@@ -283,6 +283,61 @@ async fn a_question_is_answered_and_a_message_typed_during_the_run_is_queued_for
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_servers_form_is_filled_in_the_page_and_its_defaults_fill_the_rest() {
+    let mcp = codeloop_testkit::McpTestServer::start(codeloop_testkit::McpServerOptions::new(
+        codeloop_testkit::Revision::Sessions,
+    ))
+    .await
+    .unwrap();
+    let h = harness(
+        Script::new([Turn::from(Reply::tool_call("web_ask", json!({}))), Turn::from(Reply::text("Got it."))]),
+        |setup| {
+            setup.ask_policy = AskPolicy::Wait;
+            setup.config.mcp.insert("web".into(), codeloop_core::mcp::McpSettings::remote(mcp.url()));
+            setup.config.permission =
+                codeloop_core::config::PermissionConfig(vec![codeloop_types::PermissionRule::new(
+                    "web_ask",
+                    "*",
+                    codeloop_types::PermissionAction::Allow,
+                )]);
+        },
+    )
+    .await;
+    let Some(browser) =
+        Browser::start("an_mcp_servers_form_is_filled_in_the_page_and_its_defaults_fill_the_rest").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    send(&browser, "ask me").await;
+    let title = browser
+        .wait("the form", "return document.querySelector('#asks .elicitation .ask-title')?.textContent")
+        .await;
+    assert_eq!(title, json!("MCP server web asks"));
+    let placeholder =
+        browser.js("return document.querySelector('#asks input[name=name]').placeholder", json!([])).await;
+    assert_eq!(placeholder, json!("Ada"), "the default is shown");
+    browser.click("#asks input[name=count]").await;
+    browser
+        .js(
+            "const i = document.querySelector('#asks input[name=count]'); i.value = '4'; return true",
+            json!([]),
+        )
+        .await;
+    browser.click_button("Send").await;
+    browser.wait("the answer", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent === 'Got it.'").await;
+    idle(&browser).await;
+    let requests = h.fake.requests();
+    assert!(
+        requests[1].body.to_string().contains(r#"accept {\"count\":4,\"name\":\"Ada\"}"#),
+        "{}",
+        requests[1].body
+    );
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_back() {
     let h = harness(
         Script::new([

@@ -84,6 +84,18 @@ export async function replyQuestion(request, answers) {
   }
 }
 
+export async function replyElicitation(request, action, content) {
+  app.elicitations = app.elicitations.filter((r) => r.id !== request.id);
+  renderAsks();
+  try {
+    const body = content ? {action, content} : {action};
+    await app.api.post(`/session/${seg(request.session_id)}/elicitation/${seg(request.id)}`, body);
+  } catch (e) {
+    // 404: answered elsewhere first, or the call ended.
+    if (e.status !== 404) notify('error', `The answer was not taken: ${e.message}`);
+  }
+}
+
 export async function undo() {
   const convo = app.convo;
   if (!convo) return;

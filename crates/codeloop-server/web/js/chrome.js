@@ -3,10 +3,10 @@
 // draws once.
 
 import {clear, compact, h} from './dom.js';
-import {permissionPrompt, questionPrompt, sessionList} from './panels.js';
+import {elicitationPrompt, permissionPrompt, questionPrompt, sessionList} from './panels.js';
 import {$, app, currentAgent, currentModel, isBusy, root, timeline} from './state.js';
 import {newSession, openSession} from './session.js';
-import {replyPermission, replyQuestion} from './actions.js';
+import {replyElicitation, replyPermission, replyQuestion} from './actions.js';
 
 let sessionsFrame = 0;
 export function renderSessions() {
@@ -31,6 +31,9 @@ export function renderAsks() {
   } else if (app.questions[0]) {
     const question = app.questions[0];
     el.appendChild(questionPrompt(question, (answers) => replyQuestion(question, answers), () => replyQuestion(question, null)));
+  } else if (app.elicitations[0]) {
+    const request = app.elicitations[0];
+    el.appendChild(elicitationPrompt(request, (action, content) => replyElicitation(request, action, content)));
   }
   el.hidden = !el.firstChild;
   renderChrome();

@@ -104,6 +104,14 @@ export function onEvent(event) {
       addAsk(app.questions, p);
       renderAsks();
       break;
+    case 'elicitation.asked':
+      addAsk(app.elicitations, p);
+      renderAsks();
+      break;
+    case 'elicitation.replied':
+      app.elicitations = app.elicitations.filter((r) => r.id !== p.request_id);
+      renderAsks();
+      break;
     case 'question.replied':
     case 'question.rejected':
       app.questions = app.questions.filter((r) => r.id !== p.request_id);

@@ -1,7 +1,7 @@
 // The page's panels besides the timeline: the sessions list (by directory), a permission prompt, a
 // question, and the jobs list. Each is built from data with callbacks for what a person does.
 
-import {clear, ellipsize, h} from './dom.js';
+import {clear, ellipsize, h, link} from './dom.js';
 
 /** Sessions grouped by directory, newest first; `current` is highlighted. */
 export function sessionList(el, sessions, statuses, current, {open, create}) {
@@ -102,6 +102,54 @@ export function questionPrompt(request, answer, decline) {
       return chosen;
     });
     answer(answers);
+  });
+  return form;
+}
+
+/**
+ * An MCP server's request for input: a form of the schema's primitive fields, or a URL to visit (shown as a
+ * link, never opened by the page). Fields left empty are left out: the server's defaults apply.
+ */
+export function elicitationPrompt(request, answer) {
+  const form = h('form', {class: 'ask elicitation', 'aria-label': `Request from MCP server ${request.server}`});
+  form.appendChild(h('div', {class: 'ask-title'}, `MCP server ${request.server} asks`));
+  form.appendChild(h('p', null, request.message));
+  const inputs = [];
+  if (request.mode === 'url' && request.url) {
+    form.appendChild(h('p', null, link(request.url, request.url)));
+  }
+  for (const [name, spec] of Object.entries(request.schema?.properties ?? {})) {
+    const label = spec.title ?? name;
+    let input;
+    if (Array.isArray(spec.enum)) {
+      input = h('select', {name}, h('option', {value: ''}, '—'), ...spec.enum.map((v) => h('option', {value: String(v)}, String(v))));
+    } else if (spec.type === 'boolean') {
+      input = h('input', {type: 'checkbox', name});
+      if (spec.default === true) input.checked = true;
+    } else {
+      const type = spec.type === 'integer' || spec.type === 'number' ? 'number' : 'text';
+      input = h('input', {type, name, placeholder: spec.default !== undefined ? String(spec.default) : ''});
+    }
+    inputs.push({name, spec, input});
+    form.appendChild(h('label', {class: 'field'}, label, spec.description ? h('span', {class: 'dim'}, ` — ${spec.description}`) : null, ' ', input));
+  }
+  const button = (text, action, cls) => {
+    const b = h('button', {type: action === 'accept' ? 'submit' : 'button', class: cls}, text);
+    if (action !== 'accept') b.addEventListener('click', () => answer(action, null));
+    return b;
+  };
+  form.appendChild(h('div', {class: 'ask-actions'}, button(request.mode === 'url' ? 'Done' : 'Send', 'accept', 'primary'), button('Decline', 'decline', 'danger'), button('Cancel', 'cancel', '')));
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    if (request.mode === 'url') return answer('accept', null);
+    const content = {};
+    for (const {name, spec, input} of inputs) {
+      if (spec.type === 'boolean') content[name] = input.checked;
+      else if (input.value === '') continue;
+      else if (spec.type === 'integer' || spec.type === 'number') content[name] = Number(input.value);
+      else content[name] = input.value;
+    }
+    answer('accept', content);
   });
   return form;
 }

@@ -45,6 +45,7 @@ export function showEmpty() {
   app.children = new Set();
   app.permissions = [];
   app.questions = [];
+  app.elicitations = [];
   app.queued = 0;
   timeline.reset();
   document.title = 'codeloop';
@@ -65,6 +66,7 @@ export async function openSession(id, resume = null) {
   app.children = new Set();
   app.permissions = [];
   app.questions = [];
+  app.elicitations = [];
   app.queued = 0;
   app.model = null;
   app.agent = null;
@@ -116,15 +118,17 @@ export async function openSession(id, resume = null) {
 
 export async function loadAsks(convo) {
   const id = convo.id;
-  const [children, permissions, questions] = await Promise.allSettled([
+  const [children, permissions, questions, elicitations] = await Promise.allSettled([
     app.api.get(`/session/${seg(id)}/children`),
     app.api.get('/permission'),
     app.api.get('/question'),
+    app.api.get(`/session/${seg(id)}/elicitation`),
   ]);
   if (app.convo !== convo) return;
   if (children.status === 'fulfilled') for (const child of children.value) app.children.add(child.id);
   if (permissions.status === 'fulfilled') for (const request of permissions.value) addAsk(app.permissions, request);
   if (questions.status === 'fulfilled') for (const request of questions.value) addAsk(app.questions, request);
+  if (elicitations.status === 'fulfilled') for (const request of elicitations.value) addAsk(app.elicitations, request);
   renderAsks();
 }
 

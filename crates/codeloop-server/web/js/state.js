@@ -28,6 +28,8 @@ export const app = {
   children: new Set(),
   permissions: [],
   questions: [],
+  /** MCP servers' requests for input (elicitations) of the session shown. */
+  elicitations: [],
   models: [],
   agents: [],
   config: null,

@@ -123,6 +123,25 @@ impl App {
                 self.questions.retain(|q| q.id != request.id);
                 self.questions.push_back(request);
             }
+            EventPayload::ElicitationAsked(request) if self.mine(&request.session_id) => {
+                // The TUI has no form for it yet: the person is told what was asked, and it is declined
+                // rather than left waiting where no one can answer.
+                let ask = &request.ask;
+                let escape = |t: &str| codeloop_types::escape_controls(t).into_owned();
+                let url = ask.url.as_ref().map(|u| format!(" (at {})", escape(u))).unwrap_or_default();
+                self.convo.notice(Notice::warning(format!(
+                    "MCP server {} asks: {}{url} — declined: the TUI cannot take MCP forms yet \
+                     (answer it from a terminal run or the web page next time)",
+                    escape(&ask.server),
+                    escape(&ask.message)
+                )));
+                let decline = codeloop_types::ElicitationReply::decline();
+                return vec![Action::AnswerElicitation(
+                    request.session_id.clone(),
+                    request.id.clone(),
+                    decline,
+                )];
+            }
             EventPayload::QuestionReplied { request_id, .. }
             | EventPayload::QuestionRejected { request_id, .. } => {
                 if self.questions.front().is_some_and(|q| q.id == request_id) {

@@ -34,6 +34,8 @@ pub enum Action {
     ReplyPermission(PermissionId, PermissionAnswer),
     ReplyQuestion(QuestionId, Vec<Vec<String>>),
     RejectQuestion(QuestionId),
+    /// Answer an MCP server's elicitation.
+    AnswerElicitation(SessionId, codeloop_types::ElicitationId, codeloop_types::ElicitationReply),
     ListSessions,
     DeleteSession(SessionId),
     Revert(SessionId, MessageId),
