@@ -72,6 +72,10 @@ pub enum McpCommand {
         /// Only print the URL; never open a browser.
         #[arg(long)]
         no_browser: bool,
+        /// The scopes to ask for, space-separated (e.g. "mcp:basic mcp:write", as a server's
+        /// insufficient_scope refusal names them); default: the configured ones, else the server's.
+        #[arg(long, value_name = "SCOPES")]
+        scope: Option<String>,
     },
     /// Forget a server's sign-in (every saved token of it).
     Logout {
@@ -87,7 +91,10 @@ pub async fn mcp(command: McpCommand) -> anyhow::Result<ExitCode> {
             add(name, url, headers, env, timeout_ms, command)
         }
         McpCommand::Remove { name } => remove(&name),
-        McpCommand::Login { name, url, timeout, no_browser } => login(&name, url, timeout, no_browser).await,
+        McpCommand::Login { name, url, timeout, no_browser, scope } => {
+            let scopes = scope.map(|s| s.split_whitespace().map(str::to_owned).collect());
+            login(&name, url, timeout, no_browser, scopes).await
+        }
         McpCommand::Logout { name } => logout(&name),
     }
 }
@@ -206,7 +213,13 @@ fn remove(name: &str) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn login(name: &str, url: Option<String>, timeout: u64, no_browser: bool) -> anyhow::Result<ExitCode> {
+async fn login(
+    name: &str,
+    url: Option<String>,
+    timeout: u64,
+    no_browser: bool,
+    scopes: Option<Vec<String>>,
+) -> anyhow::Result<ExitCode> {
     let config = configured(None)?;
     let context = context(&config)?;
     let mut servers = config.mcp;
@@ -221,7 +234,8 @@ async fn login(name: &str, url: Option<String>, timeout: u64, no_browser: bool) 
             "no MCP server `{name}` in your config: add it with `codeloop mcp add {name} --url URL`, or pass --url"
         ),
     };
-    let pending = match codeloop_core::mcp::begin_login(name, &settings, &context).await {
+    let options = codeloop_core::mcp::LoginOptions { scopes };
+    let pending = match codeloop_core::mcp::begin_login_with(name, &settings, &context, options).await {
         Ok(pending) => pending,
         Err(LoginError::NotNeeded(_)) => {
             eprintln!("MCP server {name} answered without a sign-in: nothing to do");

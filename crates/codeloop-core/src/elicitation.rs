@@ -147,7 +147,8 @@ fn with_defaults(content: Option<Value>, schema: Option<&Value>) -> Value {
     Value::Object(content)
 }
 
-/// Removes a request whose asking call was dropped (cancelled).
+/// Withdraws a request whose asker stopped waiting (the call was cancelled, or a sign-in it asked for
+/// came back by itself): clients are told, so no one answers a question that is gone.
 struct Forget<'a> {
     elicitations: &'a Elicitations,
     id: ElicitationId,
@@ -155,7 +156,14 @@ struct Forget<'a> {
 
 impl Drop for Forget<'_> {
     fn drop(&mut self) {
-        self.elicitations.pending.locked().remove(&self.id);
+        let withdrawn = self.elicitations.pending.locked().remove(&self.id);
+        if let Some(entry) = withdrawn {
+            self.elicitations.bus.publish(EventPayload::ElicitationReplied {
+                session_id: entry.request.session_id,
+                request_id: self.id.clone(),
+                action: ElicitationAction::Cancel,
+            });
+        }
     }
 }
 

@@ -235,6 +235,12 @@ impl FileCredentials {
         &self.path
     }
 
+    /// Takes what another sign-in saved (a step-up's wider token): the live connection's next request
+    /// uses it.
+    pub fn replace(&self, record: AuthRecord) {
+        *self.record.locked() = record;
+    }
+
     async fn write(&self, record: AuthRecord) -> Result<(), AuthError> {
         let (store, path) = (self.store.clone(), self.path.clone());
         tokio::task::spawn_blocking(move || store.save(&path, &record))

@@ -230,6 +230,8 @@ pub(crate) struct Connected {
     pub stderr: StderrTail,
     service: Option<RunningService<RoleClient, Handler>>,
     tokens: Option<Arc<tokio::sync::Mutex<AuthorizationManager>>>,
+    /// A signed-in connection's token record: what a step-up sign-in replaces.
+    pub credentials: Option<FileCredentials>,
 }
 
 impl Connected {
@@ -364,6 +366,7 @@ fn connected(
         stderr,
         service: Some(service),
         tokens,
+        credentials: None,
     }
 }
 
@@ -435,7 +438,7 @@ async fn connect_http(
         };
     };
     let credentials = FileCredentials::new(context.auth.clone(), path, record.clone());
-    let manager = token_manager(name, &resource, &record, settings, context, credentials).await?;
+    let manager = token_manager(name, &resource, &record, settings, context, credentials.clone()).await?;
     if record.needs_refresh() {
         // DESIGN.md §5e: under a minute left is refreshed before use; a failed refresh is a sign-in.
         manager.refresh_token().await.map_err(|e| StartFailure::NeedsLogin {
@@ -446,7 +449,11 @@ async fn connect_http(
     let client = AuthClient::new(http, manager);
     let tokens = client.auth_manager.clone();
     match handshake_http(handler, client, config).await {
-        Ok(service) => Ok(connected(service, AuthState::SignedIn, StderrTail::default(), Some(tokens))),
+        Ok(service) => {
+            let mut connected = connected(service, AuthState::SignedIn, StderrTail::default(), Some(tokens));
+            connected.credentials = Some(credentials);
+            Ok(connected)
+        }
         Err(e) if e.is_authorization_required() => Err(StartFailure::NeedsLogin {
             expired: true,
             detail: "it refused the saved sign-in and a refresh did not help".into(),

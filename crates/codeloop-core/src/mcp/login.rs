@@ -96,11 +96,29 @@ fn origin_of(url: &str) -> Option<String> {
     Some(url.origin().ascii_serialization()).filter(|o| o != "null")
 }
 
+/// What a sign-in asks for beyond the server's defaults.
+#[derive(Debug, Clone, Default)]
+pub struct LoginOptions {
+    /// The scopes to ask for (`None`: the configured ones, else what the server's challenge or metadata
+    /// suggests).
+    pub scopes: Option<Vec<String>>,
+}
+
 /// Discovers, registers and prepares the authorization URL of server `name`.
 pub async fn begin_login(
     name: &str,
     settings: &McpSettings,
     context: &StartContext,
+) -> Result<PendingLogin, LoginError> {
+    begin_login_with(name, settings, context, LoginOptions::default()).await
+}
+
+/// [`begin_login`] with [`LoginOptions`].
+pub async fn begin_login_with(
+    name: &str,
+    settings: &McpSettings,
+    context: &StartContext,
+    options: LoginOptions,
 ) -> Result<PendingLogin, LoginError> {
     let failed = |why: String| LoginError::Failed { name: name.to_owned(), why };
     match settings.transport(name).map_err(failed)? {
@@ -161,7 +179,8 @@ pub async fn begin_login(
     let redirect_uri = format!("http://127.0.0.1:{port}/callback");
 
     let configured = settings.oauth.client();
-    let mut scopes: Vec<String> = configured.map(|c| c.scopes.clone()).unwrap_or_default();
+    let mut scopes: Vec<String> =
+        options.scopes.clone().unwrap_or_else(|| configured.map(|c| c.scopes.clone()).unwrap_or_default());
     if scopes.is_empty() {
         scopes = manager.select_scopes(None, &[]);
     } else if metadata.scopes_supported.as_ref().is_some_and(|s| s.iter().any(|s| s == "offline_access"))

@@ -18,6 +18,7 @@ mod http;
 mod login;
 mod prompts;
 mod settings;
+mod step_up;
 mod tool;
 
 use std::collections::BTreeMap;
@@ -32,7 +33,7 @@ use serde::Serialize;
 pub use auth::{AuthRecord, AuthState, AuthStore, REFRESH_MARGIN, resource_of};
 pub use connect::{StartContext, StartFailure, WithheldEnv};
 pub use edit::{ConfigEditError, add_server, remove_server};
-pub use login::{LoginError, PendingLogin, SignedIn, begin_login};
+pub use login::{LoginError, LoginOptions, PendingLogin, SignedIn, begin_login, begin_login_with};
 pub use prompts::{McpPrompt, McpPromptArgument, McpPromptError, McpPromptText};
 pub use settings::{
     DEFAULT_MCP_TIMEOUT, McpOrigin, McpSettings, OAuthClientSettings, OAuthConfig, TransportKind,
@@ -297,7 +298,13 @@ impl Inner {
                     let (inner, slot) = (Arc::downgrade(&inner), Arc::downgrade(&slot));
                     move |why: String| Inner::lost(&inner, &slot, epoch, why)
                 };
+                let step_up = connected.credentials.clone().map(|credentials| step_up::StepUp {
+                    settings: slot.settings.clone(),
+                    context: inner.context.clone(),
+                    credentials,
+                });
                 let link = Arc::new(Link {
+                    step_up,
                     signals: slot.signals.clone(),
                     server: name.clone(),
                     peer: connected.peer.clone(),

@@ -20,12 +20,24 @@ use serde_json::{Value, json};
 /// One connection as its tools see it.
 pub(crate) struct Link {
     pub server: String,
+    /// A signed-in server's way to widen its sign-in when a call needs more scope.
+    pub step_up: Option<super::step_up::StepUp>,
     /// Where a call registers itself so the server's elicitations reach its session.
     pub signals: Arc<super::connect::Signals>,
     pub peer: rmcp::Peer<RoleClient>,
     pub timeout: Duration,
     /// Tells the owner the connection is gone (a call met a closed transport).
     pub lost: Box<dyn Fn(String) + Send + Sync>,
+}
+
+/// A request's failure: a tool failure, or a server that wants a wider sign-in first.
+pub(crate) enum Refused {
+    Failed(ToolFailure),
+    /// 403 `insufficient_scope`: its challenge and the scope it names.
+    NeedsScope {
+        challenge: String,
+        scope: Option<String>,
+    },
 }
 
 impl Link {
@@ -36,32 +48,58 @@ impl Link {
         cancel: &tokio_util::sync::CancellationToken,
         request: impl Future<Output = Result<T, ServiceError>>,
     ) -> Result<T, ToolFailure> {
+        match self.request_scoped(what, cancel, request).await {
+            Ok(value) => Ok(value),
+            Err(Refused::Failed(failure)) => Err(failure),
+            Err(Refused::NeedsScope { challenge, .. }) => Err(ToolFailure::Failed(format!(
+                "The MCP server `{}` refused {what}: it needs a wider sign-in ({})",
+                self.server,
+                codeloop_types::escape_controls(&challenge)
+            ))),
+        }
+    }
+
+    /// [`Link::request`] that tells a 403 `insufficient_scope` apart (the connection stays: only that
+    /// request was refused).
+    pub async fn request_scoped<T>(
+        &self,
+        what: &str,
+        cancel: &tokio_util::sync::CancellationToken,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, Refused> {
         let result = tokio::select! {
             result = tokio::time::timeout(self.timeout, request) => result,
-            _ = cancel.cancelled() => return Err(ToolFailure::Cancelled),
+            _ = cancel.cancelled() => return Err(Refused::Failed(ToolFailure::Cancelled)),
         };
+        if let Ok(Err(error)) = &result
+            && let Some((challenge, scope)) = super::step_up::insufficient_scope(error)
+        {
+            return Err(Refused::NeedsScope { challenge, scope });
+        }
         let server = &self.server;
-        match result {
-            Err(_) => Err(ToolFailure::Failed(format!(
+        let Ok(answered) = result else {
+            return Err(Refused::Failed(ToolFailure::Failed(format!(
                 "The MCP server `{server}` did not answer {what} within {} ms (its timeout_ms)",
                 self.timeout.as_millis()
-            ))),
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(ServiceError::McpError(error))) => Err(ToolFailure::Failed(format!(
+            ))));
+        };
+        match answered {
+            Ok(value) => Ok(value),
+            Err(ServiceError::McpError(error)) => Err(Refused::Failed(ToolFailure::Failed(format!(
                 "The MCP server `{server}` refused {what}: {}",
                 error.message
-            ))),
-            Ok(Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_)))) => {
+            )))),
+            Err(error @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
                 let why = super::connect::describe(&error);
                 (self.lost)(why.clone());
-                Err(ToolFailure::Failed(format!(
+                Err(Refused::Failed(ToolFailure::Failed(format!(
                     "The MCP server `{server}` is gone ({why}); its tools are withdrawn until it restarts."
-                )))
+                ))))
             }
-            Ok(Err(error)) => Err(ToolFailure::Failed(format!(
+            Err(error) => Err(Refused::Failed(ToolFailure::Failed(format!(
                 "The MCP server `{server}` failed {what}: {}",
                 super::connect::describe(&error)
-            ))),
+            )))),
         }
     }
 }
@@ -160,7 +198,24 @@ impl Tool for McpTool {
         params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         let what = format!("`{}`", self.tool);
         let _caller = self.link.signals.enter(ctx.host.clone(), ctx.call.clone());
-        let result = self.link.request(&what, &ctx.cancel, self.link.peer.call_tool(params)).await?;
+        let link = &self.link;
+        let result = match link.request_scoped(&what, &ctx.cancel, link.peer.call_tool(params.clone())).await
+        {
+            Ok(result) => result,
+            Err(Refused::Failed(failure)) => return Err(failure),
+            Err(Refused::NeedsScope { challenge, scope }) => {
+                let Some(step_up) = &link.step_up else {
+                    // Not signed in by codeloop (a configured Authorization header): nothing to widen.
+                    return Err(ToolFailure::Failed(format!(
+                        "The MCP server `{server}` refused {what}: its credentials lack a scope ({})",
+                        codeloop_types::escape_controls(&challenge)
+                    )));
+                };
+                step_up.run(server, &self.tool, &challenge, scope, ctx).await?;
+                // Once: a server that still refuses is reported, not looped on.
+                link.request(&what, &ctx.cancel, link.peer.call_tool(params)).await?
+            }
+        };
         let value = serde_json::to_value(&result).unwrap_or_default();
         let (output, attachments) = content(&value);
         if value.get("isError").and_then(Value::as_bool) == Some(true) {
