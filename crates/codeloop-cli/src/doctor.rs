@@ -433,7 +433,7 @@ fn mcp_checks(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
                 continue;
             }
             // Not contacted here: `codeloop mcp list` starts every server and says how each one is.
-            Ok(codeloop_core::mcp::TransportKind::Http) => {
+            Ok(codeloop_core::mcp::TransportKind::Http | codeloop_core::mcp::TransportKind::Sse) => {
                 let url = server.url.clone().unwrap_or_default();
                 checks.push(Check::ok(
                     format!("mcp {name}"),

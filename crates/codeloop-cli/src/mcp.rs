@@ -195,7 +195,7 @@ fn add(
     let path = target_file()?;
     codeloop_core::mcp::add_server(&path, &name, &settings)?;
     eprintln!("added [mcp.{name}] to {}", path.display());
-    if settings.transport_kind() == TransportKind::Http {
+    if settings.transport_kind() != TransportKind::Stdio {
         eprintln!(
             "if it asks for a sign-in: `codeloop mcp login {name}`; `codeloop mcp list` shows its state"
         );

@@ -63,8 +63,10 @@ async fn sigterm_during_bash_ends_the_run_after_cleanup() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_while_text_streams_keeps_every_delta_it_showed() {
     let text: String = (0..100).map(|i| format!("w{i:03}. ")).collect();
+    // Four seconds of stream: under a loaded test machine the terminal may lag the server by more than a
+    // second, and a run that had already ended would rightly exit 0.
     let env = Env::new(Script::new([
-        Turn::from(Reply::text(text).with_text_chunks(100).with_chunk_delay_ms(15)),
+        Turn::from(Reply::text(text).with_text_chunks(100).with_chunk_delay_ms(40)),
         Turn::from(Reply::text("Continuing.")),
     ]))
     .await;

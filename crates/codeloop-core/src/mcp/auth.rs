@@ -85,6 +85,13 @@ impl AuthRecord {
         Some(lifetime.saturating_sub(Duration::from_secs(elapsed)))
     }
 
+    /// The saved access token (for a transport that sends it by hand).
+    pub fn access_token(&self) -> Option<String> {
+        use oauth2::TokenResponse as _;
+        let response = self.credentials.as_ref()?.token_response.as_ref()?;
+        Some(response.access_token().secret().clone())
+    }
+
     pub fn has_token(&self) -> bool {
         self.credentials.as_ref().is_some_and(|c| c.token_response.is_some())
     }

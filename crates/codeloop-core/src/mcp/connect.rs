@@ -6,7 +6,8 @@
 //! say; rmcp does both and re-opens a session the server dropped (404). Over stdio it starts with
 //! `initialize` (servers of the older revisions do not all answer an unknown first request, and a probe
 //! would cost them seconds); a server that refuses `initialize` is started again and reached with
-//! `server/discover`.
+//! `server/discover`. A server that answers Streamable HTTP with neither (a 404/405, an HTML page) is
+//! tried with the legacy HTTP+SSE transport ([`super::legacy_sse`]), as is one set to `transport = "sse"`.
 //!
 //! Owns: building the transport, the handshake, the first tool list, the refresh of a token with under a
 //! minute left, and watching the connection until it ends. Must not: decide what to tell the user (the
@@ -274,6 +275,7 @@ pub(crate) async fn connect(
     let connected = match settings.transport(name).map_err(StartFailure::Failed)? {
         TransportKind::Stdio => connect_stdio(name, settings, &context.withheld_env, handler).await?,
         TransportKind::Http => connect_http(name, settings, context, handler).await?,
+        TransportKind::Sse => connect_sse(name, settings, context, handler).await?,
     };
     let stateless = connected.protocol.as_str() >= ProtocolVersion::NO_INITIALIZE.as_str();
     if stateless && connected.capabilities.tools.as_ref().and_then(|t| t.list_changed) == Some(true) {
@@ -419,8 +421,11 @@ async fn connect_http(
     let oauth = settings.oauth.enabled() && !settings.has_authorization_header();
     let record = if oauth { context.auth.find(name, &resource) } else { None };
     let Some((path, record)) = record.filter(|(_, r)| r.has_token()) else {
-        return match handshake_http(handler, http, config).await {
+        return match handshake_http(handler.clone(), http, config).await {
             Ok(service) => Ok(connected(service, AuthState::None, StderrTail::default(), None)),
+            Err(e) if !e.is_authorization_required() && reached(&e) => {
+                legacy_fallback(name, settings, context, handler, &e).await
+            }
             Err(e) if e.is_authorization_required() && oauth => {
                 Err(StartFailure::NeedsLogin { expired: false, detail: "no sign-in is saved for it".into() })
             }
@@ -448,7 +453,7 @@ async fn connect_http(
     }
     let client = AuthClient::new(http, manager);
     let tokens = client.auth_manager.clone();
-    match handshake_http(handler, client, config).await {
+    match handshake_http(handler.clone(), client, config).await {
         Ok(service) => {
             let mut connected = connected(service, AuthState::SignedIn, StderrTail::default(), Some(tokens));
             connected.credentials = Some(credentials);
@@ -458,6 +463,78 @@ async fn connect_http(
             expired: true,
             detail: "it refused the saved sign-in and a refresh did not help".into(),
         }),
+        Err(e) if reached(&e) => legacy_fallback(name, settings, context, handler, &e).await,
+        Err(e) => Err(StartFailure::Failed(describe(&e))),
+    }
+}
+
+/// Whether the server answered at all (a refused connection or a time-out is not worth another try).
+fn reached(error: &rmcp::service::ClientInitializeError) -> bool {
+    use rmcp::service::ClientInitializeError as E;
+    match error {
+        E::TransportError { error, .. } => matches!(transport_cause(error).1, Reach::Answered),
+        E::LegacyFallbackFailed { fallback, .. } => reached(fallback),
+        _ => true,
+    }
+}
+
+/// A server that answered but not as Streamable HTTP: the legacy HTTP+SSE transport, as the spec's
+/// backward-compatibility rules say; when that fails too, both reasons are given.
+async fn legacy_fallback(
+    name: &str,
+    settings: &McpSettings,
+    context: &StartContext,
+    handler: Handler,
+    streamable: &rmcp::service::ClientInitializeError,
+) -> Result<Connected, StartFailure> {
+    tracing::debug!(server = %name, "not Streamable HTTP ({streamable}); trying the legacy HTTP+SSE transport");
+    match connect_sse(name, settings, context, handler).await {
+        Ok(connected) => Ok(connected),
+        Err(StartFailure::Failed(legacy)) => Err(StartFailure::Failed(format!(
+            "{} (and as a legacy HTTP+SSE server: {legacy})",
+            describe(streamable)
+        ))),
+        Err(other) => Err(other),
+    }
+}
+
+/// The legacy HTTP+SSE transport (2024-11-05): `transport = "sse"`, or the fallback above. A saved
+/// sign-in's token is sent as it is (refreshed only by a Streamable HTTP start or `mcp login`).
+async fn connect_sse(
+    name: &str,
+    settings: &McpSettings,
+    context: &StartContext,
+    handler: Handler,
+) -> Result<Connected, StartFailure> {
+    let url = settings.url.clone().unwrap_or_default();
+    let mut headers = header_map(name, settings, &context.env)?;
+    let oauth = settings.oauth.enabled() && !settings.has_authorization_header();
+    let token = if oauth { context.auth.find(name, &resource_of(&url)) } else { None }
+        .and_then(|(_, record)| record.access_token());
+    if let Some(token) = &token {
+        let value = http::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| StartFailure::Failed("the saved token is not a valid header value".into()))?;
+        headers.insert(http::header::AUTHORIZATION, value);
+    }
+    let client = super::http::transport_client().map_err(StartFailure::Failed)?;
+    let transport = match super::legacy_sse::LegacySse::open(client, &url, headers, settings.timeout()).await
+    {
+        Ok(transport) => transport,
+        Err(super::legacy_sse::OpenFailure::Unauthorized) if oauth => {
+            let detail =
+                if token.is_some() { "it refused the saved sign-in" } else { "no sign-in is saved for it" };
+            return Err(StartFailure::NeedsLogin { expired: token.is_some(), detail: detail.into() });
+        }
+        Err(super::legacy_sse::OpenFailure::Unauthorized) => {
+            return Err(StartFailure::Failed("its event stream asks for a sign-in (HTTP 401)".into()));
+        }
+        Err(super::legacy_sse::OpenFailure::Failed(why)) => return Err(StartFailure::Failed(why)),
+    };
+    match handler.serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await {
+        Ok(service) => {
+            let auth = if token.is_some() { AuthState::SignedIn } else { AuthState::None };
+            Ok(connected(service, auth, StderrTail::default(), None))
+        }
         Err(e) => Err(StartFailure::Failed(describe(&e))),
     }
 }

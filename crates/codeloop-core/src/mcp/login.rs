@@ -123,7 +123,7 @@ pub async fn begin_login_with(
     let failed = |why: String| LoginError::Failed { name: name.to_owned(), why };
     match settings.transport(name).map_err(failed)? {
         TransportKind::Stdio => return Err(LoginError::Local(name.to_owned())),
-        TransportKind::Http => {}
+        TransportKind::Http | TransportKind::Sse => {}
     }
     if !settings.oauth.enabled() {
         return Err(LoginError::OAuthOff(name.to_owned()));

@@ -1,5 +1,6 @@
 //! MCP servers (DESIGN.md §4 "Tools", §5e): the tools, resources and prompts of the configured Model
-//! Context Protocol servers — local ones over stdio, remote ones over Streamable HTTP with OAuth.
+//! Context Protocol servers — local ones over stdio, remote ones over Streamable HTTP with OAuth (or the
+//! legacy HTTP+SSE transport of 2024-11-05).
 //!
 //! Owns: starting every enabled `[mcp.NAME]` once per process, in parallel, each bounded by its own
 //! time-out (on the first run that needs tools, so commands like `session list` never pay for it);
@@ -15,6 +16,7 @@ mod auth;
 mod connect;
 mod edit;
 mod http;
+mod legacy_sse;
 mod login;
 mod prompts;
 mod settings;
@@ -36,7 +38,8 @@ pub use edit::{ConfigEditError, add_server, remove_server};
 pub use login::{LoginError, LoginOptions, PendingLogin, SignedIn, begin_login, begin_login_with};
 pub use prompts::{McpPrompt, McpPromptArgument, McpPromptError, McpPromptText};
 pub use settings::{
-    DEFAULT_MCP_TIMEOUT, McpOrigin, McpSettings, OAuthClientSettings, OAuthConfig, TransportKind,
+    DEFAULT_MCP_TIMEOUT, McpOrigin, McpSettings, OAuthClientSettings, OAuthConfig, RemoteTransport,
+    TransportKind,
 };
 pub use tool::{LIST_RESOURCES, READ_RESOURCE, hook_name, tool_key};
 
@@ -457,7 +460,7 @@ impl Inner {
     fn status_of(&self, slot: &Slot) -> ServerStatus {
         let transport = slot.settings.transport_kind();
         let saved = || match (transport, &slot.settings.url) {
-            (TransportKind::Http, Some(url)) => self
+            (TransportKind::Http | TransportKind::Sse, Some(url)) => self
                 .context
                 .auth
                 .find(&slot.name, &resource_of(url))

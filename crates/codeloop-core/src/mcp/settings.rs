@@ -29,6 +29,10 @@ pub struct McpSettings {
     pub url: Option<String>,
     /// Sent with every request to a remote server; values may use `${ENV}` in the user's config.
     pub headers: BTreeMap<String, String>,
+    /// A remote server's transport: `http` (Streamable HTTP, the default, falling back to the legacy
+    /// one by itself) or `sse` (only the legacy HTTP+SSE transport of 2024-11-05).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<RemoteTransport>,
     pub enabled: bool,
     /// Bounds the server's start and each call, in milliseconds (default 30 000).
     pub timeout_ms: Option<u64>,
@@ -63,6 +67,7 @@ impl Default for McpSettings {
             env: BTreeMap::new(),
             url: None,
             headers: BTreeMap::new(),
+            transport: None,
             enabled: true,
             timeout_ms: None,
             enabled_tools: None,
@@ -81,6 +86,18 @@ impl Default for McpSettings {
 pub enum TransportKind {
     Stdio,
     Http,
+    /// The legacy HTTP+SSE transport (2024-11-05): a GET event stream and POSTs to the endpoint it names.
+    Sse,
+}
+
+/// `transport = "http" | "sse"` of a remote server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, strum::IntoStaticStr)]
+#[serde(rename_all = "lowercase")]
+#[strum(serialize_all = "lowercase")]
+pub enum RemoteTransport {
+    #[serde(alias = "streamable-http", alias = "streamable_http")]
+    Http,
+    Sse,
 }
 
 impl TransportKind {
@@ -110,7 +127,11 @@ impl McpSettings {
             (Some(url), true) if url.trim().is_empty() => {
                 Err(format!("[mcp.{name}] has an empty `url`: give the server's address, e.g. https://…/mcp"))
             }
+            (Some(_), true) if self.transport == Some(RemoteTransport::Sse) => Ok(TransportKind::Sse),
             (Some(_), true) => Ok(TransportKind::Http),
+            (None, false) if self.transport.is_some() => Err(format!(
+                "[mcp.{name}] sets `transport` for a local server: it applies to a `url` only; remove it"
+            )),
             (None, false) => Ok(TransportKind::Stdio),
             (None, true) => Err(format!(
                 "[mcp.{name}] needs `command = [\"program\", …]` (a local server) or `url = \"https://…\"` \
@@ -121,7 +142,11 @@ impl McpSettings {
 
     /// The kind a listing shows, even for an entry that is wrong.
     pub fn transport_kind(&self) -> TransportKind {
-        if self.url.is_some() { TransportKind::Http } else { TransportKind::Stdio }
+        match (&self.url, self.transport) {
+            (Some(_), Some(RemoteTransport::Sse)) => TransportKind::Sse,
+            (Some(_), _) => TransportKind::Http,
+            (None, _) => TransportKind::Stdio,
+        }
     }
 
     pub fn timeout(&self) -> Duration {
@@ -263,6 +288,14 @@ mod tests {
     fn an_entry_is_local_or_remote_and_says_how_to_fix_itself() {
         assert_eq!(McpSettings::local(vec!["x".into()]).transport("a"), Ok(TransportKind::Stdio));
         assert_eq!(McpSettings::remote("https://x/mcp").transport("a"), Ok(TransportKind::Http));
+        let legacy: McpSettings = toml::from_str("url = \"https://x/sse\"\ntransport = \"sse\"").unwrap();
+        assert_eq!(legacy.transport("a"), Ok(TransportKind::Sse));
+        let named: McpSettings =
+            toml::from_str("url = \"https://x/mcp\"\ntransport = \"streamable-http\"").unwrap();
+        assert_eq!(named.transport("a"), Ok(TransportKind::Http));
+        let local =
+            McpSettings { transport: Some(RemoteTransport::Sse), ..McpSettings::local(vec!["x".into()]) };
+        assert!(local.transport("a").unwrap_err().contains("`url` only"));
         let neither = McpSettings::default().transport("a").unwrap_err();
         assert!(neither.contains("command") && neither.contains("url"), "{neither}");
         let both = McpSettings { url: Some("https://x".into()), ..McpSettings::local(vec!["x".into()]) };

@@ -155,3 +155,132 @@ async fn an_answered_elicitation_reaches_the_server_with_the_schemas_defaults() 
     assert_eq!(tool_results(&h.messages(1))[0].1, r#"accept {"count":3,"name":"Ada"}"#);
     assert!(h.engine.pending_elicitations(&h.session.id).is_empty());
 }
+
+// ---- the legacy HTTP+SSE transport (2024-11-05) ----
+
+/// A server of the 2024-11-05 revision: `GET /sse` is the event stream (its first event names the
+/// endpoint), `POST /messages` takes requests (202) and answers on the stream; a POST to `/sse` is 405.
+async fn legacy_server() -> OldServer {
+    use axum::response::sse::{Event, Sse};
+    use axum::routing::get;
+    use futures::StreamExt as _;
+    use tokio::sync::mpsc;
+
+    let methods = Arc::new(Mutex::new(Vec::new()));
+    let (tx, rx) = mpsc::unbounded_channel::<Value>();
+    let rx = Arc::new(Mutex::new(Some(rx)));
+    let seen = methods.clone();
+    let app = Router::new()
+        .route(
+            "/sse",
+            get(move || {
+                let rx = rx.lock().unwrap().take();
+                async move {
+                    let endpoint = futures::stream::once(async {
+                        Ok::<_, std::convert::Infallible>(Event::default().event("endpoint").data("/messages?session=1"))
+                    });
+                    let messages = futures::stream::unfold(rx, |rx| async move {
+                        let mut rx = rx?;
+                        let message = rx.recv().await?;
+                        let event = Event::default().event("message").data(message.to_string());
+                        Some((Ok(event), Some(rx)))
+                    });
+                    Sse::new(endpoint.chain(messages))
+                }
+            }),
+        )
+        .route(
+            "/messages",
+            post(move |Json(request): Json<Value>| {
+                let (seen, tx) = (seen.clone(), tx.clone());
+                async move {
+                    let method = request["method"].as_str().unwrap_or_default().to_owned();
+                    seen.lock().unwrap().push(method.clone());
+                    let result = match method.as_str() {
+                        "initialize" => Some(json!({
+                            "protocolVersion": "2024-11-05",
+                            "serverInfo": {"name": "legacy", "version": "1"},
+                            "capabilities": {"tools": {}},
+                        })),
+                        "tools/list" => Some(json!({"tools": [{
+                            "name": "add",
+                            "description": "Adds two numbers",
+                            "inputSchema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+                        }]})),
+                        "tools/call" => {
+                            let args = &request["params"]["arguments"];
+                            let sum = args["a"].as_f64().unwrap_or(0.0) + args["b"].as_f64().unwrap_or(0.0);
+                            Some(json!({"content": [{"type": "text", "text": format!("legacy sum {sum}")}]}))
+                        }
+                        _ => None,
+                    };
+                    if let (Some(id), Some(result)) = (request.get("id"), result) {
+                        let _ = tx.send(json!({"jsonrpc": "2.0", "id": id, "result": result}));
+                    }
+                    axum::http::StatusCode::ACCEPTED
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    OldServer { url, methods }
+}
+
+#[tokio::test]
+async fn a_legacy_http_sse_server_is_reached_by_fallback_and_by_transport_sse() {
+    for explicit in [false, true] {
+        let server = legacy_server().await;
+        let mut settings = remote(&server.url);
+        if explicit {
+            settings.transport = Some(codeloop_core::mcp::RemoteTransport::Sse);
+        }
+        let h = McpHarness::new(
+            script(vec![Reply::tool_call("old_add", json!({"a": 40, "b": 2})), Reply::text("done")]),
+            vec![("old", settings)],
+            vec![],
+        )
+        .await;
+        let (outcome, warnings) = h.prompt("add").await;
+        assert_eq!(outcome.stop, StopReason::Completed, "explicit: {explicit}");
+        assert!(warnings.is_empty(), "explicit: {explicit}: {warnings:?}");
+        assert_eq!(tool_results(&h.messages(1))[0].1, "legacy sum 42", "explicit: {explicit}");
+        let methods = server.methods.lock().unwrap().clone();
+        assert_eq!(
+            methods.first().map(String::as_str),
+            Some("initialize"),
+            "explicit: {explicit}: {methods:?}"
+        );
+        assert!(methods.contains(&"tools/call".to_owned()), "{methods:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_endpoint_on_another_origin_is_refused() {
+    use axum::response::sse::{Event, Sse};
+    use axum::routing::get;
+    let app = Router::new().route(
+        "/sse",
+        get(|| async {
+            let event = Event::default().event("endpoint").data("http://203.0.113.9/messages");
+            Sse::new(
+                futures::stream::iter([Ok::<_, std::convert::Infallible>(event)])
+                    .chain(futures::stream::pending()),
+            )
+        }),
+    );
+    use futures::StreamExt as _;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/sse", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let mut settings = remote(&url);
+    settings.transport = Some(codeloop_core::mcp::RemoteTransport::Sse);
+    let h = McpHarness::new(script(vec![Reply::text("done")]), vec![("evil", settings)], vec![]).await;
+    let (_, warnings) = h.prompt("hi").await;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("MCP server evil is not available") && w.contains("another origin")),
+        "{warnings:?}"
+    );
+}

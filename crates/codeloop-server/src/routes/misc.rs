@@ -92,8 +92,8 @@ pub async fn reject_question(
 pub async fn elicitations(
     State(state): State<AppState>,
     ApiPath(id): ApiPath<String>,
-) -> Json<Vec<ElicitationRequest>> {
-    Json(state.engine.pending_elicitations(&SessionId::from(id.as_str())))
+) -> Result<Json<Vec<ElicitationRequest>>, ApiError> {
+    Ok(Json(state.engine.pending_elicitations(&super::session::session_id(&id)?)))
 }
 
 pub async fn reply_elicitation(
@@ -117,7 +117,7 @@ pub async fn reply_elicitation(
     let reply = ElicitationReply { action, content: body.content };
     state
         .engine
-        .answer_elicitation(&SessionId::from(id.as_str()), &ElicitationId::from(eid.as_str()), reply)
+        .answer_elicitation(&super::session::session_id(&id)?, &ElicitationId::from(eid.as_str()), reply)
         .map_err(|e| ApiError::not_found(e.to_string()))?;
     Ok(Json(true))
 }
