@@ -5,7 +5,7 @@
 //!   ([`McpTestServer::drop_sessions`] forgets them, so the next request gets 404);
 //! - [`Revision::Stateless`]: only 2026-07-28, `server/discover` and no session.
 //!
-//! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `ask` (an elicitation), `add_tool` (adds `added` and says the
+//! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `ask` (an elicitation), `report` (progress and a warning log), `add_tool` (adds `added` and says the
 //! list changed); resources `file:///notes.txt` (text) and `file:///logo.png` (blob); prompt
 //! `greet {name}`. With [`McpServerOptions::auth`] it is an OAuth protected resource (RFC 9728): a
 //! request without a token the [`crate::OAuthTestServer`] issued gets 401 and a `WWW-Authenticate`
@@ -28,9 +28,9 @@ use axum::response::{IntoResponse, Response};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult, ErrorCode,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, ListPromptsResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, Prompt, PromptArgument, PromptMessage, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource, ResourceContents, Role,
-    ServerCapabilities, ServerConfig, Tool,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, Prompt, PromptArgument,
+    PromptMessage, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Resource, ResourceContents, Role, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -332,6 +332,7 @@ impl TestHandler {
                 "Ask the person for a name and a count (elicitation), say what came back",
                 object(json!({})),
             ),
+            Tool::new("report", "Report progress twice and log a warning, then answer", object(json!({}))),
         ];
         if self.shared.added.load(Ordering::SeqCst) > 0 {
             tools.push(Tool::new("added", "A tool added while the server ran", object(json!({}))));
@@ -410,6 +411,24 @@ impl ServerHandler for TestHandler {
                 CallToolResult::success(vec![ContentBlock::text("added the tool `added`")])
             }
             "added" => CallToolResult::success(vec![ContentBlock::text("the added tool works")]),
+            "report" => {
+                // rmcp hands the request's `_meta` over in the context.
+                if let Some(token) = context.meta.get_progress_token() {
+                    for step in 1..=2 {
+                        let mut progress = ProgressNotificationParam::new(token.clone(), f64::from(step));
+                        progress.total = Some(2.0);
+                        progress.message = Some(format!("step {step}"));
+                        let _ = context.peer.notify_progress(progress).await;
+                    }
+                }
+                let log = json!({"level": "warning", "logger": "report", "data": "disk almost full"});
+                if let Ok(log) = serde_json::from_value(log) {
+                    // Deprecated by SEP-2577, still sent by servers of the current revisions.
+                    #[allow(deprecated)]
+                    let _ = context.peer.notify_logging_message(log).await;
+                }
+                CallToolResult::success(vec![ContentBlock::text("reported")])
+            }
             "ask" => {
                 let params = json!({
                     "mode": "form",

@@ -74,12 +74,16 @@ impl ToolCard {
         };
         match &tool.state {
             ToolState::Running(running) => {
-                if let Some(output) =
-                    running.metadata.as_ref().and_then(|m| m.get("output")).and_then(Value::as_str)
-                {
+                let metadata = running.metadata.as_ref();
+                if let Some(output) = metadata.and_then(|m| m.get("output")).and_then(Value::as_str) {
                     let mut tail: Vec<&str> = output.lines().rev().take(PREVIEW_ROWS).collect();
                     tail.reverse();
                     card.show(tail.into_iter(), PREVIEW_ROWS);
+                } else if metadata.is_some_and(|m| m.get("progress").is_some())
+                    && let Some(title) = &running.title
+                {
+                    // An MCP server's progress report ("50% · indexing").
+                    card.show(std::iter::once(title.as_str()), 1);
                 }
             }
             ToolState::Completed(done) => match done.metadata.get("diff").and_then(Value::as_str) {
@@ -162,6 +166,16 @@ mod tests {
         assert_eq!((card.state, card.kind), (CardState::Completed, PreviewKind::Output));
         assert!(card.detail.contains("seq 10"), "{}", card.detail);
         assert!(card.is_final());
+    }
+
+    #[test]
+    fn a_running_mcp_call_shows_its_servers_progress() {
+        let card = ToolCard::new(&tool(json!({"call_id": "c", "tool": "web_index", "state": {
+            "status": "running", "input": {}, "title": "50% · indexing",
+            "metadata": {"server": "web", "progress": {"progress": 1, "total": 2, "message": "indexing"}},
+            "time": {"start": 0}}})));
+        assert_eq!(card.state, CardState::Running);
+        assert_eq!(card.rows, ["50% · indexing"]);
     }
 
     #[test]

@@ -86,21 +86,59 @@ pub(crate) struct Signals {
     pub generation: Arc<AtomicU64>,
     /// The server's name in the config.
     pub server: String,
-    /// The calls of this server that are running, oldest first: whom its elicitations go to.
+    /// The calls of this server that are running, oldest first: whom its elicitations, progress and
+    /// log messages go to.
     pub callers: Mutex<Vec<Caller>>,
+    /// Log messages at `warning` and above, for the person (drained into notices).
+    pub logged: Mutex<Vec<String>>,
 }
 
-/// A running call of a server's tool: the host that can ask its session's person.
+/// A running call of a server's tool: the host that can ask its session's person and show its progress.
 pub(crate) struct Caller {
     pub id: u64,
     pub host: Arc<dyn codeloop_tools::ToolHost>,
     pub call: codeloop_tools::CallInfo,
+    pub feed: Arc<Mutex<CallFeed>>,
+}
+
+/// What a running call's part shows of the server's notifications (its metadata, kept in the export).
+#[derive(Debug, Default)]
+pub(crate) struct CallFeed {
+    /// The part's own metadata (server, tool, hook name).
+    pub base: serde_json::Map<String, serde_json::Value>,
+    /// The newest `{progress, total?, message?}`.
+    pub progress: Option<serde_json::Value>,
+    /// `{level, logger?, data}`, the newest [`CallFeed::MAX_LOGS`].
+    pub logs: VecDeque<serde_json::Value>,
+}
+
+impl CallFeed {
+    const MAX_LOGS: usize = 50;
+
+    pub fn metadata(&self) -> serde_json::Value {
+        let mut metadata = self.base.clone();
+        if let Some(progress) = &self.progress {
+            metadata.insert("progress".into(), progress.clone());
+        }
+        if !self.logs.is_empty() {
+            metadata.insert("logs".into(), serde_json::Value::Array(self.logs.iter().cloned().collect()));
+        }
+        serde_json::Value::Object(metadata)
+    }
+
+    fn log(&mut self, entry: serde_json::Value) {
+        if self.logs.len() == Self::MAX_LOGS {
+            self.logs.pop_front();
+        }
+        self.logs.push_back(entry);
+    }
 }
 
 /// Keeps a call registered as a caller while it runs.
 pub(crate) struct CallerGuard {
     signals: Arc<Signals>,
     id: u64,
+    feed: Arc<Mutex<CallFeed>>,
 }
 
 impl Signals {
@@ -108,11 +146,28 @@ impl Signals {
         self: &Arc<Self>,
         host: Arc<dyn codeloop_tools::ToolHost>,
         call: codeloop_tools::CallInfo,
+        base: serde_json::Map<String, serde_json::Value>,
     ) -> CallerGuard {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         let id = NEXT.fetch_add(1, Ordering::Relaxed);
-        self.callers.locked().push(Caller { id, host, call });
-        CallerGuard { signals: self.clone(), id }
+        let feed = Arc::new(Mutex::new(CallFeed { base, ..CallFeed::default() }));
+        self.callers.locked().push(Caller { id, host, call, feed: feed.clone() });
+        CallerGuard { signals: self.clone(), id, feed }
+    }
+
+    /// The newest running call: the one a notification without a known request is shown on.
+    #[allow(clippy::type_complexity)]
+    fn newest_caller(
+        &self,
+    ) -> Option<(Arc<dyn codeloop_tools::ToolHost>, codeloop_tools::CallInfo, Arc<Mutex<CallFeed>>)> {
+        self.callers.locked().last().map(|c| (c.host.clone(), c.call.clone(), c.feed.clone()))
+    }
+}
+
+impl CallerGuard {
+    /// What the call's part should keep of the server's notifications.
+    pub fn metadata(&self) -> serde_json::Value {
+        self.feed.locked().metadata()
     }
 }
 
@@ -162,8 +217,7 @@ impl ClientHandler for Handler {
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         use codeloop_types::{ElicitationAction, ElicitationAsk, ElicitationMode};
         use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction as Action};
-        let caller = self.signals.callers.locked().last().map(|c| (c.host.clone(), c.call.clone()));
-        let Some((host, call)) = caller else {
+        let Some((host, call, _)) = self.signals.newest_caller() else {
             return Ok(ElicitResult::new(Action::Decline));
         };
         let server = self.signals.server.clone();
@@ -197,6 +251,73 @@ impl ClientHandler for Handler {
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.signals.prompts_stale.store(true, Ordering::SeqCst);
+    }
+
+    /// Progress shows on the running call's part (a live status every client sees). rmcp does not say
+    /// which request a token belongs to, so with several calls to one server running it goes to the
+    /// newest.
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some((host, call, feed)) = self.signals.newest_caller() else { return };
+        let mut progress = serde_json::json!({"progress": params.progress});
+        if let Some(total) = params.total {
+            progress["total"] = total.into();
+        }
+        let message = params.message.map(|m| codeloop_types::escape_controls(&m).into_owned());
+        if let Some(message) = &message {
+            progress["message"] = message.clone().into();
+        }
+        let metadata = {
+            let mut feed = feed.locked();
+            feed.progress = Some(progress);
+            feed.metadata()
+        };
+        let amount = match params.total {
+            Some(total) if total > 0.0 => format!("{:.0}%", params.progress / total * 100.0),
+            _ => format!("{}", params.progress),
+        };
+        let title = match message {
+            Some(message) => format!("{amount} · {message}"),
+            None => amount,
+        };
+        host.progress(&call, Some(title), Some(metadata));
+    }
+
+    /// Log messages go on the running call's part (all of them, kept in the export); at `warning` and
+    /// above the person is told too.
+    #[allow(deprecated)] // Logging is deprecated by SEP-2577; servers of the current revisions still send it.
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        use rmcp::model::LoggingLevel as L;
+        let level = serde_json::to_value(params.level).ok().and_then(|v| v.as_str().map(str::to_owned));
+        let level = level.unwrap_or_else(|| "info".into());
+        let text = match &params.data {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        let text = codeloop_types::escape_controls(&text).into_owned();
+        if !matches!(params.level, L::Debug | L::Info | L::Notice) {
+            let from = params.logger.as_deref().map(|l| format!(" {l}")).unwrap_or_default();
+            let line = format!("MCP server {}{from} ({level}): {text}", self.signals.server);
+            self.signals.logged.locked().push(line);
+        }
+        let Some((host, call, feed)) = self.signals.newest_caller() else { return };
+        let mut entry = serde_json::json!({"level": level, "data": text});
+        if let Some(logger) = params.logger {
+            entry["logger"] = logger.into();
+        }
+        let metadata = {
+            let mut feed = feed.locked();
+            feed.log(entry);
+            feed.metadata()
+        };
+        host.progress(&call, None, Some(metadata));
     }
 }
 

@@ -232,7 +232,16 @@ impl McpServers {
 
     /// Notices not yet given to anyone, oldest first (each is given once).
     pub fn drain_notices(&self) -> Vec<McpNotice> {
-        std::mem::take(&mut *self.inner.notices.locked())
+        let mut notices = std::mem::take(&mut *self.inner.notices.locked());
+        for slot in &self.inner.slots {
+            let logged = std::mem::take(&mut *slot.signals.logged.locked());
+            notices.extend(logged.into_iter().map(|message| McpNotice {
+                server: slot.name.clone(),
+                message,
+                for_model: None,
+            }));
+        }
+        notices
     }
 
     /// Every server's state, after starting them.

@@ -197,7 +197,8 @@ impl Tool for McpTool {
         meta.insert(OPERATION_META_KEY.into(), ctx.call.call_id.clone().into());
         params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         let what = format!("`{}`", self.tool);
-        let _caller = self.link.signals.enter(ctx.host.clone(), ctx.call.clone());
+        let base = metadata.as_object().cloned().unwrap_or_default();
+        let caller = self.link.signals.enter(ctx.host.clone(), ctx.call.clone(), base);
         let link = &self.link;
         let result = match link.request_scoped(&what, &ctx.cancel, link.peer.call_tool(params.clone())).await
         {
@@ -225,6 +226,8 @@ impl Tool for McpTool {
                 output
             }));
         }
+        // What the server reported while it ran (progress, log messages) stays with the part.
+        let metadata = caller.metadata();
         Ok(ToolOutput { title: format!("{} ({server})", self.tool), output, metadata, attachments })
     }
 }

@@ -284,3 +284,44 @@ async fn an_endpoint_on_another_origin_is_refused() {
         "{warnings:?}"
     );
 }
+
+// ---- progress and log notifications (DESIGN.md §5o) ----
+
+#[tokio::test]
+async fn progress_shows_on_the_running_part_and_a_warning_log_is_told_and_kept() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h = McpHarness::new(
+        script(vec![Reply::tool_call("web_report", json!({})), Reply::text("done")]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+    )
+    .await;
+    let mut events = h.engine.bus().subscribe();
+    let (outcome, warnings) = h.prompt("report").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    // Live: the running part's title and metadata carried the progress.
+    let mut titles = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        if let EventPayload::PartUpdated { part, .. } = &event.payload
+            && let codeloop_types::PartKind::Tool(tool) = &part.kind
+            && let codeloop_types::ToolState::Running(running) = &tool.state
+            && let Some(title) = &running.title
+        {
+            titles.push(title.clone());
+        }
+    }
+    assert!(titles.contains(&"100% · step 2".to_owned()), "{titles:?}");
+    assert!(
+        warnings.iter().any(|w| w == "MCP server web report (warning): disk almost full"),
+        "{warnings:?}"
+    );
+    // Kept: the finished part's metadata holds the last progress and the log.
+    let states = h.tool_states().await;
+    let codeloop_types::ToolState::Completed(done) = &states[0] else { panic!("{states:?}") };
+    assert_eq!(done.metadata["progress"], json!({"progress": 2.0, "total": 2.0, "message": "step 2"}));
+    assert_eq!(
+        done.metadata["logs"],
+        json!([{"level": "warning", "logger": "report", "data": "disk almost full"}])
+    );
+    assert_eq!(done.metadata["server"], "web");
+}
