@@ -5,12 +5,13 @@
 //!   ([`McpTestServer::drop_sessions`] forgets them, so the next request gets 404);
 //! - [`Revision::Stateless`]: only 2026-07-28, `server/discover` and no session.
 //!
-//! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `ask` (an elicitation), `report` (progress and a warning log), `add_tool` (adds `added` and says the
-//! list changed); resources `file:///notes.txt` (text) and `file:///logo.png` (blob); prompt
-//! `greet {name}`. With [`McpServerOptions::auth`] it is an OAuth protected resource (RFC 9728): a
-//! request without a token the [`crate::OAuthTestServer`] issued gets 401 and a `WWW-Authenticate`
-//! challenge. Every HTTP request is recorded (headers, session, JSON-RPC method), and the time the
-//! server spends on each is summed (for the overhead figure).
+//! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `ask` (an elicitation), `report`
+//! (progress and a warning log), `add_tool` (adds `added` and says the list changed); resources
+//! `file:///notes.txt` (text) and `file:///logo.png` (blob); prompts `greet {name}` and `picture` (text,
+//! an image and an embedded resource). With [`McpServerOptions::auth`] it is an OAuth protected resource
+//! (RFC 9728): a request without a token the [`crate::OAuthTestServer`] issued gets 401 and a
+//! `WWW-Authenticate` challenge. Every HTTP request is recorded (headers, session, JSON-RPC method), and
+//! the time the server spends on each is summed (for the overhead figure).
 
 use codeloop_types::LockExt;
 use std::borrow::Cow;
@@ -487,11 +488,10 @@ impl ServerHandler for TestHandler {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let name = PromptArgument::new("name").with_description("Who to greet").with_required(true);
-        Ok(ListPromptsResult::with_all_items(vec![Prompt::new(
-            "greet",
-            Some("Greet someone"),
-            Some(vec![name]),
-        )]))
+        Ok(ListPromptsResult::with_all_items(vec![
+            Prompt::new("greet", Some("Greet someone"), Some(vec![name])),
+            Prompt::new("picture", Some("Describe a picture and a note"), None),
+        ]))
     }
 
     async fn get_prompt(
@@ -499,6 +499,18 @@ impl ServerHandler for TestHandler {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
+        if request.name == "picture" {
+            // Content of every type: text, an image, an embedded text resource.
+            let result = json!({"description": "Describe a picture and a note", "messages": [
+                {"role": "user", "content": {"type": "text", "text": "Describe this picture."}},
+                {"role": "user", "content": {"type": "image", "data": PNG, "mimeType": "image/png"}},
+                {"role": "user", "content": {"type": "resource", "resource": {
+                    "uri": "file:///notes.txt", "mimeType": "text/plain", "text": "the notes say hi"}}},
+            ]});
+            let result: GetPromptResult = serde_json::from_value(result)
+                .map_err(|e| ErrorData::internal_error(format!("picture prompt: {e}"), None))?;
+            return Ok(result.into());
+        }
         if request.name != "greet" {
             return Err(ErrorData::invalid_params(format!("no prompt {}", request.name), None));
         }

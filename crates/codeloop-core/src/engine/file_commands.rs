@@ -203,8 +203,14 @@ impl Engine {
                 (file_commands::INIT.to_owned(), PromptInput::text(text))
             }
             Resolved::Mcp(command) => {
-                let text = self.mcp_text(&command, arguments).await?;
-                (command, PromptInput::text(text))
+                let prompt = self.mcp_text(&command, arguments).await?;
+                let mut input = PromptInput::text(prompt.text);
+                input.parts.extend(prompt.files.into_iter().map(|file| crate::InputPart::File {
+                    mime: file.mime,
+                    url: file.url,
+                    filename: file.filename,
+                }));
+                (command, input)
             }
             Resolved::File(file) => {
                 return self.submit_file_command(session, &file, arguments, delivery, effort, accepted).await;
@@ -216,7 +222,11 @@ impl Engine {
 
     /// An MCP prompt's text: the arguments, split as a shell would, fill its arguments in order (the
     /// last one takes what is left).
-    async fn mcp_text(&self, command: &str, arguments: &str) -> Result<String, EngineError> {
+    async fn mcp_text(
+        &self,
+        command: &str,
+        arguments: &str,
+    ) -> Result<crate::mcp::McpPromptText, EngineError> {
         let prompt = self.mcp_prompts().await.into_iter().find(|p| p.command == command);
         let names: Vec<String> =
             prompt.map(|p| p.arguments.into_iter().map(|a| a.name).collect()).unwrap_or_default();
@@ -230,9 +240,7 @@ impl Engine {
                 if index + 1 == names.len() { std::mem::take(&mut words).join(" ") } else { words.remove(0) };
             filled.insert(name.clone(), value);
         }
-        let text =
-            self.mcp_prompt(command, filled).await.map_err(|e| EngineError::Upstream(e.to_string()))?;
-        Ok(text.text)
+        self.mcp_prompt(command, filled).await.map_err(|e| EngineError::Upstream(e.to_string()))
     }
 
     async fn submit_file_command(

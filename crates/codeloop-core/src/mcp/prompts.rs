@@ -1,7 +1,8 @@
 //! MCP prompts as commands (DESIGN.md §5g): every connected server's prompts under the command name
-//! `mcp__SERVER__PROMPT`, and a prompt's messages as the text of one user message. The commands module
-//! (not built yet) lists these next to the Markdown commands and sends the text, through
-//! [`crate::Engine::mcp_prompts`] and [`crate::Engine::mcp_prompt`].
+//! `mcp__SERVER__PROMPT`, and a prompt's messages as one user message: their text, and their images,
+//! audio and binary resources as attachments of their own type (never pasted in as JSON). The commands
+//! lists these next to the Markdown commands and send them, through [`crate::Engine::mcp_prompts`] and
+//! [`crate::Engine::mcp_prompt`].
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -28,11 +29,13 @@ pub struct McpPromptArgument {
     pub required: bool,
 }
 
-/// A prompt's messages as the text of one user message.
+/// A prompt's messages as one user message: their text, and what they carry that is not text (images,
+/// audio, binary resources) as attachments, each with its own type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct McpPromptText {
     pub description: Option<String>,
     pub text: String,
+    pub files: Vec<codeloop_types::FilePart>,
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -88,22 +91,29 @@ impl McpServers {
             .await
             .map_err(|e| McpPromptError::Failed(e.to_string()))?;
         let value = serde_json::to_value(&result).unwrap_or_default();
-        let texts: Vec<String> = value
-            .get("messages")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|message| {
-                let content = message.get("content").cloned().unwrap_or_default();
-                match content.get("text").and_then(serde_json::Value::as_str) {
-                    Some(text) => text.to_owned(),
-                    None => content.to_string(),
+        let mut texts = Vec::new();
+        let mut files = Vec::new();
+        let messages = value.get("messages").and_then(serde_json::Value::as_array);
+        for message in messages.into_iter().flatten() {
+            // A message's content is one block (an array in later revisions): each keeps its type.
+            let content = message.get("content").cloned().unwrap_or_default();
+            let blocks = match content {
+                serde_json::Value::Array(blocks) => blocks,
+                block => vec![block],
+            };
+            for block in blocks {
+                let wrapped = serde_json::json!({"content": [block]});
+                let (text, attached) = super::tool::content(&wrapped);
+                if !text.is_empty() {
+                    texts.push(text);
                 }
-            })
-            .collect();
+                files.extend(attached);
+            }
+        }
         Ok(McpPromptText {
             description: value.get("description").and_then(serde_json::Value::as_str).map(str::to_owned),
             text: texts.join("\n\n"),
+            files,
         })
     }
 }

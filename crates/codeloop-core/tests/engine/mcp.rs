@@ -483,7 +483,7 @@ async fn prompts_are_there_for_commands() {
     let server = McpTestServer::start(McpServerOptions::new(Revision::Stateless)).await.unwrap();
     let h = McpHarness::new(script(vec![]), vec![("web", remote(&server.url()))], vec![]).await;
     let prompts = h.engine.mcp_prompts().await;
-    assert_eq!(prompts.len(), 1);
+    assert_eq!(prompts.len(), 2);
     assert_eq!(prompts[0].command, "mcp__web__greet");
     assert_eq!(prompts[0].arguments[0].name, "name");
     assert!(prompts[0].arguments[0].required);

@@ -325,3 +325,30 @@ async fn progress_shows_on_the_running_part_and_a_warning_log_is_told_and_kept()
     );
     assert_eq!(done.metadata["server"], "web");
 }
+
+// ---- typed prompt content (DESIGN.md §5o) ----
+
+#[tokio::test]
+async fn an_mcp_prompts_image_reaches_the_model_as_an_image_not_as_json_text() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h =
+        McpHarness::new(script(vec![Reply::text("a pixel")]), vec![("web", remote(&server.url()))], vec![])
+            .await;
+    let command = codeloop_core::SessionCommand::RunCommand {
+        session: h.session.id.clone(),
+        name: "mcp__web__picture".into(),
+        arguments: String::new(),
+        delivery: codeloop_core::Delivery::Queue,
+        effort: None,
+    };
+    h.engine.submit(command).await.unwrap();
+    let request = h.fake.requests()[0].body.clone();
+    let user = request["messages"].as_array().unwrap().iter().rfind(|m| m["role"] == "user").unwrap().clone();
+    let text = user.to_string();
+    assert!(text.contains("Describe this picture."), "{user}");
+    assert!(text.contains("the notes say hi"), "the embedded resource's text is text: {user}");
+    assert!(!text.contains("\"mimeType\""), "no block pasted as JSON: {user}");
+    let image =
+        user["content"].as_array().unwrap().iter().find(|c| c["type"] == "image_url").expect("an image part");
+    assert!(image["image_url"]["url"].as_str().unwrap().starts_with("data:image/png;base64,"), "{image}");
+}
