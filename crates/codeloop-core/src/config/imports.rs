@@ -137,7 +137,7 @@ fn path_pattern(path: &str, root: &Path, home: Option<&Path>) -> Result<String, 
     Ok(glob(relative))
 }
 
-/// `.mcp.json`'s `mcpServers` as `[mcp.NAME]` tables (`type` stdio, http; `${VAR}` and `${VAR:-default}`
+/// `.mcp.json`'s `mcpServers` as `[mcp.NAME]` tables (`type` stdio, http, sse; `${VAR}` and `${VAR:-default}`
 /// expanded from `env`). A server that cannot be honoured is left out and named in `notes`.
 pub(super) fn mcp_json_servers(
     text: &str,
@@ -186,9 +186,12 @@ fn mcp_server(server: &Value, env: Option<&EnvLookup>) -> Result<toml::Table, St
                 table.insert("env".into(), toml::Value::Table(vars));
             }
         }
-        "http" | "streamable-http" => {
-            let url = server.get("url").ok_or("an http server needs `url`")?;
+        "http" | "streamable-http" | "sse" => {
+            let url = server.get("url").ok_or_else(|| format!("an {kind} server needs `url`"))?;
             table.insert("url".into(), toml::Value::String(text(url)?));
+            if kind == "sse" {
+                table.insert("transport".into(), toml::Value::String("sse".into()));
+            }
             let mut headers = toml::Table::new();
             for (key, value) in server.get("headers").and_then(Value::as_object).into_iter().flatten() {
                 headers.insert(key.clone(), toml::Value::String(text(value)?));
@@ -197,7 +200,6 @@ fn mcp_server(server: &Value, env: Option<&EnvLookup>) -> Result<toml::Table, St
                 table.insert("headers".into(), toml::Value::Table(headers));
             }
         }
-        "sse" => return Err("the legacy HTTP+SSE transport is not supported yet".into()),
         other => return Err(format!("unknown type `{other}` (stdio, http or sse)")),
     }
     Ok(table)
@@ -656,9 +658,11 @@ mod tests {
         assert_eq!(servers["fs"]["command"][3].as_str(), Some("."));
         assert_eq!(servers["fs"]["env"]["KEY"].as_str(), Some("t0k"));
         assert_eq!(servers["web"]["headers"]["Authorization"].as_str(), Some("Bearer t0k"));
-        assert!(!servers.contains_key("old") && !servers.contains_key("needs"));
-        assert_eq!(notes.len(), 2, "{notes:?}");
-        assert!(notes.iter().any(|n| n.contains("`old`") && n.contains("not supported")), "{notes:?}");
+        // The legacy HTTP+SSE transport is a `transport = "sse"` server.
+        assert_eq!(servers["old"]["url"].as_str(), Some("https://old.example.com/sse"));
+        assert_eq!(servers["old"]["transport"].as_str(), Some("sse"));
+        assert!(!servers.contains_key("needs"));
+        assert_eq!(notes.len(), 1, "{notes:?}");
         assert!(
             notes.iter().any(|n| n.contains("`needs`") && n.contains("${MISSING} is not set")),
             "{notes:?}"
