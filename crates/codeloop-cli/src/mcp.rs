@@ -117,7 +117,7 @@ fn configured(dir: Option<PathBuf>) -> anyhow::Result<codeloop_core::config::Con
 
 async fn list(json: bool, dir: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let config = configured(dir)?;
-    let servers = McpServers::new(config.mcp.clone(), context(&config)?);
+    let servers = McpServers::new(config.mcp.servers.clone(), context(&config)?);
     let status = servers.status().await;
     if json {
         println!("{}", serde_json::to_string_pretty(&status)?);

@@ -69,11 +69,13 @@ pub struct McpAuth {
 pub struct McpServerOptions {
     pub revision: Revision,
     pub auth: Option<McpAuth>,
+    /// Tools `extra_0`, `extra_1`, … beside the usual ones (a server with a large tool set).
+    pub extra_tools: usize,
 }
 
 impl McpServerOptions {
     pub fn new(revision: Revision) -> Self {
-        Self { revision, auth: None }
+        Self { revision, auth: None, extra_tools: 0 }
     }
 }
 
@@ -128,7 +130,7 @@ impl McpTestServer {
         let sessions = Arc::new(LocalSessionManager::default());
         let stop = CancellationToken::new();
         let revision = options.revision;
-        let handler = TestHandler { revision, shared: shared.clone() };
+        let handler = TestHandler { revision, shared: shared.clone(), extra_tools: options.extra_tools };
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(revision == Revision::Sessions)
             .with_json_response(revision == Revision::Stateless)
@@ -312,6 +314,7 @@ async fn protected_resource(State(gate): State<Gate>) -> Response {
 struct TestHandler {
     revision: Revision,
     shared: Arc<Shared>,
+    extra_tools: usize,
 }
 
 fn schema(value: Value) -> Arc<serde_json::Map<String, Value>> {
@@ -335,6 +338,15 @@ impl TestHandler {
             ),
             Tool::new("report", "Report progress twice and log a warning, then answer", object(json!({}))),
         ];
+        for n in 0..self.extra_tools {
+            let properties = json!({
+                "id": {"type": "string", "description": "Which record of extra set {n} to act on"},
+                "limit": {"type": "integer", "description": "How many results to return at most"},
+            });
+            let description =
+                format!("Extra tool number {n}: looks records of kind {n} up and summarises them");
+            tools.push(Tool::new(format!("extra_{n}"), description, object(properties)));
+        }
         if self.shared.added.load(Ordering::SeqCst) > 0 {
             tools.push(Tool::new("added", "A tool added while the server ran", object(json!({}))));
         }
@@ -412,6 +424,9 @@ impl ServerHandler for TestHandler {
                 CallToolResult::success(vec![ContentBlock::text("added the tool `added`")])
             }
             "added" => CallToolResult::success(vec![ContentBlock::text("the added tool works")]),
+            name if name.starts_with("extra_") => {
+                CallToolResult::success(vec![ContentBlock::text(format!("{name} answered"))])
+            }
             "report" => {
                 // rmcp hands the request's `_meta` over in the context.
                 if let Some(token) = context.meta.get_progress_token() {

@@ -127,6 +127,7 @@ async fn protected(
     let mcp = McpTestServer::start(McpServerOptions {
         revision: Revision::Sessions,
         auth: Some(McpAuth { tokens: auth.tokens(), issuer: auth.issuer(), metadata_in_challenge: true }),
+        extra_tools: 0,
     })
     .await
     .unwrap();

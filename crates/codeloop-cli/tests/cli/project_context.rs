@@ -27,8 +27,7 @@ fn offered(body: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projects_mcp_json_server_starts_only_once_the_project_is_trusted() {
     let env = Env::new();
-    let mcp =
-        McpTestServer::start(McpServerOptions { revision: Revision::Sessions, auth: None }).await.unwrap();
+    let mcp = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
     let fake = FakeProvider::start(Script::new((0..2).map(|_| Turn::from(Reply::text("ok"))))).await.unwrap();
     let config = env.config(&fake.base_url(), "");
     let server = json!({"type": "http", "url": mcp.url(), "headers": {"X-Key": "${MCP_TEST_KEY}"}});
@@ -132,10 +131,8 @@ async fn agent_files_are_subagents_the_task_tool_offers_and_runs_with_their_prom
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_json_and_the_users_codex_servers_are_read() {
     let env = Env::new();
-    let project_mcp =
-        McpTestServer::start(McpServerOptions { revision: Revision::Sessions, auth: None }).await.unwrap();
-    let codex_mcp =
-        McpTestServer::start(McpServerOptions { revision: Revision::Sessions, auth: None }).await.unwrap();
+    let project_mcp = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let codex_mcp = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
     let fake = FakeProvider::start(Script::new((0..2).map(|_| Turn::from(Reply::text("ok"))))).await.unwrap();
     let config = env.config(&fake.base_url(), "");
     // The user's Codex servers count at once (the user's own file).

@@ -30,8 +30,9 @@ pub struct Config {
     pub snapshot: Option<bool>,
     /// A rejected permission is fed back to the model as the tool's error instead of stopping the run.
     pub continue_on_reject: bool,
-    /// MCP servers whose tools are offered to the model: `[mcp.NAME] command = ["program", "arg"]`.
-    pub mcp: BTreeMap<String, crate::mcp::McpSettings>,
+    /// MCP servers whose tools are offered to the model: `[mcp.NAME] command = ["program", "arg"]`; and
+    /// `[mcp] tool_budget_bytes`, `tool_budget_tools`.
+    pub mcp: crate::mcp::McpConfig,
     /// OS walls for tools' child processes (DESIGN.md §5a).
     pub sandbox: SandboxConfig,
     /// Where sessions live (DESIGN.md §5b): SQLite in the data dir unless a URL names PostgreSQL.

@@ -192,7 +192,7 @@ impl Engine {
         let jobs = codeloop_tools::jobs::Jobs::new(options.config.bash.max_jobs, Arc::new(recorder));
         let credentials = crate::credentials::credential_variables_in(&options.config, std::env::vars());
         let mcp = crate::mcp::McpServers::new(
-            options.config.mcp.clone(),
+            options.config.mcp.servers.clone(),
             crate::mcp::StartContext {
                 auth: crate::mcp::AuthStore::new(&options.data_dir),
                 env: options.env.clone(),

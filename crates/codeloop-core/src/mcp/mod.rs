@@ -19,6 +19,7 @@ mod http;
 mod legacy_sse;
 mod login;
 mod prompts;
+mod search;
 mod settings;
 mod step_up;
 mod tool;
@@ -37,9 +38,10 @@ pub use connect::{StartContext, StartFailure, WithheldEnv};
 pub use edit::{ConfigEditError, add_server, remove_server};
 pub use login::{LoginError, LoginOptions, PendingLogin, SignedIn, begin_login, begin_login_with};
 pub use prompts::{McpPrompt, McpPromptArgument, McpPromptError, McpPromptText};
+pub use search::TOOL_SEARCH;
 pub use settings::{
-    DEFAULT_MCP_TIMEOUT, McpOrigin, McpSettings, OAuthClientSettings, OAuthConfig, RemoteTransport,
-    TransportKind,
+    DEFAULT_MCP_TIMEOUT, DEFAULT_TOOL_BUDGET_BYTES, DEFAULT_TOOL_BUDGET_TOOLS, McpConfig, McpOrigin,
+    McpSettings, OAuthClientSettings, OAuthConfig, RemoteTransport, TransportKind,
 };
 pub use tool::{LIST_RESOURCES, READ_RESOURCE, hook_name, tool_key};
 
@@ -460,6 +462,11 @@ impl Inner {
         }
         if resources {
             tools.extend(self.resource_tools.iter().cloned());
+        }
+        // Offered only when the tools exceed the budget (the run's offer decides).
+        if !tools.is_empty() {
+            let all: Arc<[Arc<dyn Tool>]> = tools.clone().into();
+            tools.push(Arc::new(search::ToolSearch::new(all)));
         }
         let tools = McpTools { generation, tools: tools.into() };
         *offered = Some(tools.clone());

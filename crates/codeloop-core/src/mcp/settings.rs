@@ -16,6 +16,104 @@ use crate::models::EnvLookup;
 /// otherwise.
 pub const DEFAULT_MCP_TIMEOUT: Duration = Duration::from_millis(30_000);
 
+/// Offered MCP tool schemas beyond this many bytes go behind `tool_search` (DESIGN.md §5o).
+pub const DEFAULT_TOOL_BUDGET_BYTES: usize = 8192;
+/// Offered MCP tools beyond this many go behind `tool_search`.
+pub const DEFAULT_TOOL_BUDGET_TOOLS: usize = 40;
+
+/// `[mcp]`: the servers (`[mcp.NAME]`) and the budget of tool schemas offered with every request
+/// (`tool_budget_bytes`, `tool_budget_tools`); past it the rest wait behind `tool_search`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct McpConfig {
+    pub servers: BTreeMap<String, McpSettings>,
+    pub tool_budget_bytes: Option<usize>,
+    pub tool_budget_tools: Option<usize>,
+}
+
+const BUDGET_BYTES_KEY: &str = "tool_budget_bytes";
+const BUDGET_TOOLS_KEY: &str = "tool_budget_tools";
+
+impl McpConfig {
+    /// `(bytes, tools)`: the defaults unless set.
+    pub fn budget(&self) -> (usize, usize) {
+        (
+            self.tool_budget_bytes.unwrap_or(DEFAULT_TOOL_BUDGET_BYTES),
+            self.tool_budget_tools.unwrap_or(DEFAULT_TOOL_BUDGET_TOOLS),
+        )
+    }
+}
+
+impl std::ops::Deref for McpConfig {
+    type Target = BTreeMap<String, McpSettings>;
+    fn deref(&self) -> &Self::Target {
+        &self.servers
+    }
+}
+
+impl std::ops::DerefMut for McpConfig {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.servers
+    }
+}
+
+impl<'a> IntoIterator for &'a McpConfig {
+    type Item = (&'a String, &'a McpSettings);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, McpSettings>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.servers.iter()
+    }
+}
+
+impl From<BTreeMap<String, McpSettings>> for McpConfig {
+    fn from(servers: BTreeMap<String, McpSettings>) -> Self {
+        Self { servers, ..Self::default() }
+    }
+}
+
+impl Serialize for McpConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut map = serializer.serialize_map(None)?;
+        if let Some(bytes) = self.tool_budget_bytes {
+            map.serialize_entry(BUDGET_BYTES_KEY, &bytes)?;
+        }
+        if let Some(tools) = self.tool_budget_tools {
+            map.serialize_entry(BUDGET_TOOLS_KEY, &tools)?;
+        }
+        for (name, server) in &self.servers {
+            map.serialize_entry(name, server)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for McpConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = McpConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("[mcp.NAME] server tables, tool_budget_bytes and tool_budget_tools")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<McpConfig, A::Error> {
+                let mut config = McpConfig::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        BUDGET_BYTES_KEY => config.tool_budget_bytes = Some(map.next_value()?),
+                        BUDGET_TOOLS_KEY => config.tool_budget_tools = Some(map.next_value()?),
+                        _ => {
+                            let server = map.next_value()?;
+                            config.servers.insert(key, server);
+                        }
+                    }
+                }
+                Ok(config)
+            }
+        }
+        deserializer.deserialize_map(Visit)
+    }
+}
+
 /// `[mcp.NAME]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -332,6 +430,28 @@ mod tests {
         settings.headers.insert("X-Other".into(), "${MISSING}".into());
         let error = settings.resolved_headers("a", &env()).unwrap_err();
         assert!(error.contains("${MISSING}") && error.contains("X-Other"), "{error}");
+    }
+
+    #[test]
+    fn the_mcp_table_holds_servers_and_the_tool_budget() {
+        let config: crate::config::Config = toml::from_str(
+            "[mcp]\ntool_budget_bytes = 4096\ntool_budget_tools = 10\n[mcp.web]\nurl = \"https://x/mcp\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.mcp.budget(), (4096, 10));
+        assert_eq!(config.mcp.len(), 1);
+        assert_eq!(config.mcp["web"].url.as_deref(), Some("https://x/mcp"));
+        assert_eq!(crate::config::Config::default().mcp.budget(), (8192, 40));
+        // Unknown keys inside a server are still reported.
+        let mut unknown = Vec::new();
+        let value: toml::Value = toml::from_str("[mcp.web]\nurl = \"https://x/mcp\"\nbogus = 1\n").unwrap();
+        let _: crate::config::Config =
+            serde_ignored::deserialize(value, |path| unknown.push(path.to_string())).unwrap();
+        assert_eq!(unknown, ["mcp.web.bogus"]);
+        // And it writes back as it reads.
+        let text = toml::to_string(&config).unwrap();
+        let again: crate::config::Config = toml::from_str(&text).unwrap();
+        assert_eq!(again.mcp, config.mcp);
     }
 
     #[test]

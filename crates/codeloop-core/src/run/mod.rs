@@ -161,7 +161,11 @@ pub(crate) struct Run<'a> {
     doom: DoomLoopGuard,
     step: u32,
     /// What each agent and model is offered, worked out once per run so every step sends the same prefix.
-    offers: HashMap<(String, ModelRef, bool), Arc<Offer>>,
+    offers: HashMap<(String, ModelRef, bool, usize), Arc<Offer>>,
+    /// MCP tools `tool_search` loaded in this session, in the order it did (from its history, then as
+    /// calls complete), and how many history messages were looked at for them.
+    loaded_tools: Vec<String>,
+    loaded_scanned: usize,
     /// Each agent's OS walls, worked out once per run (they stat the protected paths).
     walls: HashMap<String, Option<Arc<codeloop_tools::Walls>>>,
     models: HashMap<ModelRef, ResolvedModel>,
@@ -260,6 +264,8 @@ pub(crate) async fn run_session(
         doom: DoomLoopGuard::default(),
         step: 0,
         offers: HashMap::new(),
+        loaded_tools: Vec::new(),
+        loaded_scanned: 0,
         walls: HashMap::new(),
         models: HashMap::new(),
         breaker: Breaker::default(),

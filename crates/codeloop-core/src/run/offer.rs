@@ -20,7 +20,9 @@ impl Run<'_> {
     pub(super) fn offer(&mut self, agent: &Agent, model: &ResolvedModel) -> Arc<Offer> {
         // The job tools join once the session has a background job: one prefix change, not one per step.
         let has_jobs = !self.services.jobs.list(&self.session.id).is_empty();
-        let key = (agent.name.clone(), model.reference.clone(), has_jobs);
+        // A tool_search that loaded tools changes the offer once, from the next step on.
+        self.scan_loaded_tools();
+        let key = (agent.name.clone(), model.reference.clone(), has_jobs, self.loaded_tools.len());
         if let Some(offer) = self.offers.get(&key) {
             return offer.clone();
         }
@@ -44,6 +46,30 @@ impl Run<'_> {
         offer
     }
 
+    /// Takes the names `tool_search` calls loaded from the history not looked at yet (the last message is
+    /// looked at again: its parts grow while a step runs).
+    fn scan_loaded_tools(&mut self) {
+        if self.loaded_scanned > self.history.len() {
+            // The history was rebuilt (a compaction): look at all of it again.
+            self.loaded_scanned = 0;
+        }
+        let from = self.loaded_scanned.saturating_sub(1);
+        for part in self.history[from..].iter().flat_map(|m| &m.parts) {
+            if let codeloop_types::PartKind::Tool(tool) = &part.kind
+                && tool.tool == crate::mcp::TOOL_SEARCH
+                && let codeloop_types::ToolState::Completed(done) = &tool.state
+            {
+                let names = done.metadata.get("loaded").and_then(serde_json::Value::as_array);
+                for name in names.into_iter().flatten().filter_map(serde_json::Value::as_str) {
+                    if !self.loaded_tools.iter().any(|n| n == name) {
+                        self.loaded_tools.push(name.to_owned());
+                    }
+                }
+            }
+        }
+        self.loaded_scanned = self.history.len();
+    }
+
     /// The installed skills, when the agent may load them.
     fn skills(&self, agent: &Agent) -> Vec<SkillInfo> {
         if !self.offers_permission(agent, "skill") {
@@ -65,7 +91,8 @@ impl Run<'_> {
         has_jobs: bool,
     ) -> Vec<ToolSpec> {
         let subagents = self.startable_subagents(agent);
-        self.tools
+        let offered: Vec<ToolSpec> = self
+            .tools
             .specs
             .iter()
             .filter(|spec| {
@@ -83,7 +110,66 @@ impl Run<'_> {
                     && self.offers_permission(agent, tool.permission())
             })
             .cloned()
-            .collect()
+            .collect();
+        self.within_mcp_budget(offered)
+    }
+
+    /// The offered tools with the MCP ones over the `[mcp]` budget held back behind `tool_search`
+    /// (DESIGN.md §5o): the first ones, in the registry's order, up to the budget are sent; the rest are
+    /// named in `tool_search`'s description, and those it loaded follow it at the end of the list (so
+    /// the prefix before them stays the same). Under the budget, `tool_search` is not offered.
+    fn within_mcp_budget(&self, offered: Vec<ToolSpec>) -> Vec<ToolSpec> {
+        let is_mcp = |spec: &ToolSpec| {
+            self.tools.registry.get(&spec.name).and_then(|t| t.hook_name().map(|h| h.starts_with("mcp__")))
+                == Some(true)
+        };
+        let size =
+            |spec: &ToolSpec| spec.name.len() + spec.description.len() + spec.parameters.to_string().len();
+        let (max_bytes, max_tools) = self.services.config.mcp.budget();
+        let mcp: Vec<&ToolSpec> = offered.iter().filter(|s| is_mcp(s)).collect();
+        let total: usize = mcp.iter().map(|s| size(s)).sum();
+        let search = crate::mcp::TOOL_SEARCH;
+        if mcp.len() <= max_tools && total <= max_bytes {
+            return offered.into_iter().filter(|s| s.name != search).collect();
+        }
+        let (mut used_bytes, mut used_tools) = (0, 0);
+        let mut kept = Vec::new();
+        let mut deferred = Vec::new();
+        let mut search_spec = None;
+        for spec in offered {
+            if spec.name == search {
+                search_spec = Some(spec);
+            } else if !is_mcp(&spec) {
+                kept.push(spec);
+            } else if used_tools < max_tools && used_bytes + size(&spec) <= max_bytes {
+                used_tools += 1;
+                used_bytes += size(&spec);
+                kept.push(spec);
+            } else {
+                deferred.push(spec);
+            }
+        }
+        let Some(mut search_spec) = search_spec else { return kept };
+        let listed: Vec<String> = deferred
+            .iter()
+            .map(|s| {
+                let line = s.description.lines().next().unwrap_or("");
+                let line: String = line.chars().take(60).collect();
+                format!("- {}: {line}", s.name)
+            })
+            .collect();
+        search_spec.description = format!(
+            "{}\nTools not listed with every request:\n{}",
+            search_spec.description,
+            listed.join("\n")
+        );
+        kept.push(search_spec);
+        for name in &self.loaded_tools {
+            if let Some(index) = deferred.iter().position(|s| &s.name == name) {
+                kept.push(deferred.swap_remove(index));
+            }
+        }
+        kept
     }
 
     /// Subagents `agent` may start with the `task` tool: not denied by name (`task = { NAME = "deny" }`)

@@ -27,6 +27,7 @@ async fn protected(options: OAuthOptions, revision: Revision) -> (OAuthTestServe
     let mcp = McpTestServer::start(McpServerOptions {
         revision,
         auth: Some(McpAuth { tokens: auth.tokens(), issuer: auth.issuer(), metadata_in_challenge: true }),
+        extra_tools: 0,
     })
     .await
     .unwrap();
@@ -73,6 +74,7 @@ async fn sign_in_discovers_registers_and_uses_pkce_resource_and_iss() {
                 issuer: auth.issuer(),
                 metadata_in_challenge: in_challenge,
             }),
+            extra_tools: 0,
         })
         .await
         .unwrap();

@@ -352,3 +352,79 @@ async fn an_mcp_prompts_image_reaches_the_model_as_an_image_not_as_json_text() {
         user["content"].as_array().unwrap().iter().find(|c| c["type"] == "image_url").expect("an image part");
     assert!(image["image_url"]["url"].as_str().unwrap().starts_with("data:image/png;base64,"), "{image}");
 }
+
+// ---- tool search (DESIGN.md §5o) ----
+
+#[tokio::test]
+async fn over_the_budget_the_rest_wait_behind_tool_search_and_a_search_loads_them() {
+    let mut options = McpServerOptions::new(Revision::Sessions);
+    options.extra_tools = 100;
+    let server = McpTestServer::start(options).await.unwrap();
+    let h = McpHarness::new(
+        script(vec![
+            Reply::tool_call("tool_search", json!({"query": "select:web_extra_77"})),
+            Reply::tool_call("web_extra_77", json!({"id": "a"})),
+            Reply::text("done"),
+        ]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+    )
+    .await;
+    let (outcome, warnings) = h.prompt("use extra 77").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let first = h.offered(0);
+    let mcp_offered = first.iter().filter(|n| n.starts_with("web_")).count();
+    assert!(mcp_offered <= 40 && mcp_offered > 0, "{mcp_offered} of the server's 109 tools offered");
+    assert!(!first.contains(&"web_extra_77".to_owned()), "deferred at first: {first:?}");
+    let requests = h.fake.requests();
+    let search = &requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "tool_search")
+        .expect("tool_search is offered")["function"]["description"];
+    assert!(search.as_str().unwrap().contains("- web_extra_77: Extra tool number 77"), "{search}");
+    // After the search, the tool is offered at the end of the list; the prefix before it is unchanged.
+    let second = h.offered(1);
+    assert_eq!(second.last().map(String::as_str), Some("web_extra_77"), "{second:?}");
+    assert_eq!(&second[..second.len() - 1], &first[..], "the earlier tools are sent as before");
+    assert_eq!(tool_results(&h.messages(2)).last().unwrap().1, "extra_77 answered");
+    let size = |n: usize| h.fake.requests()[n].body["tools"].to_string().len();
+    // Without the budget, every schema goes with every request.
+    let mut options = McpServerOptions::new(Revision::Sessions);
+    options.extra_tools = 100;
+    let all = McpTestServer::start(options).await.unwrap();
+    let unbounded = McpHarness::tweaked(
+        tempfile::tempdir().unwrap(),
+        script(vec![Reply::text("done")]),
+        vec![("web", remote(&all.url()))],
+        vec![],
+        |config| {
+            config.mcp.tool_budget_bytes = Some(10_000_000);
+            config.mcp.tool_budget_tools = Some(10_000);
+        },
+    )
+    .await;
+    unbounded.prompt("hi").await;
+    let everything = unbounded.fake.requests()[0].body["tools"].to_string().len();
+    assert!(size(0) * 10 < everything * 6, "{} bytes with the budget, {everything} without", size(0));
+    println!(
+        "tools of the first request with 109 MCP tools: {} bytes with the budget, {everything} without",
+        size(0)
+    );
+}
+
+#[tokio::test]
+async fn under_the_budget_every_tool_is_sent_and_tool_search_is_not_offered() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h = McpHarness::new(script(vec![Reply::text("done")]), vec![("web", remote(&server.url()))], vec![])
+        .await;
+    h.prompt("hi").await;
+    let offered = h.offered(0);
+    assert!(
+        offered.contains(&"web_echo".to_owned()) && offered.contains(&"web_report".to_owned()),
+        "{offered:?}"
+    );
+    assert!(!offered.contains(&"tool_search".to_owned()), "{offered:?}");
+}
