@@ -322,18 +322,7 @@ impl<'a> Turn<'a> {
                 let _ = self.session.engine.submit(command).await;
             }
             EventPayload::ElicitationAsked(request) if self.ours(&request.session_id, None) => {
-                // ACP has no form to ask with: the person sees what the server wanted, and it is declined
-                // rather than left waiting.
-                let ask = &request.ask;
-                let url = ask.url.as_ref().map(|u| format!(" ({u})")).unwrap_or_default();
-                let text = format!(
-                    "\n\nMCP server {} asked: {}{url} — declined (codeloop cannot show MCP forms in this editor yet)\n",
-                    ask.server, ask.message
-                );
-                let update = SessionUpdate::AgentMessageChunk { content: ContentBlock::text(text) };
-                self.agent.send_update(&self.session.id, update).await;
-                let decline = codeloop_types::ElicitationReply::decline();
-                let _ = self.session.engine.answer_elicitation(&request.session_id, &request.id, decline);
+                self.elicitation(request.clone()).await;
             }
             payload => {
                 for update in self.stream.event(payload) {
@@ -361,6 +350,81 @@ impl<'a> Turn<'a> {
             rejected: self.rejected.clone(),
         };
         tokio::spawn(ask.run());
+    }
+
+    /// An MCP server's request for input, as a permission-style question (ACP has no forms): a URL to
+    /// visit ("Done" / "Decline"), or a form whose every required field has a default ("Accept the
+    /// defaults" / "Decline"). A form that needs typing is declined, and the person told why.
+    async fn elicitation(&mut self, request: codeloop_types::ElicitationRequest) {
+        use codeloop_types::{ElicitationAction, ElicitationMode, ElicitationReply};
+        let ask = &request.ask;
+        let (title, accept) = match ask.mode {
+            ElicitationMode::Url => {
+                let url = ask.url.clone().unwrap_or_default();
+                (format!("MCP server {} asks: {} — open {url}", ask.server, ask.message), "Done")
+            }
+            ElicitationMode::Form if defaults_cover(ask.schema.as_ref()) => {
+                (format!("MCP server {} asks: {}", ask.server, ask.message), "Accept the defaults")
+            }
+            ElicitationMode::Form => {
+                let text = format!(
+                    "\n\nMCP server {} asked: {} — declined: the form needs typing, which this editor cannot \
+                     show (answer it from the web page or a terminal run)\n",
+                    ask.server, ask.message
+                );
+                let update = SessionUpdate::AgentMessageChunk { content: ContentBlock::text(text) };
+                self.agent.send_update(&self.session.id, update).await;
+                let _ = self.session.engine.answer_elicitation(
+                    &request.session_id,
+                    &request.id,
+                    ElicitationReply::decline(),
+                );
+                return;
+            }
+        };
+        let tool_call = ToolCallUpdate {
+            tool_call_id: request.id.to_string(),
+            title: Some(codeloop_tools::ellipsize(&title, 300)),
+            raw_input: Some(
+                json!({"server": ask.server, "message": ask.message, "mode": ask.mode, "url": ask.url, "schema": ask.schema}),
+            ),
+            ..Default::default()
+        };
+        let params = RequestPermissionRequest {
+            session_id: self.session.id.to_string(),
+            tool_call,
+            options: vec![
+                option(ALLOW_ONCE, accept.into(), PermissionOptionKind::AllowOnce),
+                option(REJECT_ONCE, "Decline".into(), PermissionOptionKind::RejectOnce),
+            ],
+        };
+        let (agent, session, timeout) =
+            (self.agent.clone(), self.session.clone(), self.agent.options.permission_timeout);
+        tokio::spawn(async move {
+            let pending = agent.peer.request(method::REQUEST_PERMISSION, params).await;
+            let id = pending.id;
+            let answer = tokio::time::timeout(timeout, pending.answer()).await;
+            let chosen = match answer {
+                Ok(Ok(value)) => {
+                    serde_json::from_value::<RequestPermissionResponse>(value).ok().map(|r| r.outcome)
+                }
+                Ok(Err(_)) => None,
+                Err(_) => {
+                    agent.peer.forget(id).await;
+                    None
+                }
+            };
+            let reply = match chosen {
+                Some(PermissionOutcome::Selected { option_id }) if option_id == ALLOW_ONCE => {
+                    ElicitationReply { action: ElicitationAction::Accept, content: Some(json!({})) }
+                }
+                Some(PermissionOutcome::Selected { .. }) => ElicitationReply::decline(),
+                Some(PermissionOutcome::Cancelled) | None => {
+                    ElicitationReply { action: ElicitationAction::Cancel, content: None }
+                }
+            };
+            let _ = session.engine.answer_elicitation(&request.session_id, &request.id, reply);
+        });
     }
 
     /// The call the request is about, as the client already saw it, or a new one described by the ask.
@@ -479,6 +543,17 @@ impl Ask {
             },
         }
     }
+}
+
+/// Whether accepting a form with nothing typed fills every field it requires (from the defaults).
+fn defaults_cover(schema: Option<&Value>) -> bool {
+    let properties = schema.and_then(|s| s.get("properties"));
+    let required = schema.and_then(|s| s.get("required")).and_then(Value::as_array);
+    required
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .all(|field| properties.and_then(|p| p.get(field)).and_then(|spec| spec.get("default")).is_some())
 }
 
 fn option(id: &str, name: String, kind: PermissionOptionKind) -> PermissionOption {

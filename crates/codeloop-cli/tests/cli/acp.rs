@@ -690,3 +690,36 @@ async fn acp_effort_is_a_session_config_option_sent_with_the_next_prompt() {
     );
     client.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_an_mcp_servers_elicitation_is_asked_like_a_permission_and_its_defaults_accepted() {
+    use codeloop_testkit::{McpServerOptions, McpTestServer, Revision};
+    let env = Env::new();
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("web_ask", json!({}))),
+        Turn::from(Reply::text("Done.")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let mut client = Client::spawn(&env, &config, &[]);
+    client.initialize().await;
+    let servers = json!([{"name": "web", "type": "http", "url": server.url(), "headers": []}]);
+    let (_, created) =
+        client.call("session/new", json!({"cwd": env.project.path(), "mcpServers": servers})).await;
+    let session = created["sessionId"].as_str().unwrap().to_owned();
+    let id = client.request("session/prompt", Client::prompt_params(&session, "ask me")).await;
+    let (_, ask) = client.until(|m| m["method"] == "session/request_permission").await;
+    let title = ask["params"]["toolCall"]["title"].as_str().unwrap();
+    assert!(title.contains("MCP server web asks: Which name, how many?"), "{title}");
+    let options: Vec<&str> =
+        ask["params"]["options"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
+    assert_eq!(options, ["Accept the defaults", "Decline"]);
+    client.answer(&ask, "allow_once").await;
+    let (_, response) = client.until_response(id).await;
+    assert_eq!(response["result"], json!({"stopReason": "end_turn"}));
+    let second = fake.requests()[1].body.to_string();
+    assert!(second.contains(r#"accept {\"name\":\"Ada\"}"#), "{second}");
+    client.finish().await;
+}
