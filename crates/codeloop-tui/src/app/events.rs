@@ -124,23 +124,15 @@ impl App {
                 self.questions.push_back(request);
             }
             EventPayload::ElicitationAsked(request) if self.mine(&request.session_id) => {
-                // The TUI has no form for it yet: the person is told what was asked, and it is declined
-                // rather than left waiting where no one can answer.
-                let ask = &request.ask;
-                let escape = |t: &str| codeloop_types::escape_controls(t).into_owned();
-                let url = ask.url.as_ref().map(|u| format!(" (at {})", escape(u))).unwrap_or_default();
-                self.convo.notice(Notice::warning(format!(
-                    "MCP server {} asks: {}{url} — declined: the TUI cannot take MCP forms yet \
-                     (answer it from a terminal run or the web page next time)",
-                    escape(&ask.server),
-                    escape(&ask.message)
-                )));
-                let decline = codeloop_types::ElicitationReply::decline();
-                return vec![Action::AnswerElicitation(
-                    request.session_id.clone(),
-                    request.id.clone(),
-                    decline,
-                )];
+                self.elicitations.retain(|e| e.id != request.id);
+                self.elicitations.push_back(request);
+            }
+            EventPayload::ElicitationReplied { request_id, .. } => {
+                // Answered elsewhere (another client, or withdrawn by the server's own sign-in).
+                if self.elicitations.front().is_some_and(|e| e.id == request_id) {
+                    self.fields.clear();
+                }
+                self.elicitations.retain(|e| e.id != request_id);
             }
             EventPayload::QuestionReplied { request_id, .. }
             | EventPayload::QuestionRejected { request_id, .. } => {

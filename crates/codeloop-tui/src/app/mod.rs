@@ -24,6 +24,21 @@ use crate::editor::Editor;
 /// Lines the mouse wheel scrolls.
 const WHEEL: usize = 3;
 
+/// A form's fields, in the schema's order: `(name, type)`. A form without fields has one blank step so
+/// Enter accepts it.
+pub fn form_fields(schema: Option<&serde_json::Value>) -> Vec<(String, String)> {
+    let properties = schema.and_then(|s| s.get("properties")).and_then(serde_json::Value::as_object);
+    let fields: Vec<(String, String)> = properties
+        .into_iter()
+        .flatten()
+        .map(|(name, spec)| {
+            let kind = spec.get("type").and_then(serde_json::Value::as_str).unwrap_or("string");
+            (name.clone(), kind.to_owned())
+        })
+        .collect();
+    if fields.is_empty() { vec![(String::new(), "string".into())] } else { fields }
+}
+
 /// What the runtime should do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
@@ -127,6 +142,10 @@ pub struct App {
     pub questions: VecDeque<QuestionRequest>,
     /// Answers given so far to the front question request (one per question).
     pub answers: Vec<Vec<String>>,
+    /// MCP servers' requests for input, oldest first; the front one is shown.
+    pub elicitations: VecDeque<codeloop_types::ElicitationRequest>,
+    /// The front form's values so far, one per field in order (`None`: left out).
+    pub fields: Vec<Option<serde_json::Value>>,
     /// `/model` and `/agent` choices, sent with the next prompts.
     pub model: Option<ModelRef>,
     pub agent: Option<String>,
@@ -161,6 +180,8 @@ impl App {
             permission_mode: PermissionMode::Choosing,
             questions: VecDeque::new(),
             answers: Vec::new(),
+            elicitations: VecDeque::new(),
+            fields: Vec::new(),
             model,
             agent,
             effort: None,
@@ -261,6 +282,9 @@ impl App {
         }
         if !self.questions.is_empty() {
             return self.question_key(key);
+        }
+        if !self.elicitations.is_empty() {
+            return self.elicitation_key(key);
         }
         match key.code {
             KeyCode::Enter if key.modifiers.contains(KeyModifiers::ALT) => {
@@ -426,6 +450,65 @@ impl App {
                 self.editor.clear();
                 vec![Action::RejectQuestion(id)]
             }
+            _ => {
+                self.edit(key);
+                Vec::new()
+            }
+        }
+    }
+
+    /// An MCP server's request: a link is answered with `d` (done) or `n` (decline); a form is filled
+    /// field by field (Enter takes the line, an empty one leaves the field to its default); Esc cancels.
+    fn elicitation_key(&mut self, key: KeyEvent) -> Vec<Action> {
+        use codeloop_types::{ElicitationAction, ElicitationMode, ElicitationReply};
+        let Some(request) = self.elicitations.front() else { return Vec::new() };
+        let answer = |app: &mut App, reply: ElicitationReply| {
+            let Some(request) = app.elicitations.pop_front() else { return Vec::new() };
+            app.fields.clear();
+            app.editor.clear();
+            vec![Action::AnswerElicitation(request.session_id, request.id, reply)]
+        };
+        let cancel = ElicitationReply { action: ElicitationAction::Cancel, content: None };
+        if request.ask.mode == ElicitationMode::Url {
+            return match key.code {
+                KeyCode::Char('d' | 'D' | 'y' | 'Y') | KeyCode::Enter => {
+                    answer(self, ElicitationReply { action: ElicitationAction::Accept, content: None })
+                }
+                KeyCode::Char('n' | 'N') => answer(self, ElicitationReply::decline()),
+                KeyCode::Esc => answer(self, cancel),
+                _ => Vec::new(),
+            };
+        }
+        let properties = form_fields(request.ask.schema.as_ref());
+        match key.code {
+            KeyCode::Enter if !key.modifiers.contains(KeyModifiers::ALT) => {
+                let Some((_, kind)) = properties.get(self.fields.len()) else { return Vec::new() };
+                let line = self.editor.take().trim().to_owned();
+                let value = (!line.is_empty()).then(|| match kind.as_str() {
+                    "integer" | "number" => {
+                        serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line))
+                    }
+                    "boolean" => {
+                        serde_json::Value::Bool(matches!(line.to_lowercase().as_str(), "y" | "yes" | "true"))
+                    }
+                    _ => serde_json::Value::String(line),
+                });
+                self.fields.push(value);
+                if self.fields.len() < properties.len() {
+                    return Vec::new();
+                }
+                let content: serde_json::Map<String, serde_json::Value> = properties
+                    .iter()
+                    .zip(std::mem::take(&mut self.fields))
+                    .filter_map(|((name, _), value)| value.map(|v| (name.clone(), v)))
+                    .collect();
+                let reply = ElicitationReply {
+                    action: ElicitationAction::Accept,
+                    content: Some(serde_json::Value::Object(content)),
+                };
+                answer(self, reply)
+            }
+            KeyCode::Esc => answer(self, ElicitationReply::decline()),
             _ => {
                 self.edit(key);
                 Vec::new()

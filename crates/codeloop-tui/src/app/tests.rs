@@ -110,6 +110,44 @@ fn a_question_is_answered_by_number_or_in_words() {
 }
 
 #[test]
+fn an_mcp_form_is_filled_field_by_field_and_a_link_is_confirmed() {
+    use codeloop_types::{ElicitationAction, ElicitationReply, ElicitationRequest};
+    let mut app = app();
+    let form: ElicitationRequest = serde_json::from_value(json!({
+        "id": "eli_1", "session_id": SESSION, "server": "web", "message": "Which name, how many?", "mode": "form",
+        "schema": {"type": "object", "properties": {"name": {"type": "string", "default": "Ada"}, "count": {"type": "integer"}}},
+    }))
+    .unwrap();
+    app.event(EventPayload::ElicitationAsked(form));
+    let shown = crate::view::tests_support::prompt_text(&app, 80);
+    // Fields come in name order (the schema's own order is not kept by JSON objects here).
+    assert!(shown.contains("MCP server web asks") && shown.contains("1/2: count (integer)"), "{shown}");
+    type_text(&mut app, "3");
+    assert_eq!(app.key(key(KeyCode::Enter)), vec![]);
+    let shown = crate::view::tests_support::prompt_text(&app, 80);
+    assert!(shown.contains("2/2: name (string) [default \"Ada\"]"), "{shown}");
+    // Left empty: the default applies (the engine fills it in).
+    let reply = ElicitationReply { action: ElicitationAction::Accept, content: Some(json!({"count": 3})) };
+    assert_eq!(
+        app.key(key(KeyCode::Enter)),
+        vec![Action::AnswerElicitation(SESSION.into(), "eli_1".into(), reply)]
+    );
+    assert!(app.elicitations.is_empty());
+
+    let link: ElicitationRequest = serde_json::from_value(json!({
+        "id": "eli_2", "session_id": SESSION, "server": "web", "message": "Sign in", "mode": "url",
+        "url": "https://example.com/sign-in",
+    }))
+    .unwrap();
+    app.event(EventPayload::ElicitationAsked(link));
+    assert!(crate::view::tests_support::prompt_text(&app, 80).contains("open: https://example.com/sign-in"));
+    assert_eq!(
+        app.key(key(KeyCode::Char('n'))),
+        vec![Action::AnswerElicitation(SESSION.into(), "eli_2".into(), ElicitationReply::decline())]
+    );
+}
+
+#[test]
 fn undo_reverts_the_newest_shown_turn_and_redo_needs_a_revert() {
     let mut app = app();
     assert_eq!(app.send_text("/undo"), vec![Action::Revert(SESSION.into(), "msg_1".into())]);

@@ -267,7 +267,67 @@ fn prompt_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     if let Some(request) = app.questions.front() {
         return question_lines(request, app.answers.len(), width);
     }
+    if let Some(request) = app.elicitations.front() {
+        return elicitation_lines(request, app.fields.len(), width);
+    }
     Vec::new()
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    /// The rows shown above the input, as text.
+    pub fn prompt_text(app: &crate::app::App, width: u16) -> String {
+        super::prompt_lines(app, width)
+            .iter()
+            .map(|line| line.spans.iter().map(|s| s.content.as_ref()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+/// An MCP server's request: what it asks, then the link or the form's current field.
+fn elicitation_lines(
+    request: &codeloop_types::ElicitationRequest,
+    filled: usize,
+    width: u16,
+) -> Vec<Line<'static>> {
+    let ask = &request.ask;
+    let escape = |t: &str| codeloop_types::escape_controls(t).into_owned();
+    let mut lines = wrap(
+        &[Span::styled(
+            format!("⚑ MCP server {} asks ", escape(&ask.server)),
+            WARN.add_modifier(Modifier::BOLD),
+        )],
+        &[Span::raw("  ")],
+        &[Span::styled(escape(&ask.message), Style::new().add_modifier(Modifier::BOLD))],
+        width,
+    );
+    lines.truncate(4);
+    if let Some(url) = &ask.url {
+        lines.push(Line::raw(truncate(&format!("  open: {}", escape(url)), usize::from(width))));
+        lines.push(Line::styled(
+            "d: done there · n: decline · Esc: cancel (codeloop opens nothing itself)",
+            DIM,
+        ));
+        return lines;
+    }
+    let fields = crate::app::form_fields(ask.schema.as_ref());
+    if let Some((name, kind)) = fields.get(filled).filter(|(name, _)| !name.is_empty()) {
+        let spec = ask.schema.as_ref().and_then(|s| s.get("properties")).and_then(|p| p.get(name));
+        let title = spec.and_then(|s| s.get("title").or(s.get("description"))).and_then(|t| t.as_str());
+        let default =
+            spec.and_then(|s| s.get("default")).map(|d| format!(" [default {d}]")).unwrap_or_default();
+        let choices = spec.and_then(|s| s.get("enum")).map(|e| format!(" one of {e}")).unwrap_or_default();
+        let field = format!(
+            "  {}/{}: {} ({kind}{choices}){default}",
+            filled + 1,
+            fields.len(),
+            escape(title.unwrap_or(name))
+        );
+        lines.push(Line::raw(truncate(&field, usize::from(width))));
+    }
+    lines.push(Line::styled("type the value · Enter next (empty: its default) · Esc declines", DIM));
+    lines
 }
 
 fn permission_lines(
