@@ -273,18 +273,6 @@ fn prompt_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     Vec::new()
 }
 
-#[cfg(test)]
-pub(crate) mod tests_support {
-    /// The rows shown above the input, as text.
-    pub fn prompt_text(app: &crate::app::App, width: u16) -> String {
-        super::prompt_lines(app, width)
-            .iter()
-            .map(|line| line.spans.iter().map(|s| s.content.as_ref()).collect::<String>())
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
 /// An MCP server's request: what it asks, then the link or the form's current field.
 fn elicitation_lines(
     request: &codeloop_types::ElicitationRequest,
@@ -491,5 +479,17 @@ fn draw_input(frame: &mut Frame, app: &App, area: Rect, lines: Vec<Line<'static>
         if y < area.y + area.height {
             frame.set_cursor_position((x, y));
         }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests_support {
+    /// The rows shown above the input, as text.
+    pub fn prompt_text(app: &crate::app::App, width: u16) -> String {
+        super::prompt_lines(app, width)
+            .iter()
+            .map(|line| line.spans.iter().map(|s| s.content.as_ref()).collect::<String>())
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
