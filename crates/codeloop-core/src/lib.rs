@@ -36,6 +36,7 @@ pub mod question;
 pub mod retry;
 mod run;
 mod runs;
+mod sampling;
 mod services;
 pub mod snapshot;
 pub mod stats;

@@ -49,6 +49,8 @@ pub struct ToolGate {
     /// What the hooks know of the calls that are running, by call id: the names and arguments a
     /// PermissionRequest hook sees, and a PreToolUse hook's ask or allow.
     calls: std::sync::Mutex<HashMap<String, HookedCall>>,
+    /// The turn's model: what answers an MCP server's sampling request.
+    model: Option<codeloop_types::ModelRef>,
 }
 
 /// A running call as its hooks see it.
@@ -83,7 +85,14 @@ impl ToolGate {
             project,
             hooks,
             calls: Default::default(),
+            model: None,
         }
+    }
+
+    /// The gate of a turn on `model` (MCP sampling is answered with it).
+    pub fn with_model(mut self, model: codeloop_types::ModelRef) -> Self {
+        self.model = Some(model);
+        self
     }
 
     /// The gate with the session's hooks (without: none fire).
@@ -268,6 +277,30 @@ impl ToolHost for RunToolHost {
             });
         }
         self.gate.services.elicitations.ask(&self.gate.session_id, Some(tool), ask).await
+    }
+
+    async fn sample(
+        &self,
+        _call: &CallInfo,
+        request: codeloop_tools::SampleRequest,
+    ) -> Result<codeloop_tools::Sampled, String> {
+        let services = &self.gate.services;
+        let Some(reference) = self.gate.model.clone() else {
+            return Err("no model answers sampling requests here".into());
+        };
+        // The session's spending as of its last step: a session at its limit samples no more.
+        if let Some(max) = services.config.limits.session_max_cost_usd
+            && let Ok(Some(session)) =
+                codeloop_store::Store::get_session(services.store.as_ref(), &self.gate.session_id)
+            && session.cost >= max
+        {
+            return Err(format!(
+                "the session reached its cost limit (${:.4} of ${max:.4}, [limits] session_max_cost_usd)",
+                session.cost
+            ));
+        }
+        let model = services.models.resolve(&reference).map_err(|e| e.to_string())?;
+        crate::sampling::answer(&model, &self.gate.session_id, request).await
     }
 
     async fn run_subtask(

@@ -6,10 +6,11 @@
 //! - [`Revision::Stateless`]: only 2026-07-28, `server/discover` and no session.
 //!
 //! Tools: `echo {text}`, `image`, `audio`, `slow {ms}`, `fail`, `ask` (an elicitation), `report`
-//! (progress and a warning log), `add_tool` (adds `added` and says the list changed); resources
-//! `file:///notes.txt` (text) and `file:///logo.png` (blob); prompts `greet {name}` and `picture` (text,
-//! an image and an embedded resource). With [`McpServerOptions::auth`] it is an OAuth protected resource
-//! (RFC 9728): a request without a token the [`crate::OAuthTestServer`] issued gets 401 and a
+//! (progress and a warning log), `sample` (a sampling request), `add_tool` (adds `added` and says the
+//! list changed); resources `file:///notes.txt` (text) and `file:///logo.png` (blob); prompts
+//! `greet {name}` and `picture` (text, an image and an embedded resource). With
+//! [`McpServerOptions::auth`] it is an OAuth protected resource (RFC 9728): a request without a token
+//! the [`crate::OAuthTestServer`] issued gets 401 and a
 //! `WWW-Authenticate` challenge. Every HTTP request is recorded (headers, session, JSON-RPC method), and
 //! the time the server spends on each is summed (for the overhead figure).
 
@@ -337,6 +338,11 @@ impl TestHandler {
                 object(json!({})),
             ),
             Tool::new("report", "Report progress twice and log a warning, then answer", object(json!({}))),
+            Tool::new(
+                "sample",
+                "Ask the client's model a question (sampling), say its answer",
+                object(json!({})),
+            ),
         ];
         for n in 0..self.extra_tools {
             let properties = json!({
@@ -444,6 +450,32 @@ impl ServerHandler for TestHandler {
                     let _ = context.peer.notify_logging_message(log).await;
                 }
                 CallToolResult::success(vec![ContentBlock::text("reported")])
+            }
+            "sample" => {
+                let params = json!({
+                    "messages": [{"role": "user", "content": {"type": "text", "text": "Name a colour."}}],
+                    "systemPrompt": "Answer in one word.",
+                    "maxTokens": 20,
+                });
+                let params = serde_json::from_value(params)
+                    .map_err(|e| ErrorData::internal_error(format!("sampling params: {e}"), None))?;
+                // Deprecated by SEP-2577, still what servers of the current revisions send.
+                #[allow(deprecated)]
+                let answer = context.peer.create_message(params).await;
+                match answer {
+                    Ok(answer) => {
+                        let answer = serde_json::to_value(&answer).unwrap_or_default();
+                        // The answer's message is flattened into the result.
+                        let content = &answer["content"];
+                        let block = if content.is_array() { &content[0] } else { content };
+                        let text =
+                            block["text"].as_str().map(str::to_owned).unwrap_or_else(|| answer.to_string());
+                        CallToolResult::success(vec![ContentBlock::text(format!("sampled: {text}"))])
+                    }
+                    Err(e) => {
+                        CallToolResult::error(vec![ContentBlock::text(format!("sampling failed: {e}"))])
+                    }
+                }
             }
             "ask" => {
                 let params = json!({

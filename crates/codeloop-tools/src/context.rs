@@ -132,6 +132,12 @@ pub trait ToolHost: Send + Sync {
         let _ = (call, ask);
         codeloop_types::ElicitationReply::decline()
     }
+    /// Answers an MCP server's `sampling/createMessage` with the session's model (DESIGN.md §5o), after
+    /// the caller got the person's approval. Hosts without a model say so.
+    async fn sample(&self, call: &CallInfo, request: SampleRequest) -> Result<Sampled, String> {
+        let _ = (call, request);
+        Err("no model can answer sampling requests here".into())
+    }
     /// Runs a subagent in a child session (the `task` tool) and returns its answer; ends early when
     /// `cancel` fires. Hosts that cannot start runs say so.
     async fn run_subtask(
@@ -143,6 +149,28 @@ pub trait ToolHost: Send + Sync {
         let _ = (call, task, cancel);
         Err(ToolFailure::Failed("subagents cannot run here".into()))
     }
+}
+
+/// A server's sampling request, as text (images are named, not sent).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampleRequest {
+    pub system: Option<String>,
+    /// `(role, text)`: `user` or `assistant`.
+    pub messages: Vec<(String, String)>,
+    pub max_tokens: u64,
+}
+
+/// The model's answer to a sampling request, and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampled {
+    pub text: String,
+    /// `provider/model`.
+    pub model: String,
+    /// `endTurn` or `maxTokens`, as MCP names them.
+    pub stop: String,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost: f64,
 }
 
 /// What the `task` tool asks the host to run.

@@ -19,8 +19,8 @@ mod tools;
 mod truncate;
 
 pub use context::{
-    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, SeenFiles, Subtask,
-    ToolContext, ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
+    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, SampleRequest, Sampled,
+    SeenFiles, Subtask, ToolContext, ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
 };
 pub use lenient::opt_text;
 pub use locks::FileLocks;

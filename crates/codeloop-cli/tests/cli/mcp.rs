@@ -64,7 +64,7 @@ async fn mcp_add_list_and_remove_edit_only_their_entry_of_the_config_file() {
         listed,
         json!([
             {"name": "local", "transport": "stdio", "state": "connected", "tools": 1, "auth": "none"},
-            {"name": "web", "transport": "http", "state": "connected", "tools": 8, "auth": "none"}
+            {"name": "web", "transport": "http", "state": "connected", "tools": 9, "auth": "none"}
         ])
         .as_array()
         .cloned()
@@ -192,7 +192,7 @@ async fn sign_in_then_list_run_and_log_out() {
     let after = list(&codeloop(&env, Some(&config), &["mcp", "list", "--json"]).await);
     assert_eq!(
         after[0],
-        json!({"name": "web", "transport": "http", "state": "connected", "tools": 8, "auth": "signed-in"})
+        json!({"name": "web", "transport": "http", "state": "connected", "tools": 9, "auth": "signed-in"})
     );
 
     let run = codeloop(&env, Some(&config), &["run", "use the protected server"]).await;

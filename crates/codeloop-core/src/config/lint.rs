@@ -5,13 +5,15 @@ use super::schema::Config;
 
 /// Permissions asked outside any one tool: by the engine itself (paths outside the project, the doom-loop
 /// brake, sandbox escapes), by the task tool, which the engine defines, and by the MCP resource tools.
-const ENGINE_PERMISSIONS: [&str; 6] = [
+const ENGINE_PERMISSIONS: [&str; 8] = [
     "external_directory",
     "doom_loop",
     "sandbox_escalate",
     "task",
     crate::mcp::LIST_RESOURCES,
     crate::mcp::READ_RESOURCE,
+    crate::mcp::SAMPLING_PERMISSION,
+    crate::mcp::TOOL_SEARCH,
 ];
 
 /// Every permission codeloop asks for: the built-in tools' own (`write` and `apply_patch` ask as `edit`),

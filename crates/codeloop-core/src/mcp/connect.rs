@@ -93,6 +93,28 @@ pub(crate) struct Signals {
     pub logged: Mutex<Vec<String>>,
 }
 
+/// The permission a server's sampling request is asked under (pattern: the server's name).
+pub const SAMPLING_PERMISSION: &str = "mcp_sampling";
+/// Where a call's part keeps the sampling it answered.
+pub const SAMPLING_META_KEY: &str = "sampling";
+
+/// A sampling message's text: its text blocks; other media named.
+fn sampling_text(content: &serde_json::Value) -> String {
+    let blocks = match content {
+        serde_json::Value::Array(blocks) => blocks.clone(),
+        block => vec![block.clone()],
+    };
+    blocks
+        .iter()
+        .map(|block| match block["type"].as_str() {
+            Some("text") => block["text"].as_str().unwrap_or("").to_owned(),
+            Some(kind) => format!("[{kind} {}]", block["mimeType"].as_str().unwrap_or("")),
+            None => block.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A running call of a server's tool: the host that can ask its session's person and show its progress.
 pub(crate) struct Caller {
     pub id: u64,
@@ -110,6 +132,9 @@ pub(crate) struct CallFeed {
     pub progress: Option<serde_json::Value>,
     /// `{level, logger?, data}`, the newest [`CallFeed::MAX_LOGS`].
     pub logs: VecDeque<serde_json::Value>,
+    /// Sampling requests answered during the call: `{server, messages, answer, model, tokens, cost}`
+    /// (the run adds their cost to the session's).
+    pub sampling: Vec<serde_json::Value>,
 }
 
 impl CallFeed {
@@ -122,6 +147,9 @@ impl CallFeed {
         }
         if !self.logs.is_empty() {
             metadata.insert("logs".into(), serde_json::Value::Array(self.logs.iter().cloned().collect()));
+        }
+        if !self.sampling.is_empty() {
+            metadata.insert(SAMPLING_META_KEY.into(), serde_json::Value::Array(self.sampling.clone()));
         }
         serde_json::Value::Object(metadata)
     }
@@ -207,7 +235,77 @@ impl ClientHandler for Handler {
         elicitation.form = Some(Default::default());
         elicitation.url = Some(Default::default());
         info.capabilities.elicitation = Some(elicitation);
+        // Sampling (deprecated by SEP-2577, still used): answered with the session's model once allowed.
+        #[allow(deprecated)]
+        {
+            info.capabilities.sampling = Some(Default::default());
+        }
         info
+    }
+
+    /// A server's `sampling/createMessage`, during one of its calls: the person allows it (or a rule
+    /// `[permission] mcp_sampling = { SERVER = "allow" }`; `--on-ask allow` never does), then the
+    /// session's model answers; the request, the answer and their cost go on the call's part.
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        let refused = |why: String| rmcp::ErrorData::new(rmcp::model::ErrorCode(-1), why, None);
+        let Some((host, call, feed)) = self.signals.newest_caller() else {
+            return Err(refused(
+                "codeloop answers sampling only while one of this server's tools runs".into(),
+            ));
+        };
+        let server = self.signals.server.clone();
+        let messages: Vec<(String, String)> = params
+            .messages
+            .iter()
+            .map(|message| {
+                let value = serde_json::to_value(message).unwrap_or_default();
+                let role = value["role"].as_str().unwrap_or("user").to_owned();
+                (role, sampling_text(&value["content"]))
+            })
+            .collect();
+        let preview: String =
+            messages.last().map(|(_, text)| codeloop_tools::ellipsize(text, 300)).unwrap_or_default();
+        let ask = codeloop_tools::PermissionAsk {
+            permission: SAMPLING_PERMISSION.into(),
+            patterns: vec![server.clone()],
+            always: vec![server.clone()],
+            metadata: serde_json::json!({"server": server, "request": preview, "max_tokens": params.max_tokens}),
+            grant: codeloop_tools::Grant::Brake,
+        };
+        host.ask(&call, ask)
+            .await
+            .map_err(|e| refused(format!("the sampling request was not allowed: {e}")))?;
+        let request = codeloop_tools::SampleRequest {
+            system: params.system_prompt.clone(),
+            messages: messages.clone(),
+            max_tokens: u64::from(params.max_tokens),
+        };
+        let sampled = host.sample(&call, request).await.map_err(refused)?;
+        let record = serde_json::json!({
+            "server": server,
+            "messages": messages.iter().map(|(role, text)| serde_json::json!({"role": role, "text": text})).collect::<Vec<_>>(),
+            "answer": sampled.text,
+            "model": sampled.model,
+            "tokens": {"input": sampled.input_tokens, "output": sampled.output_tokens},
+            "cost": sampled.cost,
+        });
+        let metadata = {
+            let mut feed = feed.locked();
+            feed.sampling.push(record);
+            feed.metadata()
+        };
+        host.progress(&call, None, Some(metadata));
+        let message =
+            serde_json::json!({"role": "assistant", "content": {"type": "text", "text": sampled.text}});
+        let message = serde_json::from_value(message).map_err(|e| refused(format!("the answer: {e}")))?;
+        let mut result = rmcp::model::CreateMessageResult::new(message, sampled.model);
+        result.stop_reason = Some(sampled.stop);
+        Ok(result)
     }
 
     async fn create_elicitation(

@@ -34,7 +34,7 @@ use codeloop_types::LockExt;
 use serde::Serialize;
 
 pub use auth::{AuthRecord, AuthState, AuthStore, REFRESH_MARGIN, resource_of};
-pub use connect::{StartContext, StartFailure, WithheldEnv};
+pub use connect::{SAMPLING_META_KEY, SAMPLING_PERMISSION, StartContext, StartFailure, WithheldEnv};
 pub use edit::{ConfigEditError, add_server, remove_server};
 pub use login::{LoginError, LoginOptions, PendingLogin, SignedIn, begin_login, begin_login_with};
 pub use prompts::{McpPrompt, McpPromptArgument, McpPromptError, McpPromptText};

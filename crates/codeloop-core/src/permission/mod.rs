@@ -98,6 +98,8 @@ pub fn default_rules(always_allowed_dirs: &[String], home: Option<&std::path::Pa
         PermissionRule::new("*", "*", Allow),
         PermissionRule::new("doom_loop", "*", Ask),
         PermissionRule::new("external_directory", "*", Ask),
+        // An MCP server asking the session's model (DESIGN.md §5o): a person or a rule naming the server.
+        PermissionRule::new(crate::mcp::SAMPLING_PERMISSION, "*", Ask),
     ];
     for dir in always_allowed_dirs {
         rules.push(PermissionRule::new(

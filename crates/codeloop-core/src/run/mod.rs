@@ -565,6 +565,25 @@ impl Run<'_> {
                 self.session.cost += step.cost;
                 self.spend.add(&step.tokens, step.cost);
             }
+            // What an MCP server's sampling requests cost during a call counts like a step.
+            if let PartKind::Tool(tool) = &part.kind
+                && let codeloop_types::ToolState::Completed(done) = &tool.state
+                && let Some(sampled) =
+                    done.metadata.get(crate::mcp::SAMPLING_META_KEY).and_then(|s| s.as_array())
+            {
+                for one in sampled {
+                    let count = |key: &str| one["tokens"][key].as_u64().unwrap_or(0);
+                    let tokens = codeloop_types::Tokens {
+                        input: count("input"),
+                        output: count("output"),
+                        ..Default::default()
+                    };
+                    let cost = one["cost"].as_f64().unwrap_or(0.0);
+                    self.session.tokens.accumulate(&tokens);
+                    self.session.cost += cost;
+                    self.spend.add(&tokens, cost);
+                }
+            }
         }
         self.session.time.updated = codeloop_types::now_ms();
         self.services.journal.save_session(&mut self.session);

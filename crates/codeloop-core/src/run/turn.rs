@@ -93,7 +93,8 @@ impl Run<'_> {
                     self.policy.narrowing.clone(),
                     self.project.root.display().to_string(),
                 )
-                .with_hooks(self.hooks()),
+                .with_hooks(self.hooks())
+                .with_model(model.reference.clone()),
             ),
             project: self.paths.clone(),
             tool_output_dir: self.services.tool_output_dir.clone(),

@@ -428,3 +428,92 @@ async fn under_the_budget_every_tool_is_sent_and_tool_search_is_not_offered() {
     );
     assert!(!offered.contains(&"tool_search".to_owned()), "{offered:?}");
 }
+
+// ---- sampling (DESIGN.md §5o) ----
+
+fn allow_sampling(config: &mut codeloop_core::config::Config) {
+    config.permission = codeloop_core::config::PermissionConfig(vec![codeloop_types::PermissionRule::new(
+        "mcp_sampling",
+        "web",
+        codeloop_types::PermissionAction::Allow,
+    )]);
+}
+
+#[tokio::test]
+async fn a_sampling_request_a_rule_allows_is_answered_by_the_sessions_model_and_counted() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let usage = codeloop_testkit::ScriptUsage { input: 30, output: 2, ..Default::default() };
+    let h = McpHarness::tweaked(
+        tempfile::tempdir().unwrap(),
+        script(vec![
+            Reply::tool_call("web_sample", json!({})),
+            Reply::text("Teal").with_usage(usage),
+            Reply::text("done"),
+        ]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+        allow_sampling,
+    )
+    .await;
+    let (outcome, _) = h.prompt("sample").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    // The server's request went to the model as it was: its system prompt, its message, no tools.
+    let asked = &h.fake.requests()[1].body;
+    assert!(
+        asked.to_string().contains("Answer in one word.") && asked.to_string().contains("Name a colour."),
+        "{asked}"
+    );
+    assert!(asked["tools"].as_array().is_none_or(|t| t.is_empty()), "{asked}");
+    assert_eq!(asked["max_tokens"].as_u64().or(asked["max_completion_tokens"].as_u64()), Some(20), "{asked}");
+    assert_eq!(tool_results(&h.messages(2)).last().unwrap().1, "sampled: Teal");
+    let states = h.tool_states().await;
+    let codeloop_types::ToolState::Completed(done) = &states[0] else { panic!("{states:?}") };
+    assert_eq!(done.metadata["sampling"][0]["answer"], "Teal");
+    assert_eq!(done.metadata["sampling"][0]["model"], "fake/test");
+    // Its tokens count in the session's totals.
+    let session = h.engine.session(&h.session.id).await.unwrap();
+    assert!(session.tokens.input >= 30, "{:?}", session.tokens);
+}
+
+#[tokio::test]
+async fn a_sampling_request_no_one_allows_is_refused_and_the_model_is_not_asked() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h = McpHarness::new(
+        script(vec![Reply::tool_call("web_sample", json!({})), Reply::text("done")]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+    )
+    .await;
+    let (outcome, _) = h.prompt("sample").await;
+    assert_eq!(outcome.stop, StopReason::Completed);
+    let result = tool_results(&h.messages(1)).last().unwrap().1.clone();
+    assert!(result.contains("sampling failed") && result.contains("not allowed"), "{result}");
+    assert_eq!(h.fake.requests().len(), 2, "no request for the server");
+}
+
+#[tokio::test]
+async fn what_sampling_costs_counts_against_the_sessions_cost_limit() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    // $1 of sampling ($1 per million input tokens) against a $0.50 limit.
+    let costly = codeloop_testkit::ScriptUsage { input: 1_000_000, output: 1, ..Default::default() };
+    let h = McpHarness::tweaked(
+        tempfile::tempdir().unwrap(),
+        script(vec![
+            Reply::tool_call("web_sample", json!({})),
+            Reply::text("Teal").with_usage(costly),
+            Reply::text("never sent"),
+        ]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+        |config| {
+            allow_sampling(config);
+            config.limits.session_max_cost_usd = Some(0.5);
+        },
+    )
+    .await;
+    let (outcome, _) = h.prompt("sample").await;
+    assert!(matches!(outcome.stop, StopReason::Limit(_)), "{:?}", outcome.stop);
+    assert_eq!(h.fake.requests().len(), 2, "the step and the sampling; no request past the limit");
+    let session = h.engine.session(&h.session.id).await.unwrap();
+    assert!(session.cost >= 1.0, "the sampling's cost is the session's: {}", session.cost);
+}

@@ -64,7 +64,8 @@ export function permissionPrompt(request, more, reply, call) {
   };
   const patterns = (request.patterns ?? []).join(', ');
   const meta = request.metadata ?? {};
-  const detail = call ?? (typeof meta.command === 'string' ? meta.command : typeof meta.filePath === 'string' ? meta.filePath : patterns);
+  const sampling = typeof meta.request === 'string' ? `MCP server ${meta.server} asks the model: ${meta.request}` : null;
+  const detail = sampling ?? call ?? (typeof meta.command === 'string' ? meta.command : typeof meta.filePath === 'string' ? meta.filePath : patterns);
   return h(
     'div',
     {class: 'ask permission', role: 'alertdialog', 'aria-label': 'Permission request'},
