@@ -32,12 +32,14 @@ pub(crate) fn base64_data(url: &str) -> Option<(&str, &str)> {
     Some((mime, data))
 }
 
-/// The text a model gets in place of a file its API cannot take.
+/// The text a model gets in place of a file its API cannot take: what it was, and that it was not sent
+/// (so the model does not answer as if it had seen or heard it).
 pub(crate) fn placeholder(file: &FileContent) -> String {
-    match &file.filename {
-        Some(name) => format!("[Attached {}: {name}]", file.mime),
-        None => format!("[Attached {}]", file.mime),
-    }
+    let what = match &file.filename {
+        Some(name) => format!("{}: {name}", file.mime),
+        None => file.mime.clone(),
+    };
+    format!("[Attached {what} — not sent: this model's API does not take this kind of file]")
 }
 
 #[cfg(test)]

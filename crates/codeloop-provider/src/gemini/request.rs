@@ -468,7 +468,7 @@ mod tests {
             json!([
                 { "inlineData": { "mimeType": "image/png", "data": "AAAA" } },
                 { "fileData": { "mimeType": "application/pdf", "fileUri": "https://example.com/a.pdf" } },
-                { "text": "[Attached application/zip: f]" },
+                { "text": "[Attached application/zip: f — not sent: this model's API does not take this kind of file]" },
             ])
         );
         assert!(body.get("toolConfig").is_none() && body.get("generationConfig").is_none());
