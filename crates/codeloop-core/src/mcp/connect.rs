@@ -452,6 +452,8 @@ pub(crate) struct Connected {
     tokens: Option<Arc<tokio::sync::Mutex<AuthorizationManager>>>,
     /// A signed-in connection's token record: what a step-up sign-in replaces.
     pub credentials: Option<FileCredentials>,
+    /// How it was reached in the end (a Streamable HTTP server may have turned out a legacy one).
+    pub transport: Option<TransportKind>,
 }
 
 impl Connected {
@@ -588,6 +590,7 @@ fn connected(
         service: Some(service),
         tokens,
         credentials: None,
+        transport: None,
     }
 }
 
@@ -752,7 +755,9 @@ async fn connect_sse(
     match handler.serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await {
         Ok(service) => {
             let auth = if token.is_some() { AuthState::SignedIn } else { AuthState::None };
-            Ok(connected(service, auth, StderrTail::default(), None))
+            let mut connected = connected(service, auth, StderrTail::default(), None);
+            connected.transport = Some(TransportKind::Sse);
+            Ok(connected)
         }
         Err(e) => Err(StartFailure::Failed(describe(&e))),
     }

@@ -157,6 +157,8 @@ struct Live {
     prompt_list: tokio::sync::Mutex<Option<Vec<McpPrompt>>>,
     auth: AuthState,
     stop: tokio_util::sync::CancellationToken,
+    /// How it was reached, when that differs from its settings (the legacy fallback).
+    transport: Option<TransportKind>,
 }
 
 /// Why a server is being started.
@@ -336,6 +338,7 @@ impl Inner {
                     prompt_list: tokio::sync::Mutex::new(None),
                     auth: connected.auth,
                     stop: connected.stop.clone(),
+                    transport: connected.transport,
                 });
                 tracing::debug!(server = %name, protocol = %connected.protocol, tools = count, "MCP server connected");
                 connected.watch(lost);
@@ -474,8 +477,9 @@ impl Inner {
     }
 
     fn status_of(&self, slot: &Slot) -> ServerStatus {
-        let transport = slot.settings.transport_kind();
-        let saved = || match (transport, &slot.settings.url) {
+        let configured = slot.settings.transport_kind();
+        let transport = slot.live().and_then(|live| live.transport).unwrap_or(configured);
+        let saved = || match (configured, &slot.settings.url) {
             (TransportKind::Http | TransportKind::Sse, Some(url)) => self
                 .context
                 .auth

@@ -252,6 +252,9 @@ async fn a_legacy_http_sse_server_is_reached_by_fallback_and_by_transport_sse() 
             "explicit: {explicit}: {methods:?}"
         );
         assert!(methods.contains(&"tools/call".to_owned()), "{methods:?}");
+        // A listing says how it is really reached, found by itself or configured.
+        let status = h.engine.mcp_status().await;
+        assert_eq!(status[0].transport, codeloop_core::mcp::TransportKind::Sse, "explicit: {explicit}");
     }
 }
 
