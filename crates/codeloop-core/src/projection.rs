@@ -269,8 +269,19 @@ fn tool_result(call_id: &str, name: &str, state: &ToolState, options: Projection
             let outcome = metadata.and_then(|m| m.get("outcome")).and_then(|o| o.as_str());
             let partial =
                 metadata.and_then(|m| m.get("output")).and_then(|o| o.as_str()).filter(|o| !o.is_empty());
+            let sent = metadata
+                .filter(|m| m.get(crate::mcp::REQUEST_SENT_KEY).and_then(|s| s.as_bool()) == Some(true))
+                .and_then(|m| {
+                    Some((m.get("server")?.as_str()?, m.get(crate::mcp::OPERATION_KEY)?.as_str()?))
+                });
             let text = match (outcome, partial) {
                 (Some(codeloop_types::OUTCOME_NOT_STARTED), _) => NOT_STARTED_RESULT.to_owned(),
+                (Some(codeloop_types::OUTCOME_UNKNOWN), None) if let Some((server, operation)) = sent => {
+                    format!(
+                        "This call was interrupted after its request reached the MCP server `{server}` (operation id \
+                     {operation}): it may have acted. Check its effects before repeating it."
+                    )
+                }
                 (Some(codeloop_types::OUTCOME_UNKNOWN), None) => MAY_HAVE_ACTED_RESULT.to_owned(),
                 (Some(codeloop_types::OUTCOME_UNKNOWN), Some(output)) => {
                     format!("{}\n\n[{MAY_HAVE_ACTED_RESULT}]", cut(output, options.tool_output_max_chars))

@@ -43,7 +43,7 @@ pub use settings::{
     DEFAULT_MCP_TIMEOUT, DEFAULT_TOOL_BUDGET_BYTES, DEFAULT_TOOL_BUDGET_TOOLS, McpConfig, McpOrigin,
     McpSettings, OAuthClientSettings, OAuthConfig, RemoteTransport, TransportKind,
 };
-pub use tool::{LIST_RESOURCES, READ_RESOURCE, hook_name, tool_key};
+pub use tool::{LIST_RESOURCES, OPERATION_KEY, READ_RESOURCE, REQUEST_SENT_KEY, hook_name, tool_key};
 
 use connect::Signals;
 use tool::{Link, McpTool, ResourceServers};

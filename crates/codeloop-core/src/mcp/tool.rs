@@ -33,6 +33,8 @@ pub(crate) struct Link {
 /// A request's failure: a tool failure, or a server that wants a wider sign-in first.
 pub(crate) enum Refused {
     Failed(ToolFailure),
+    /// No answer within the server's time-out: the request went out, so it may have acted.
+    TimedOut(String),
     /// 403 `insufficient_scope`: its challenge and the scope it names.
     NeedsScope {
         challenge: String,
@@ -51,6 +53,7 @@ impl Link {
         match self.request_scoped(what, cancel, request).await {
             Ok(value) => Ok(value),
             Err(Refused::Failed(failure)) => Err(failure),
+            Err(Refused::TimedOut(why)) => Err(ToolFailure::Failed(why)),
             Err(Refused::NeedsScope { challenge, .. }) => Err(ToolFailure::Failed(format!(
                 "The MCP server `{}` refused {what}: it needs a wider sign-in ({})",
                 self.server,
@@ -78,10 +81,10 @@ impl Link {
         }
         let server = &self.server;
         let Ok(answered) = result else {
-            return Err(Refused::Failed(ToolFailure::Failed(format!(
+            return Err(Refused::TimedOut(format!(
                 "The MCP server `{server}` did not answer {what} within {} ms (its timeout_ms)",
                 self.timeout.as_millis()
-            ))));
+            )));
         };
         match answered {
             Ok(value) => Ok(value),
@@ -106,6 +109,10 @@ impl Link {
 
 /// The `_meta` key of a `tools/call` that carries the call's operation id.
 pub const OPERATION_META_KEY: &str = "codeloop/operation";
+/// A call part's metadata: the operation id its request carried.
+pub const OPERATION_KEY: &str = "operation";
+/// A call part's metadata: its request went out to the server.
+pub const REQUEST_SENT_KEY: &str = "request_sent";
 
 /// `server_tool`, in the characters every provider accepts in a tool name, at most 64 long.
 pub fn tool_key(server: &str, tool: &str) -> String {
@@ -197,13 +204,25 @@ impl Tool for McpTool {
         meta.insert(OPERATION_META_KEY.into(), ctx.call.call_id.clone().into());
         params.meta = Some(rmcp::model::RequestMetaObject(rmcp::model::MetaObject(meta)));
         let what = format!("`{}`", self.tool);
-        let base = metadata.as_object().cloned().unwrap_or_default();
+        let mut base = metadata.as_object().cloned().unwrap_or_default();
+        // From here the request is on its way: an interruption cannot say it did nothing (DESIGN.md §5m).
+        base.insert(OPERATION_KEY.into(), ctx.call.call_id.clone().into());
+        base.insert(REQUEST_SENT_KEY.into(), true.into());
         let caller = self.link.signals.enter(ctx.host.clone(), ctx.call.clone(), base);
+        ctx.host.progress(&ctx.call, None, Some(caller.metadata()));
+        let sent = |why: String| {
+            ToolFailure::Failed(format!(
+                "{why}. The request reached the server (operation id {}): it may have acted; check its \
+                 effects before repeating it.",
+                ctx.call.call_id
+            ))
+        };
         let link = &self.link;
         let result = match link.request_scoped(&what, &ctx.cancel, link.peer.call_tool(params.clone())).await
         {
             Ok(result) => result,
             Err(Refused::Failed(failure)) => return Err(failure),
+            Err(Refused::TimedOut(why)) => return Err(sent(why)),
             Err(Refused::NeedsScope { challenge, scope }) => {
                 let Some(step_up) = &link.step_up else {
                     // Not signed in by codeloop (a configured Authorization header): nothing to widen.

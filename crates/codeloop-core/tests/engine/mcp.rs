@@ -523,6 +523,8 @@ async fn timeout_ms_bounds_each_call_and_the_server_stays_usable() {
     let states = h.tool_states().await;
     let ToolState::Error(slow) = &states[0] else { panic!("{states:?}") };
     assert!(slow.error.contains("within 400 ms"), "{}", slow.error);
+    // It went out: the model is not told it did nothing (DESIGN.md §5m).
+    assert!(slow.error.contains("The request reached the server (operation id"), "{}", slow.error);
     assert_eq!(tool_results(&h.messages(2)).last().unwrap().1, "echo: still here");
 }
 

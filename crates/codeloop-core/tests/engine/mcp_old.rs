@@ -520,3 +520,46 @@ async fn what_sampling_costs_counts_against_the_sessions_cost_limit() {
     let session = h.engine.session(&h.session.id).await.unwrap();
     assert!(session.cost >= 1.0, "the sampling's cost is the session's: {}", session.cost);
 }
+
+// ---- an interrupted call says its request went out (DESIGN.md §5m) ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_call_interrupted_after_its_request_went_out_says_so_with_its_operation_id() {
+    let server = McpTestServer::start(McpServerOptions::new(Revision::Sessions)).await.unwrap();
+    let h = McpHarness::new(
+        script(vec![Reply::tool_call("web_slow", json!({"ms": 20_000})), Reply::text("I will check first.")]),
+        vec![("web", remote(&server.url()))],
+        vec![],
+    )
+    .await;
+    let engine = h.engine.clone();
+    let session = h.session.id.clone();
+    let run = tokio::spawn(async move {
+        engine
+            .prompt(&session, codeloop_core::PromptInput::text("be slow"), codeloop_core::Delivery::Queue)
+            .await
+    });
+    let arrived = eventually(std::time::Duration::from_secs(10), async || {
+        server.requests().iter().any(|r| r.tool.as_deref() == Some("slow"))
+    })
+    .await;
+    assert!(arrived, "the server got the call");
+    assert!(h.engine.abort(&h.session.id).await);
+    let _ = run.await.unwrap();
+    let states = h.tool_states().await;
+    let codeloop_types::ToolState::Error(cut) = &states[0] else { panic!("{states:?}") };
+    let metadata = cut.metadata.clone().unwrap_or_default();
+    assert_eq!(metadata["outcome"], "unknown", "{metadata}");
+    assert_eq!(metadata["request_sent"], true, "{metadata}");
+    let call = server.requests().into_iter().find(|r| r.tool.as_deref() == Some("slow")).unwrap();
+    let operation = call.meta.as_ref().and_then(|m| m["codeloop/operation"].as_str()).unwrap().to_owned();
+    assert_eq!(metadata["operation"], operation.as_str(), "the id the server got is the one recorded");
+    // The next request tells the model the request went out, and under which id.
+    h.prompt("what happened?").await;
+    let told = tool_results(&h.messages(1));
+    let text = &told.last().unwrap().1;
+    assert!(
+        text.contains("after its request reached the MCP server `web`") && text.contains(&operation),
+        "{text}"
+    );
+}
