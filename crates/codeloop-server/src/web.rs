@@ -65,6 +65,7 @@ static FILES: &[Asset] = &[
     asset!("js/parts.js", JS),
     asset!("js/timeline.js", JS),
     asset!("js/panels.js", JS),
+    asset!("js/commands.js", JS),
 ];
 
 fn find(name: &str) -> Option<&'static Asset> {

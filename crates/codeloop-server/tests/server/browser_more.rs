@@ -338,6 +338,36 @@ async fn an_mcp_servers_form_is_filled_in_the_page_and_its_defaults_fill_the_res
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slash_command_is_listed_completed_with_tab_and_run_as_a_command() {
+    let h = harness(Script::new([Turn::from(Reply::text("Wrote AGENTS.md."))]), |_| {}).await;
+    let Some(browser) =
+        Browser::start("a_slash_command_is_listed_completed_with_tab_and_run_as_a_command").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    browser.type_into("#input", "/in").await;
+    let listed = browser
+        .wait(
+            "the command list",
+            "const l = document.getElementById('command-list'); return !l.hidden && l.textContent",
+        )
+        .await;
+    assert!(listed.as_str().unwrap().contains("/init"), "{listed}");
+    browser.keys(&["\u{E004}"]).await;
+    let typed = browser.js("return document.getElementById('input').value", json!([])).await;
+    assert_eq!(typed, json!("/init "), "Tab completed the name");
+    browser.type_into("#input", "focus on the tests\u{E007}").await;
+    browser.wait("the answer", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent === 'Wrote AGENTS.md.'").await;
+    idle(&browser).await;
+    let sent = h.fake.requests()[0].body.to_string();
+    assert!(sent.contains("Please analyze this codebase") && sent.contains("focus on the tests"), "{sent}");
+    assert!(!sent.contains("/init focus"), "sent as the command, not as text: {sent}");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_back() {
     let h = harness(
         Script::new([

@@ -7,6 +7,7 @@ import {jobList} from './panels.js';
 import {$, app, isBusy, notify, timeline} from './state.js';
 import {newSession} from './session.js';
 import {renderAsks, renderChrome} from './chrome.js';
+import {commandFor, renderCommandList} from './commands.js';
 
 export async function send(delivery) {
   const input = $('input');
@@ -21,17 +22,21 @@ export async function send(delivery) {
     convo = app.convo;
   }
   const busy = isBusy();
-  const body = {parts: [{type: 'text', text}], delivery: busy ? delivery : 'queue'};
-  if (app.model) body.model = app.model;
-  if (app.agent) body.agent = app.agent;
+  const command = commandFor(text);
+  const body = command
+    ? {command: command.name, arguments: command.arguments, delivery: busy ? delivery : 'queue'}
+    : {parts: [{type: 'text', text}], delivery: busy ? delivery : 'queue'};
+  if (app.model && !command) body.model = app.model;
+  if (app.agent && !command) body.agent = app.agent;
   if (app.effort) body.effort = app.effort;
   input.value = '';
   autosize();
+  renderCommandList();
   // Busy before the request, not after its answer: a quick run's own events (its end included) can
   // arrive before the 202 does, and must not be overwritten by a stale "busy".
   if (!busy) app.statuses.set(convo.id, {type: 'busy'});
   try {
-    await app.api.post(`/session/${seg(convo.id)}/prompt_async`, body);
+    await app.api.post(`/session/${seg(convo.id)}/${command ? 'command' : 'prompt_async'}`, body);
     if (busy && delivery === 'queue') {
       app.queued += 1;
       notify('info', `Queued (sent when the run ends): ${ellipsize(text.split('\n')[0], 80)}`);

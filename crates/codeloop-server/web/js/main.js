@@ -10,6 +10,7 @@ import {loadLists, openSession, saveResume, showEmpty} from './session.js';
 import {onConnection, onControl, onEvent} from './events.js';
 import {abort, autosize, compactNow, exportSession, redo, replyPermission, send, toggleJobs, undo} from './actions.js';
 import {closeSidebar, renderChrome} from './chrome.js';
+import {completeFirst, renderCommandList} from './commands.js';
 
 // ----- the address: token and route -----
 
@@ -72,12 +73,19 @@ function wireUi() {
     send('queue');
   });
   input.addEventListener('keydown', (e) => {
+    if (e.key === 'Tab' && !e.shiftKey && completeFirst()) {
+      e.preventDefault();
+      return;
+    }
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
       e.preventDefault();
       send(e.ctrlKey || e.metaKey ? 'steer' : 'queue');
     }
   });
-  input.addEventListener('input', autosize);
+  input.addEventListener('input', () => {
+    autosize();
+    renderCommandList();
+  });
   $('steer').addEventListener('click', () => send('steer'));
   $('stop').addEventListener('click', abort);
   $('new-session').addEventListener('click', () => {

@@ -6,6 +6,7 @@ import {Convo} from './convo.js';
 import {$, FIRST_PAGE, OLDER_PAGE, RESUME_KEY, addAsk, app, notify, root, setRoute, timeline} from './state.js';
 import {closeSidebar, renderAsks, renderChrome, renderPickers, renderSessions} from './chrome.js';
 import {needToken} from './actions.js';
+import {loadCommands} from './commands.js';
 
 /** Before a reload: where the stream was and the texts still streaming, to pick up exactly there. */
 export function saveResume() {
@@ -42,6 +43,8 @@ export async function loadLists() {
 
 export function showEmpty() {
   app.convo = null;
+  // A new session starts in the server's directory: its commands are the ones to offer.
+  loadCommands(null);
   app.children = new Set();
   app.permissions = [];
   app.questions = [];
@@ -118,6 +121,7 @@ export async function openSession(id, resume = null) {
 
 export async function loadAsks(convo) {
   const id = convo.id;
+  loadCommands(app.sessions.get(id)?.directory ?? null);
   const [children, permissions, questions, elicitations] = await Promise.allSettled([
     app.api.get(`/session/${seg(id)}/children`),
     app.api.get('/permission'),
