@@ -129,7 +129,10 @@ async fn a_prompt_sent_with_enter_streams_its_answer_on_a_narrow_window() {
 async fn permission_prompts_are_answered_with_allow_once_and_with_reject() {
     let h = harness(
         Script::new([
-            Turn::from(Reply::tool_call("bash", json!({"command": "echo approved-by-click"}))),
+            Turn::from(Reply::tool_call(
+                "bash",
+                json!({"command": "echo approved-by-click", "description": "Say something"}),
+            )),
             Turn::from(Reply::text("It ran.")),
             Turn::from(Reply::tool_call("bash", json!({"command": "echo never-runs"}))),
         ]),
@@ -160,6 +163,14 @@ async fn permission_prompts_are_answered_with_allow_once_and_with_reject() {
         .wait("the approved call's output", "const c = document.querySelector('#timeline .card[data-tool=bash][data-state=completed]'); return c ? c.textContent : ''")
         .await;
     assert!(output.as_str().unwrap().contains("approved-by-click"), "{output}");
+    // A finished bash card names the command it ran, not the model's description of it.
+    let head = browser
+        .js(
+            "return document.querySelector('#timeline .card[data-tool=bash] .tool-input').textContent",
+            json!([]),
+        )
+        .await;
+    assert_eq!(head, json!("echo approved-by-click"));
     browser
         .wait("the answer after the call", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent === 'It ran.'")
         .await;

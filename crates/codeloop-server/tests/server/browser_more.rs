@@ -406,6 +406,14 @@ async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_b
     browser.wait("the answer", "return [...document.querySelectorAll('#timeline .answer')].pop()?.textContent === 'Wrote notes.txt.'").await;
     idle(&browser).await;
     assert!(project.join("notes.txt").exists());
+    // Changed files are named within the project, not by their absolute path.
+    let changed = browser
+        .wait(
+            "the files-changed line",
+            "return [...document.querySelectorAll('#timeline .line')].map(l => l.textContent).find(t => t.startsWith('± files changed')) ?? null",
+        )
+        .await;
+    assert_eq!(changed, json!("± files changed: notes.txt"));
     browser.click_button("Undo").await;
     browser.wait("the turn to be hidden", "return document.querySelector('#timeline .answer') === null && document.querySelector('#timeline .undone') !== null").await;
     assert!(!project.join("notes.txt").exists(), "the file the turn wrote is gone");

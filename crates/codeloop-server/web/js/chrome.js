@@ -100,7 +100,7 @@ export function paintChrome() {
   const model = currentModel();
   const entry = app.models.find((m) => m.id === model);
   const used = convo?.lastUsage();
-  $('context').textContent = used && entry?.limit?.context ? `${Math.round((100 * used) / entry.limit.context)}% context` : used ? `${compact(used)} tokens` : '–% context';
+  $('context').textContent = used && entry?.limit?.context ? `${Math.round((100 * used) / entry.limit.context)}% context` : used ? `${compact(used)} tokens` : '';
   $('context').title = used ? `${used} tokens in the last request` : '';
   $('cost').textContent = `$${(session?.cost ?? 0).toFixed(4)}`;
   $('cost').title = session ? `${session.tokens?.input ?? 0} in · ${session.tokens?.output ?? 0} out` : '';

@@ -16,6 +16,16 @@ const MAX_SHOWN = 200000;
 /** Which foldable things a person opened (by row key), so a re-render keeps them open. */
 export const opened = new Set();
 
+/** The shown session's directory: changed files are named relative to it. */
+let projectDir = null;
+export function setProjectDir(directory) {
+  projectDir = directory ? directory.replace(/\/+$/, '') : null;
+}
+
+function relative(path) {
+  return projectDir && typeof path === 'string' && path.startsWith(`${projectDir}/`) ? path.slice(projectDir.length + 1) : path;
+}
+
 export function renderRow(row) {
   switch (row.kind) {
     case 'user':
@@ -66,7 +76,7 @@ function partRow(row) {
     case 'tool':
       return toolCard(row.key, part);
     case 'patch':
-      return h('div', {class: 'line dim'}, `± files changed: ${(part.files ?? []).join(', ')}`);
+      return h('div', {class: 'line dim', title: (part.files ?? []).join('\n')}, `± files changed: ${(part.files ?? []).map(relative).join(', ')}`);
     case 'retry':
       return h('div', {class: 'line warn'}, `↻ attempt ${part.attempt} failed: ${errorMessage(part.error)}`);
     case 'subtask':
@@ -158,7 +168,9 @@ function toolCard(key, part) {
   // Interrupted after it started: it may have acted (DESIGN.md §5m), shown apart from a failure.
   const unknown = interrupted && state.metadata?.outcome === 'unknown';
   const [icon, label] = interrupted ? ['■', unknown ? 'interrupted · may have acted' : 'interrupted'] : STATES[state.status] ?? ['?', state.status];
-  const title = state.title && state.status !== 'pending' ? state.title : callSummary(part.tool, state.input ?? {});
+  // A command is what a person checks (its description is the model's own words): shown for bash.
+  const command = part.tool === 'bash' && typeof state.input?.command === 'string' ? state.input.command : null;
+  const title = command ?? (state.title && state.status !== 'pending' ? state.title : callSummary(part.tool, state.input ?? {}));
   const head = h(
     'div',
     {class: 'head'},

@@ -7,6 +7,7 @@ import {$, FIRST_PAGE, OLDER_PAGE, RESUME_KEY, addAsk, app, notify, root, setRou
 import {closeSidebar, renderAsks, renderChrome, renderPickers, renderSessions} from './chrome.js';
 import {needToken} from './actions.js';
 import {loadCommands} from './commands.js';
+import {setProjectDir} from './parts.js';
 
 /** Before a reload: where the stream was and the texts still streaming, to pick up exactly there. */
 export function saveResume() {
@@ -66,6 +67,7 @@ export async function openSession(id, resume = null) {
     ? (resume.parts ?? []).map((part) => ({type: 'message.part.updated', properties: {session_id: id, part}}))
     : app.ring.filter((event) => event.properties?.session_id === id);
   app.convo = convo;
+  setProjectDir(app.sessions.get(id)?.directory ?? null);
   app.children = new Set();
   app.permissions = [];
   app.questions = [];
