@@ -66,6 +66,7 @@ static FILES: &[Asset] = &[
     asset!("js/timeline.js", JS),
     asset!("js/panels.js", JS),
     asset!("js/commands.js", JS),
+    asset!("js/todos.js", JS),
 ];
 
 fn find(name: &str) -> Option<&'static Asset> {

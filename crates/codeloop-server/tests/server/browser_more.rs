@@ -368,6 +368,47 @@ async fn a_slash_command_is_listed_completed_with_tab_and_run_as_a_command() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_todo_list_shows_as_a_panel_with_each_items_state() {
+    let todos = json!({"todos": [
+        {"content": "Read the tests", "status": "completed", "priority": "high"},
+        {"content": "Fix the parser", "status": "in_progress", "priority": "high"},
+        {"content": "Run the suite", "status": "pending", "priority": "medium"},
+    ]});
+    let h = harness(
+        Script::new([Turn::from(Reply::tool_call("todowrite", todos)), Turn::from(Reply::text("Planned."))]),
+        |_| {},
+    )
+    .await;
+    let Some(browser) = Browser::start("the_todo_list_shows_as_a_panel_with_each_items_state").await else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    send(&browser, "plan it").await;
+    let shown = browser
+        .wait(
+            "the todo panel",
+            "const t = document.getElementById('todos'); return t && !t.hidden ? [...t.querySelectorAll('li')].map(l => l.dataset.status + ':' + l.textContent) : null",
+        )
+        .await;
+    assert_eq!(
+        shown,
+        json!(["completed:☑ Read the tests", "in_progress:◐ Fix the parser", "pending:☐ Run the suite"])
+    );
+    let title =
+        browser.js("return document.querySelector('#todos .panel-title').textContent", json!([])).await;
+    assert_eq!(title, json!("Todo 1/3"));
+    idle(&browser).await;
+    // Opened again (a reload), the list comes from the session.
+    browser.refresh().await;
+    booted(&browser).await;
+    browser
+        .wait("the todo panel after a reload", "const t = document.getElementById('todos'); return t && !t.hidden && t.querySelectorAll('li').length === 3")
+        .await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_back() {
     let h = harness(
         Script::new([

@@ -7,6 +7,7 @@ import {RING, RING_TYPES, addAsk, app, isBusy, mine, notify, timeline} from './s
 import {openSession, loadLists} from './session.js';
 import {loadJobs, needToken} from './actions.js';
 import {renderAsks, renderChrome, renderConnection, renderPickers, renderSessions} from './chrome.js';
+import {setTodos} from './todos.js';
 
 export function onControl(type) {
   if (type === 'resync') {
@@ -86,11 +87,7 @@ export function onEvent(event) {
       if (current) notify('info', 'Context compacted: older messages were summarised.');
       break;
     case 'todo.updated':
-      if (current) {
-        const todos = p.todos ?? [];
-        const done = todos.filter((t) => t.status === 'completed').length;
-        notify('dim', `☑ todo list: ${done}/${todos.length} done${todos.find((t) => t.status === 'in_progress') ? ` — now: ${todos.find((t) => t.status === 'in_progress').content}` : ''}`);
-      }
+      if (current) setTodos(p.todos ?? []);
       break;
     case 'permission.asked':
       addAsk(app.permissions, p);

@@ -8,6 +8,7 @@ import {closeSidebar, renderAsks, renderChrome, renderPickers, renderSessions} f
 import {needToken} from './actions.js';
 import {loadCommands} from './commands.js';
 import {setProjectDir} from './parts.js';
+import {loadTodos, setTodos} from './todos.js';
 
 /** Before a reload: where the stream was and the texts still streaming, to pick up exactly there. */
 export function saveResume() {
@@ -44,6 +45,7 @@ export async function loadLists() {
 
 export function showEmpty() {
   app.convo = null;
+  setTodos([]);
   // A new session starts in the server's directory: its commands are the ones to offer.
   loadCommands(null);
   app.children = new Set();
@@ -68,6 +70,7 @@ export async function openSession(id, resume = null) {
     : app.ring.filter((event) => event.properties?.session_id === id);
   app.convo = convo;
   setProjectDir(app.sessions.get(id)?.directory ?? null);
+  setTodos([]);
   app.children = new Set();
   app.permissions = [];
   app.questions = [];
@@ -124,6 +127,7 @@ export async function openSession(id, resume = null) {
 export async function loadAsks(convo) {
   const id = convo.id;
   loadCommands(app.sessions.get(id)?.directory ?? null);
+  loadTodos(id);
   const [children, permissions, questions, elicitations] = await Promise.allSettled([
     app.api.get(`/session/${seg(id)}/children`),
     app.api.get('/permission'),

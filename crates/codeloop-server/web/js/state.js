@@ -28,6 +28,8 @@ export const app = {
   children: new Set(),
   permissions: [],
   questions: [],
+  /** The shown session's todo list. */
+  todos: [],
   /** The slash commands of the shown session's project (GET /command). */
   commands: [],
   /** MCP servers' requests for input (elicitations) of the session shown. */
