@@ -64,6 +64,15 @@ async fn a_prompt_sent_with_enter_streams_its_answer_on_a_narrow_window() {
         browser.js("return [location.href, sessionStorage.getItem('codeloop.token')]", json!([])).await;
     assert_eq!(address[0], json!(format!("{}/", h.base)), "the token left the address bar");
     assert_eq!(address[1], json!(TOKEN), "the token is in the tab's session storage");
+    // A phone-sized window: a placeholder that fits, and the status line in one row.
+    let fit = browser
+        .js(
+            "const s = document.getElementById('status'); const b = s.querySelector('button'); \
+             return [document.getElementById('input').placeholder, s.clientHeight <= 2 * b.offsetHeight]",
+            json!([]),
+        )
+        .await;
+    assert_eq!(fit, json!(["Message", true]), "{fit}");
 
     // Shift+Enter is a new line, Enter sends.
     browser.type_into("#input", "Say hello\u{E008}\u{E007}\u{E008}please\u{E007}").await;

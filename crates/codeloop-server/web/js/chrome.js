@@ -93,9 +93,13 @@ export function paintChrome() {
   $('stop').hidden = !busy;
   $('steer').hidden = !busy;
   $('send').textContent = busy ? 'Queue' : 'Send';
-  $('input').placeholder = busy
-    ? 'Enter queues a message for after this run · Ctrl+Enter steers it now · Esc stops'
-    : 'Message (Enter sends, Shift+Enter new line)';
+  // A phone has no Ctrl or Esc, and room for a few words only.
+  const small = matchMedia('(max-width: 760px), (pointer: coarse)').matches;
+  $('input').placeholder = small
+    ? busy ? 'Queue a message for after this run' : 'Message'
+    : busy
+      ? 'Enter queues a message for after this run · Ctrl+Enter steers it now · Esc stops'
+      : 'Message (Enter sends, Shift+Enter new line)';
   const session = convo?.session;
   const model = currentModel();
   const entry = app.models.find((m) => m.id === model);

@@ -49,6 +49,9 @@ export class Timeline {
     /** Whether rows were drawn since the last reset (then the margins are drawn too). */
     this.drawn = false;
     this.resize = new ResizeObserver((entries) => this.resized(entries));
+    // The view itself shrinks when a permission prompt or a panel opens below it: a view that follows the
+    // newest row keeps it in sight.
+    this.resize.observe(scroller);
     scroller.addEventListener('scroll', () => this.scrolled(), {passive: true});
   }
 
@@ -111,6 +114,10 @@ export class Timeline {
   resized(entries) {
     let changed = false;
     for (const entry of entries) {
+      if (entry.target === this.scroller) {
+        changed ||= this.stuck;
+        continue;
+      }
       const key = entry.target.dataset.key;
       const height = entry.target.offsetHeight;
       if (key && height && this.heights.get(key) !== height) {
