@@ -409,6 +409,52 @@ async fn the_todo_list_shows_as_a_panel_with_each_items_state() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_pane_names_the_sessions_working_now_and_opens_one() {
+    let h = harness(
+        Script::new([Turn::from(
+            Reply::text("Working on it for a while.").with_text_chunks(40).with_chunk_delay_ms(100),
+        )]),
+        |_| {},
+    )
+    .await;
+    let session = h.engine.create_session(h.project.path(), None, None, None).await.unwrap();
+    let engine = h.engine.clone();
+    let id = session.id.clone();
+    let run = tokio::spawn(async move {
+        let input = codeloop_core::PromptInput::text("go");
+        engine
+            .submit(codeloop_core::SessionCommand::Prompt {
+                session: id,
+                input,
+                delivery: codeloop_core::Delivery::Queue,
+            })
+            .await
+    });
+    let Some(browser) = Browser::start("the_home_pane_names_the_sessions_working_now_and_opens_one").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    let working = browser
+        .wait(
+            "the working session on the home pane",
+            "const b = document.querySelector('#home:not([hidden]) .home-working button'); return b ? b.dataset.session : ''",
+        )
+        .await;
+    assert_eq!(working, json!(session.id.to_string()));
+    browser.click("#home .home-working button").await;
+    browser
+        .wait(
+            "the session to open",
+            "return document.getElementById('home').hidden && location.hash.includes('/session/')",
+        )
+        .await;
+    let _ = run.await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_back() {
     let h = harness(
         Script::new([

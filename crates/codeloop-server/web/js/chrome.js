@@ -81,8 +81,33 @@ export function renderChrome() {
   if (!chromeFrame) chromeFrame = requestAnimationFrame(paintChrome);
 }
 
+/** With no session open: what to do, and the sessions working right now (the sidebar shows them too,
+ * but a person looking at an empty pane should not have to find them). */
+function paintHome() {
+  const home = $('home');
+  if (!home) return;
+  home.hidden = Boolean(app.convo);
+  if (app.convo) return;
+  clear(home);
+  home.appendChild(h('p', null, 'Type a message below to start a new session here, or open one from the list.'));
+  const working = [...app.sessions.values()].filter((s) => {
+    const status = app.statuses.get(s.id);
+    return !s.parent_id && status && status.type !== 'idle';
+  });
+  if (!working.length) return;
+  home.appendChild(h('p', {class: 'dim'}, 'Working now:'));
+  const list = h('ul', {class: 'home-working'});
+  for (const session of working) {
+    const open = h('button', {type: 'button', class: 'link', 'data-session': session.id}, session.title || session.id);
+    open.addEventListener('click', () => openSession(session.id));
+    list.appendChild(h('li', null, '● ', open));
+  }
+  home.appendChild(list);
+}
+
 export function paintChrome() {
   chromeFrame = 0;
+  paintHome();
   const convo = app.convo;
   const busy = isBusy();
   const status = convo ? app.statuses.get(convo.id) : null;
