@@ -442,6 +442,13 @@ mod tests {
         assert_eq!(config.mcp.len(), 1);
         assert_eq!(config.mcp["web"].url.as_deref(), Some("https://x/mcp"));
         assert_eq!(crate::config::Config::default().mcp.budget(), (8192, 40));
+        // A value that is not a count is refused, naming the key; it never becomes a server.
+        for bad in
+            ["tool_budget_bytes = -1", "tool_budget_tools = \"all\"", "tool_budget_bytes = { url = \"x\" }"]
+        {
+            let error = toml::from_str::<crate::config::Config>(&format!("[mcp]\n{bad}\n")).unwrap_err();
+            assert!(error.to_string().contains("tool_budget"), "{bad}: {error}");
+        }
         // Unknown keys inside a server are still reported.
         let mut unknown = Vec::new();
         let value: toml::Value = toml::from_str("[mcp.web]\nurl = \"https://x/mcp\"\nbogus = 1\n").unwrap();
