@@ -67,6 +67,7 @@ static FILES: &[Asset] = &[
     asset!("js/panels.js", JS),
     asset!("js/commands.js", JS),
     asset!("js/todos.js", JS),
+    asset!("js/attach.js", JS),
 ];
 
 fn find(name: &str) -> Option<&'static Asset> {

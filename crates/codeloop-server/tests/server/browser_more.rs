@@ -455,6 +455,46 @@ async fn the_home_pane_names_the_sessions_working_now_and_opens_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_image_and_text_file_go_with_the_message_as_file_parts() {
+    let h = harness(Script::new([Turn::from(Reply::text("A pixel and a note."))]), |_| {}).await;
+    let files = tempfile::tempdir().unwrap();
+    // A 1×1 PNG, and a text file.
+    let png: &[u8] = &[
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0x49, 0x48, 0x44, 0x52, 0, 0, 0, 1, 0,
+        0, 0, 1, 8, 6, 0, 0, 0, 0x1f, 0x15, 0xc4, 0x89, 0, 0, 0, 0x0a, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c,
+        0x63, 0, 1, 0, 0, 5, 0, 1, 0x0d, 0x0a, 0x2d, 0xb4, 0, 0, 0, 0, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42,
+        0x60, 0x82,
+    ];
+    std::fs::write(files.path().join("pixel.png"), png).unwrap();
+    std::fs::write(files.path().join("notes.md"), "remember the milk\n").unwrap();
+    let Some(browser) =
+        Browser::start("an_attached_image_and_text_file_go_with_the_message_as_file_parts").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    let both =
+        format!("{}\n{}", files.path().join("pixel.png").display(), files.path().join("notes.md").display());
+    browser.type_into("#attach", &both).await;
+    let chips = browser
+        .wait(
+            "the attachment chips",
+            "const c = [...document.querySelectorAll('#attachments .chip')].map(c => c.dataset.file); return c.length === 2 ? c : null",
+        )
+        .await;
+    assert_eq!(chips, json!(["pixel.png", "notes.md"]));
+    send(&browser, "what are these?").await;
+    browser.wait("the answer", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent === 'A pixel and a note.'").await;
+    let sent = h.fake.requests()[0].body.to_string();
+    assert!(sent.contains("data:image/png;base64,iVBORw0KGgo"), "the image went as an image: {sent}");
+    assert!(sent.contains("remember the milk"), "the text file's text went along: {sent}");
+    let left = browser.js("return document.getElementById('attachments').hidden", json!([])).await;
+    assert_eq!(left, json!(true), "sent attachments are cleared");
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_back() {
     let h = harness(
         Script::new([

@@ -8,11 +8,12 @@ import {$, app, isBusy, notify, timeline} from './state.js';
 import {newSession} from './session.js';
 import {renderAsks, renderChrome} from './chrome.js';
 import {commandFor, renderCommandList} from './commands.js';
+import {asParts, restoreAttachments, takeAttachments} from './attach.js';
 
 export async function send(delivery) {
   const input = $('input');
   const text = input.value;
-  if (!text.trim()) return;
+  if (!text.trim() && !app.attachments.length) return;
   let convo = app.convo;
   if (!convo) {
     input.disabled = true;
@@ -22,10 +23,11 @@ export async function send(delivery) {
     convo = app.convo;
   }
   const busy = isBusy();
-  const command = commandFor(text);
+  const command = app.attachments.length ? null : commandFor(text);
+  const files = command ? [] : takeAttachments();
   const body = command
     ? {command: command.name, arguments: command.arguments, delivery: busy ? delivery : 'queue'}
-    : {parts: [{type: 'text', text}], delivery: busy ? delivery : 'queue'};
+    : {parts: [...(text.trim() ? [{type: 'text', text}] : []), ...asParts(files)], delivery: busy ? delivery : 'queue'};
   if (app.model && !command) body.model = app.model;
   if (app.agent && !command) body.agent = app.agent;
   if (app.effort) body.effort = app.effort;
@@ -47,6 +49,7 @@ export async function send(delivery) {
   } catch (e) {
     if (!busy) app.statuses.set(convo.id, {type: 'idle'});
     if (!input.value) input.value = text;
+    restoreAttachments(files);
     notify('error', `Not sent: ${e.message}`);
   }
   renderChrome();

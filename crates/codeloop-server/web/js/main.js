@@ -11,6 +11,7 @@ import {onConnection, onControl, onEvent} from './events.js';
 import {abort, autosize, compactNow, exportSession, redo, replyPermission, send, toggleJobs, undo} from './actions.js';
 import {closeSidebar, renderChrome} from './chrome.js';
 import {completeFirst, renderCommandList} from './commands.js';
+import {attachFiles} from './attach.js';
 
 // ----- the address: token and route -----
 
@@ -81,6 +82,10 @@ function wireUi() {
       e.preventDefault();
       send(e.ctrlKey || e.metaKey ? 'steer' : 'queue');
     }
+  });
+  $('attach').addEventListener('change', (e) => {
+    attachFiles([...e.target.files]);
+    e.target.value = '';
   });
   input.addEventListener('input', () => {
     autosize();

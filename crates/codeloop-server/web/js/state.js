@@ -28,6 +28,8 @@ export const app = {
   children: new Set(),
   permissions: [],
   questions: [],
+  /** Files picked for the next message: {filename, mime, size, url}. */
+  attachments: [],
   /** The shown session's todo list. */
   todos: [],
   /** The slash commands of the shown session's project (GET /command). */
