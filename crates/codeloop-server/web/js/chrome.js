@@ -129,7 +129,9 @@ export function paintChrome() {
   const model = currentModel();
   const entry = app.models.find((m) => m.id === model);
   const used = convo?.lastUsage();
-  $('context').textContent = used && entry?.limit?.context ? `${Math.round((100 * used) / entry.limit.context)}% context` : used ? `${compact(used)} tokens` : '';
+  // Filled from the start: 0% of a known window before the first request; tokens when the window is unknown.
+  const contextWindow = entry?.limit?.context;
+  $('context').textContent = contextWindow ? `${Math.round((100 * (used ?? 0)) / contextWindow)}% context` : used ? `${compact(used)} tokens` : '';
   $('context').title = used ? `${used} tokens in the last request` : '';
   $('cost').textContent = `$${(session?.cost ?? 0).toFixed(4)}`;
   $('cost').title = session ? `${session.tokens?.input ?? 0} in · ${session.tokens?.output ?? 0} out` : '';
