@@ -410,11 +410,21 @@ async fn the_todo_list_shows_as_a_panel_with_each_items_state() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_home_pane_names_the_sessions_working_now_and_opens_one() {
+    // The run waits on a permission no one answers: it is working for as long as the test needs.
     let h = harness(
-        Script::new([Turn::from(
-            Reply::text("Working on it for a while.").with_text_chunks(40).with_chunk_delay_ms(100),
-        )]),
-        |_| {},
+        Script::new([
+            Turn::from(Reply::tool_call("bash", json!({"command": "echo later"}))),
+            Turn::from(Reply::text("Done.")),
+        ]),
+        |setup| {
+            setup.ask_policy = AskPolicy::Wait;
+            setup.config.permission =
+                codeloop_core::config::PermissionConfig(vec![codeloop_types::PermissionRule::new(
+                    "bash",
+                    "*",
+                    codeloop_types::PermissionAction::Ask,
+                )]);
+        },
     )
     .await;
     let session = h.engine.create_session(h.project.path(), None, None, None).await.unwrap();
@@ -450,6 +460,7 @@ async fn the_home_pane_names_the_sessions_working_now_and_opens_one() {
             "return document.getElementById('home').hidden && location.hash.includes('/session/')",
         )
         .await;
+    let _ = h.engine.submit(codeloop_core::SessionCommand::Abort { session: session.id.clone() }).await;
     let _ = run.await;
     browser.close().await;
 }
