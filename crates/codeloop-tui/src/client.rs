@@ -86,6 +86,11 @@ pub trait Client: Send + Sync + 'static {
     ) -> anyhow::Result<()>;
     async fn reply_question(&self, id: &QuestionId, answers: Vec<Vec<String>>) -> anyhow::Result<()>;
     async fn reject_question(&self, id: &QuestionId) -> anyhow::Result<()>;
+    /// MCP servers' requests of a session waiting for an answer.
+    async fn pending_elicitations(
+        &self,
+        id: &SessionId,
+    ) -> anyhow::Result<Vec<codeloop_types::ElicitationRequest>>;
     /// Answers an MCP server's elicitation of a session.
     async fn answer_elicitation(
         &self,

@@ -189,8 +189,9 @@ async fn open(
     };
     let history = kept_history(client, &session.id).await?;
     let (permissions, questions) = client.pending(&session.id).await.unwrap_or_default();
+    let elicitations = client.pending_elicitations(&session.id).await.unwrap_or_default();
     let status = client.status(&session.id).await;
-    Ok(Outcome::Opened { session, history, permissions, questions, status, created })
+    Ok(Outcome::Opened { session, history, permissions, questions, elicitations, status, created })
 }
 
 /// What actions need: the client, where to send their outcomes, the directory.

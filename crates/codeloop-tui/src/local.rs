@@ -159,6 +159,13 @@ impl Client for LocalClient {
         Ok(())
     }
 
+    async fn pending_elicitations(
+        &self,
+        id: &SessionId,
+    ) -> anyhow::Result<Vec<codeloop_types::ElicitationRequest>> {
+        Ok(self.engine.pending_elicitations(id))
+    }
+
     async fn answer_elicitation(
         &self,
         session: &SessionId,

@@ -250,6 +250,13 @@ impl Client for RemoteClient {
         Ok(())
     }
 
+    async fn pending_elicitations(
+        &self,
+        id: &SessionId,
+    ) -> anyhow::Result<Vec<codeloop_types::ElicitationRequest>> {
+        self.get(&format!("/session/{id}/elicitation")).await
+    }
+
     async fn answer_elicitation(
         &self,
         session: &SessionId,

@@ -60,6 +60,7 @@ fn app(history: Vec<MessageWithParts>) -> App {
         history: history.into_iter().map(Kept::new).collect(),
         permissions: Vec::new(),
         questions: Vec::new(),
+        elicitations: Vec::new(),
         status: SessionStatus::Idle,
         created: false,
     });

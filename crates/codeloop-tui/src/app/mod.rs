@@ -81,6 +81,8 @@ pub enum Outcome {
         history: Vec<Kept>,
         permissions: Vec<PermissionRequest>,
         questions: Vec<QuestionRequest>,
+        /// MCP servers' requests waiting for an answer (a session opened while one asks).
+        elicitations: Vec<codeloop_types::ElicitationRequest>,
         status: SessionStatus,
         created: bool,
     },
@@ -564,11 +566,13 @@ impl App {
 
     pub fn outcome(&mut self, outcome: Outcome) -> Vec<Action> {
         match outcome {
-            Outcome::Opened { session, history, permissions, questions, status, created } => {
+            Outcome::Opened { session, history, permissions, questions, elicitations, status, created } => {
                 let mut actions = self.on_quit();
                 self.convo = Conversation::load(session, history);
                 self.permissions = permissions.into();
                 self.questions = questions.into();
+                self.elicitations = elicitations.into();
+                self.fields.clear();
                 self.answers.clear();
                 self.permission_mode = PermissionMode::Choosing;
                 self.state = run_state(status);

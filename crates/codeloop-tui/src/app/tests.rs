@@ -26,6 +26,7 @@ fn app() -> App {
         history: history.into_iter().map(Kept::new).collect(),
         permissions: Vec::new(),
         questions: Vec::new(),
+        elicitations: Vec::new(),
         status: SessionStatus::Idle,
         created: false,
     });
@@ -145,6 +146,27 @@ fn an_mcp_form_is_filled_field_by_field_and_a_link_is_confirmed() {
         app.key(key(KeyCode::Char('n'))),
         vec![Action::AnswerElicitation(SESSION.into(), "eli_2".into(), ElicitationReply::decline())]
     );
+}
+
+#[test]
+fn a_session_opened_while_a_server_asks_shows_the_request() {
+    let mut app = app();
+    let session = app.convo.session.clone().unwrap();
+    let waiting: codeloop_types::ElicitationRequest = serde_json::from_value(json!({
+        "id": "eli_9", "session_id": SESSION, "server": "web", "message": "Sign in", "mode": "url",
+        "url": "https://example.com/sign-in",
+    }))
+    .unwrap();
+    app.outcome(Outcome::Opened {
+        session,
+        history: Vec::new(),
+        permissions: Vec::new(),
+        questions: Vec::new(),
+        elicitations: vec![waiting],
+        status: SessionStatus::Busy,
+        created: false,
+    });
+    assert!(crate::view::tests_support::prompt_text(&app, 80).contains("MCP server web asks"));
 }
 
 #[test]
