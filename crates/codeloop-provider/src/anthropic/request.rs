@@ -240,7 +240,7 @@ fn file_block(file: &FileContent) -> Value {
     match media::kind(file) {
         MediaKind::Image => json!({ "type": "image", "source": source }),
         MediaKind::Pdf => json!({ "type": "document", "source": source }),
-        MediaKind::Other => json!({ "type": "text", "text": media::placeholder(file) }),
+        MediaKind::Other => json!({ "type": "text", "text": media::as_text(file) }),
     }
 }
 

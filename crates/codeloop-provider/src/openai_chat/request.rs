@@ -151,7 +151,8 @@ fn file_part(file: &FileContent) -> Value {
             "type": "file",
             "file": { "filename": file.filename.as_deref().unwrap_or("file.pdf"), "file_data": file.url },
         }),
-        MediaKind::Pdf | MediaKind::Other => json!({ "type": "text", "text": media::placeholder(file) }),
+        MediaKind::Pdf => json!({ "type": "text", "text": media::placeholder(file) }),
+        MediaKind::Other => json!({ "type": "text", "text": media::as_text(file) }),
     }
 }
 

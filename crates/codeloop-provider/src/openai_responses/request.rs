@@ -133,9 +133,8 @@ fn file_item(file: &FileContent) -> Value {
         MediaKind::Pdf if file.url.starts_with("http") => {
             json!({ "type": "input_file", "file_url": file.url })
         }
-        MediaKind::Pdf | MediaKind::Other => {
-            json!({ "type": "input_text", "text": media::placeholder(file) })
-        }
+        MediaKind::Pdf => json!({ "type": "input_text", "text": media::placeholder(file) }),
+        MediaKind::Other => json!({ "type": "input_text", "text": media::as_text(file) }),
     }
 }
 
