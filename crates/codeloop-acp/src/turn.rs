@@ -142,6 +142,9 @@ struct Turn<'a> {
     forwarded: HashMap<PermissionId, CancellationToken>,
     /// Ends every forwarded request when the turn ends.
     asks: CancellationToken,
+    /// The forwarded requests' tasks: awaited when the turn ends, so their withdrawals reach the client
+    /// before the turn's answer does.
+    ask_tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Sessions of this turn's subagents (their asks come to this client too), and others seen.
     /// Whether the person (or a timeout) rejected a call: the run's stop needs no further notice.
     rejected: Arc<AtomicBool>,
@@ -156,6 +159,7 @@ impl<'a> Turn<'a> {
             stream: Stream::new(session.id.clone(), session.cwd.clone()),
             forwarded: HashMap::new(),
             asks: CancellationToken::new(),
+            ask_tasks: Vec::new(),
             rejected: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -229,6 +233,15 @@ impl<'a> Turn<'a> {
             }
         }
         self.asks.cancel();
+        // A withdrawn request's `$/cancel_request` goes out before the answer (each task ends at once
+        // once cancelled; the bound only guards against a stuck client pipe).
+        let tasks = std::mem::take(&mut self.ask_tasks);
+        let all = async {
+            for task in tasks {
+                let _ = task.await;
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), all).await;
         if cancelled {
             return Ok(StopReason::Cancelled);
         }
@@ -349,7 +362,8 @@ impl<'a> Turn<'a> {
             token,
             rejected: self.rejected.clone(),
         };
-        tokio::spawn(ask.run());
+        self.ask_tasks.retain(|task| !task.is_finished());
+        self.ask_tasks.push(tokio::spawn(ask.run()));
     }
 
     /// An MCP server's request for input, as a permission-style question (ACP has no forms): a URL to
