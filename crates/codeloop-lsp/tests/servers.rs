@@ -1,6 +1,7 @@
 //! The client against real language servers (installed by `.ci/run`: `pylsp` and `basedpyright` from
 //! PyPI). A server that is not installed skips its test unless `CODELOOP_REQUIRE_LSP=1`.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
