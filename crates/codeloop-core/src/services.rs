@@ -60,6 +60,8 @@ pub struct Services {
     /// One shadow repository per project worktree, shared by its sessions (git serialises per repository).
     pub snapshots: Mutex<HashMap<PathBuf, Arc<Snapshots>>>,
     pub mcp: McpServers,
+    /// The projects' language servers, shared by their sessions (DESIGN.md §5n).
+    pub lsp: Arc<crate::lsp::LanguageServers>,
     /// Each session directory's own config (see [`crate::EngineOptions::project_config`]).
     pub project_config: Option<crate::config::ProjectConfigLoader>,
     /// Project roots whose config warnings were already given.

@@ -244,6 +244,15 @@ impl ToolHost for RunToolHost {
         let _ = self.events.send(ToolEvent::Progress { call_id: call.call_id.clone(), title, metadata });
     }
 
+    async fn check_changes(
+        &self,
+        _call: &CallInfo,
+        project: &codeloop_tools::ProjectPaths,
+        files: &[std::path::PathBuf],
+    ) -> Option<codeloop_tools::Checked> {
+        self.gate.services.lsp.check(project, files).await
+    }
+
     async fn ask_questions(
         &self,
         call: &CallInfo,

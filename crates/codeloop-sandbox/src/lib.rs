@@ -29,5 +29,5 @@ pub use command::{
 pub use explain::explain_failure;
 pub use fingerprint::{Fingerprint, fingerprint};
 pub use helper::{EXIT_SETUP_FAILED, helper_main};
-pub use policy::{CacheOverlay, DEFAULT_MAX_PROCESSES, SandboxMode, SandboxPolicy};
+pub use policy::{CacheOverlay, DEFAULT_MAX_PROCESSES, ProgramStdin, SandboxMode, SandboxPolicy};
 pub use probe::{NO_CGROUP_ENV, NO_USER_NAMESPACES_ENV, Support, probe};

@@ -78,6 +78,21 @@ pub struct SandboxPolicy {
     pub allow_unix_sockets: Vec<PathBuf>,
     /// At most this many processes at once in a call's tree (`[sandbox] max_processes`).
     pub max_processes: u32,
+    /// What the program reads: nothing (commands), or the caller's stdin (a language server's channel).
+    #[serde(default)]
+    pub stdin: ProgramStdin,
+}
+
+/// The walled program's stdin.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProgramStdin {
+    /// `/dev/null`; the helper's own stdin stays the owner's channel ([`crate::CallChannel`]).
+    #[default]
+    Null,
+    /// The helper's stdin, passed on: the caller then talks to the program over it, and its end is the
+    /// program's (a language server exits when its input ends).
+    Caller,
 }
 
 /// A package cache behind an overlay: `path` is what commands see; writes land in `state/upper`.
@@ -108,6 +123,7 @@ impl SandboxPolicy {
             env_drop: Vec::new(),
             allow_unix_sockets: Vec::new(),
             max_processes: DEFAULT_MAX_PROCESSES,
+            stdin: ProgramStdin::Null,
         }
     }
 

@@ -11,6 +11,14 @@ use tokio_util::sync::CancellationToken;
 
 pub use codeloop_types::ToolSpec;
 
+/// What language servers said of a change: text appended to the tool's result, and
+/// `metadata.diagnostics` for clients.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    pub text: String,
+    pub metadata: Value,
+}
+
 /// A finished call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolOutput {
@@ -137,6 +145,18 @@ pub trait ToolHost: Send + Sync {
     async fn sample(&self, call: &CallInfo, request: SampleRequest) -> Result<Sampled, String> {
         let _ = (call, request);
         Err("no model can answer sampling requests here".into())
+    }
+    /// What the project's language servers say of files a call just changed (DESIGN.md §5n): the
+    /// `<diagnostics>` block for the model and the same as data for clients. Hosts without language
+    /// servers say nothing.
+    async fn check_changes(
+        &self,
+        call: &CallInfo,
+        project: &ProjectPaths,
+        files: &[PathBuf],
+    ) -> Option<Checked> {
+        let _ = (call, project, files);
+        None
     }
     /// Runs a subagent in a child session (the `task` tool) and returns its answer; ends early when
     /// `cancel` fires. Hosts that cannot start runs say so.
@@ -287,5 +307,22 @@ impl ToolContext {
 
     pub fn progress(&self, title: Option<String>, metadata: Option<Value>) {
         self.host.progress(&self.call, title, metadata);
+    }
+
+    /// `output` with what the language servers say of `files` appended (after the files' locks are
+    /// released: the wait is bounded but not short). A cancelled call returns it as it is.
+    pub async fn with_diagnostics(&self, mut output: ToolOutput, files: &[PathBuf]) -> ToolOutput {
+        let checked = tokio::select! {
+            checked = self.host.check_changes(&self.call, &self.project, files) => checked,
+            () = self.cancel.cancelled() => None,
+        };
+        if let Some(checked) = checked {
+            output.output.push_str("\n\n");
+            output.output.push_str(&checked.text);
+            if let Some(metadata) = output.metadata.as_object_mut() {
+                metadata.insert("diagnostics".into(), checked.metadata);
+            }
+        }
+        output
     }
 }

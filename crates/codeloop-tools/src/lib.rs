@@ -19,8 +19,8 @@ mod tools;
 mod truncate;
 
 pub use context::{
-    CallInfo, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, SampleRequest, Sampled,
-    SeenFiles, Subtask, ToolContext, ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
+    CallInfo, Checked, Grant, OutputLimits, PermissionAsk, PermissionError, ProjectPaths, SampleRequest,
+    Sampled, SeenFiles, Subtask, ToolContext, ToolFailure, ToolHost, ToolOutput, ToolSpec, Walls,
 };
 pub use lenient::opt_text;
 pub use locks::FileLocks;
@@ -52,6 +52,8 @@ pub enum Needs {
     Subagents,
     /// A background job of the session (`bash_output`, `bash_kill`).
     Jobs,
+    /// A language server running for the project (`lsp`, `diagnostics`).
+    LanguageServer,
 }
 
 /// What a tool's call may change.

@@ -33,6 +33,8 @@ pub struct Config {
     /// MCP servers whose tools are offered to the model: `[mcp.NAME] command = ["program", "arg"]`; and
     /// `[mcp] tool_budget_bytes`, `tool_budget_tools`.
     pub mcp: crate::mcp::McpConfig,
+    /// Language servers (DESIGN.md §5n): `[lsp] enabled`, the waits, and `[lsp.NAME]` servers.
+    pub lsp: crate::lsp::LspConfig,
     /// OS walls for tools' child processes (DESIGN.md §5a).
     pub sandbox: SandboxConfig,
     /// Where sessions live (DESIGN.md §5b): SQLite in the data dir unless a URL names PostgreSQL.

@@ -200,6 +200,22 @@ impl Engine {
             },
         );
         let data_dir = options.data_dir.clone();
+        let walls = crate::walls::WallsSetup {
+            helper: options.sandbox_helper,
+            home: options.home.clone(),
+            cache_layers: Some(data_dir.join("sandbox").join("caches")),
+            masked: options.protected_dirs.iter().cloned().chain([data_dir.clone()]).collect(),
+            credentials,
+            protected: options.protected_paths,
+        };
+        let lsp = Arc::new(crate::lsp::LanguageServers::new(
+            options.config.lsp.clone(),
+            walls.clone(),
+            options.config.sandbox.clone(),
+            (options.env)("PATH").as_deref(),
+        ));
+        tools.register(Arc::new(crate::lsp::LspTool::new(lsp.clone())));
+        tools.register(Arc::new(crate::lsp::DiagnosticsTool::new(lsp.clone())));
         crate::models::use_cached_catalogue(&data_dir);
         let command_dirs = options.command_dirs.unwrap_or_else(|| {
             let config = options.home.as_ref().map(|h| h.join(".config").join("codeloop"));
@@ -218,14 +234,7 @@ impl Engine {
             elicitations,
             data_dir: options.data_dir,
             tool_output_dir,
-            walls: crate::walls::WallsSetup {
-                helper: options.sandbox_helper,
-                home: options.home,
-                cache_layers: Some(data_dir.join("sandbox").join("caches")),
-                masked: options.protected_dirs.iter().cloned().chain([data_dir]).collect(),
-                credentials,
-                protected: options.protected_paths,
-            },
+            walls,
             protected_dirs: options.protected_dirs,
             global_instructions: options.global_instructions,
             skill_dirs,
@@ -234,6 +243,7 @@ impl Engine {
             live: Default::default(),
             snapshots: Default::default(),
             mcp,
+            lsp,
             project_config: options.project_config,
             warned_projects: Default::default(),
             _sweep_stop: sweep_stop,

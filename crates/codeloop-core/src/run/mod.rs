@@ -161,7 +161,7 @@ pub(crate) struct Run<'a> {
     doom: DoomLoopGuard,
     step: u32,
     /// What each agent and model is offered, worked out once per run so every step sends the same prefix.
-    offers: HashMap<(String, ModelRef, bool, usize), Arc<Offer>>,
+    offers: HashMap<(String, ModelRef, bool, usize, bool), Arc<Offer>>,
     /// MCP tools `tool_search` loaded in this session, in the order it did (from its history, then as
     /// calls complete), and how many history messages were looked at for them.
     loaded_tools: Vec<String>,

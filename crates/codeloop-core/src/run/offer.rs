@@ -22,7 +22,9 @@ impl Run<'_> {
         let has_jobs = !self.services.jobs.list(&self.session.id).is_empty();
         // A tool_search that loaded tools changes the offer once, from the next step on.
         self.scan_loaded_tools();
-        let key = (agent.name.clone(), model.reference.clone(), has_jobs, self.loaded_tools.len());
+        // The language-server tools join once a server runs for the project (started by an edit).
+        let has_lsp = !self.services.lsp.is_empty() && self.services.lsp.running_in(&self.project.root);
+        let key = (agent.name.clone(), model.reference.clone(), has_jobs, self.loaded_tools.len(), has_lsp);
         if let Some(offer) = self.offers.get(&key) {
             return offer.clone();
         }
@@ -40,7 +42,7 @@ impl Run<'_> {
             &skills,
             self.paths.temp_dir.as_deref(),
         );
-        let tools = self.tools_for(agent, model, !skills.is_empty(), has_jobs);
+        let tools = self.tools_for(agent, model, !skills.is_empty(), has_jobs, has_lsp);
         let offer = Arc::new(Offer { system, tools });
         self.offers.insert(key, offer.clone());
         offer
@@ -89,6 +91,7 @@ impl Run<'_> {
         model: &ResolvedModel,
         has_skills: bool,
         has_jobs: bool,
+        has_lsp: bool,
     ) -> Vec<ToolSpec> {
         let subagents = self.startable_subagents(agent);
         let offered: Vec<ToolSpec> = self
@@ -104,6 +107,7 @@ impl Run<'_> {
                     Needs::Skills => has_skills,
                     Needs::Subagents => subagents > 0,
                     Needs::Jobs => has_jobs,
+                    Needs::LanguageServer => has_lsp,
                 };
                 works
                     && tool.profile().is_none_or(|profile| profile == model.tools)

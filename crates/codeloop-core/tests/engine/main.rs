@@ -16,6 +16,7 @@ mod hooks_events;
 mod jobs;
 mod limits;
 mod loop_rules;
+mod lsp;
 mod mcp;
 mod mcp_auth;
 mod mcp_old;

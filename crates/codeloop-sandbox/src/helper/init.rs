@@ -6,13 +6,13 @@
 //! (see [`super::supervise`]).
 
 use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use nix::sys::signal::Signal;
 
 use crate::command::{CallReport, ProcessLimit};
 
-use super::supervise::{spawn_unblocked, supervise, watch_signals};
+use super::supervise::{program_stdin, spawn_unblocked, supervise, watch_signals};
 use super::tree::Tree;
 use super::{Failure, Invocation, landlock_rules, mounts, seccomp};
 
@@ -34,8 +34,9 @@ pub(super) fn run(inv: &Invocation, cgroup: bool, report: std::io::PipeWriter) -
         seccomp::deny_sockets().map_err(Failure::setup)?;
     }
     let signals = watch_signals().map_err(Failure::setup)?;
-    let child = spawn_unblocked(Command::new(&inv.program).args(&inv.args).stdin(Stdio::null()))
-        .map_err(|e| Failure::spawn(&inv.program, &e))?;
+    let child =
+        spawn_unblocked(Command::new(&inv.program).args(&inv.args).stdin(program_stdin(&inv.plan.policy)))
+            .map_err(|e| Failure::spawn(&inv.program, &e))?;
     let ended = supervise(&child, Tree::Namespace, &signals, None);
     // Without its own /proc the namespace's processes cannot be counted (they are still ended).
     let leftovers = if own_proc { ended.leftovers } else { 0 };

@@ -60,7 +60,7 @@ fn walled_tree(inv: &Invocation, cgroup: bool) -> Result<u8, Failure> {
         std::io::pipe().map_err(|e| Failure::setup(format!("cannot make the report pipe: {e}")))?;
     let signals = watch_signals().map_err(Failure::setup)?;
     let init = fork_init(inv, cgroup, report_out)?;
-    let owner = owner_socket();
+    let owner = owner_socket(&inv.plan.policy);
     let code = wait_watching(init, &signals, owner.as_ref())
         .map_err(|e| Failure::setup(format!("cannot wait for the sandbox's init: {e}")))?;
     let mut report = String::new();

@@ -6,21 +6,22 @@
 
 use std::io::Write as _;
 use std::os::unix::net::UnixStream;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::command::{CallReport, ProcessLimit};
 
-use super::supervise::{owner_socket, spawn_unblocked, supervise, watch_signals};
+use super::supervise::{owner_socket, program_stdin, spawn_unblocked, supervise, watch_signals};
 use super::tree::Tree;
 use super::{Failure, Invocation};
 
 pub(super) fn run(inv: &Invocation, process_limit: ProcessLimit) -> Result<u8, Failure> {
-    let owner = owner_socket();
+    let owner = owner_socket(&inv.plan.policy);
     nix::sys::prctl::set_child_subreaper(true)
         .map_err(|e| Failure::setup(format!("cannot become the subreaper of the call's processes: {e}")))?;
     let signals = watch_signals().map_err(Failure::setup)?;
-    let child = spawn_unblocked(Command::new(&inv.program).args(&inv.args).stdin(Stdio::null()))
-        .map_err(|e| Failure::spawn(&inv.program, &e))?;
+    let child =
+        spawn_unblocked(Command::new(&inv.program).args(&inv.args).stdin(program_stdin(&inv.plan.policy)))
+            .map_err(|e| Failure::spawn(&inv.program, &e))?;
     let ended = supervise(&child, Tree::Descendants, &signals, owner.as_ref());
     report(owner, &CallReport { leftovers: ended.leftovers, process_limit });
     Ok(ended.code)

@@ -173,9 +173,21 @@ pub(super) fn owner_gone(owner: &UnixStream) -> bool {
     !matches!((&*owner).read(&mut buf), Ok(n) if n > 0)
 }
 
+/// PROGRAM's stdin as the policy says.
+pub(super) fn program_stdin(policy: &crate::SandboxPolicy) -> std::process::Stdio {
+    match policy.stdin {
+        crate::ProgramStdin::Null => std::process::Stdio::null(),
+        crate::ProgramStdin::Caller => std::process::Stdio::inherit(),
+    }
+}
+
 /// Our stdin when codeloop gave us a socket ([`crate::CallChannel`]): its end-of-file means the owner
-/// is gone. `None` for anything else (`/dev/null` in tests and `sandbox check`).
-pub(super) fn owner_socket() -> Option<UnixStream> {
+/// is gone. `None` for anything else (`/dev/null` in tests and `sandbox check`), and when the stdin is
+/// PROGRAM's.
+pub(super) fn owner_socket(policy: &crate::SandboxPolicy) -> Option<UnixStream> {
+    if policy.stdin == crate::ProgramStdin::Caller {
+        return None;
+    }
     let stdin = std::io::stdin();
     let stat = rustix::fs::fstat(stdin.as_fd()).ok()?;
     if rustix::fs::FileType::from_raw_mode(stat.st_mode) != rustix::fs::FileType::Socket {

@@ -102,6 +102,9 @@ impl Tool for WriteTool {
         if unread {
             metadata["replaced_unread_lines"] = json!(replaced);
         }
-        Ok(ToolOutput { title: rel, output, metadata, attachments: Vec::new() })
+        drop(_guard);
+        Ok(ctx
+            .with_diagnostics(ToolOutput { title: rel, output, metadata, attachments: Vec::new() }, &[path])
+            .await)
     }
 }

@@ -147,12 +147,17 @@ impl Tool for ApplyPatchTool {
         }
         let summary: Vec<String> =
             plan.iter().map(|c| format!("{} {}", c.letter(), rel(c.target()))).collect();
-        Ok(ToolOutput {
+        drop(guards);
+        let output = ToolOutput {
             title: summary.join(", "),
             output: format!("Success. Updated the following files:\n{}", summary.join("\n")),
             metadata: json!({"diff": diff, "files": files}),
             attachments: Vec::new(),
-        })
+        };
+        // A moved file's old path is gone: the server hears it closed.
+        let changed: Vec<PathBuf> =
+            plan.iter().flat_map(|c| [Some(c.path.clone()), c.move_to.clone()]).flatten().collect();
+        Ok(ctx.with_diagnostics(output, &changed).await)
     }
 }
 

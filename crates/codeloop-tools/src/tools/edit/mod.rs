@@ -108,8 +108,9 @@ impl Tool for EditTool {
             .map_err(|e| io_failure("write", &path, &e))?;
 
         ctx.saw(&path);
+        drop(_guard);
         let (additions, deletions) = count_changes(&change.before, &change.after);
-        Ok(ToolOutput {
+        let output = ToolOutput {
             title: rel,
             output: "Edit applied successfully.".to_string(),
             metadata: json!({
@@ -117,7 +118,8 @@ impl Tool for EditTool {
                 "filediff": {"file": path.to_string_lossy(), "additions": additions, "deletions": deletions},
             }),
             attachments: Vec::new(),
-        })
+        };
+        Ok(ctx.with_diagnostics(output, &[path]).await)
     }
 }
 
