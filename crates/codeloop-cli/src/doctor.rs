@@ -1,6 +1,7 @@
 //! `codeloop doctor [--json]`: says, one line per fact with ✓ or ✗ and what to do, whether a run could
 //! start here: version, config files (and an untrusted project's ignored keys), the model and why, each
-//! provider's key and reachability, the data dir, the sandbox, git and MCP commands. Never prints a key.
+//! provider's key and reachability, the data dir, the sandbox, git, MCP commands and language servers.
+//! Never prints a key.
 //!
 //! Exit 0 when a run could start; 1 only when the provider a run would use is unusable (DESIGN.md §5a).
 
@@ -75,6 +76,7 @@ pub async fn doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     sandbox_check(&mut checks, &loaded);
     git_check(&mut checks);
     mcp_checks(&mut checks, &loaded);
+    lsp_checks(&mut checks, &loaded);
     finish(Report { ready, checks }, args.json)
 }
 
@@ -454,6 +456,40 @@ fn mcp_checks(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
             ));
         }
     }
+}
+
+/// Which language servers a run would use (DESIGN.md §5n): found, missing or switched off. Nothing is
+/// started here; `codeloop lsp status` starts them.
+fn lsp_checks(checks: &mut Vec<Check>, loaded: &LoadedConfig) {
+    let config = &loaded.config.lsp;
+    if !config.enabled() {
+        checks.push(Check::ok("language servers", "off ([lsp] enabled = false)"));
+        return;
+    }
+    let path = std::env::var("PATH").ok();
+    let (active, inactive) = codeloop_core::lsp::resolve(config, path.as_deref());
+    for server in &active {
+        let name = format!("lsp {}", server.spec.name);
+        match &server.program {
+            Some(program) => checks.push(Check::ok(
+                name,
+                format!("{} for .{}", program.display(), server.spec.extensions.join(" .")),
+            )),
+            None => checks.push(Check::bad(
+                name,
+                format!("`{}` is not on PATH", server.spec.command.first().cloned().unwrap_or_default()),
+                format!("install it, or fix command in [lsp.{}]", server.spec.name),
+            )),
+        }
+    }
+    let missing: Vec<&str> =
+        inactive.iter().filter(|c| c.preset && c.program.is_none()).map(|c| c.spec.name.as_str()).collect();
+    let detail = match (active.is_empty(), missing.is_empty()) {
+        (true, _) => format!("none found; presets looked for: {}", missing.join(", ")),
+        (false, true) => format!("{} in use", active.len()),
+        (false, false) => format!("{} in use; not found: {}", active.len(), missing.join(", ")),
+    };
+    checks.push(Check::ok("language servers", detail));
 }
 
 fn find_program(program: &str) -> Option<PathBuf> {

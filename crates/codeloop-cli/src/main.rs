@@ -10,6 +10,7 @@ mod door;
 mod env;
 mod gc;
 mod hooks;
+mod lsp;
 mod mcp;
 mod models;
 mod permissions;
@@ -104,6 +105,9 @@ enum Command {
     /// remote one or forget its sign-in.
     #[command(subcommand)]
     Mcp(mcp::McpCommand),
+    /// Language servers: which ones this project uses and whether they answer (`lsp status`).
+    #[command(subcommand)]
+    Lsp(lsp::LspCommand),
     /// Check that a run could start here: config, model, provider keys and reachability, data dir,
     /// sandbox, git, MCP commands. Exit 1 when the model a run would use is unusable.
     Doctor(doctor::DoctorArgs),
@@ -199,6 +203,7 @@ fn main() -> ExitCode {
             Command::Doctor(args) => doctor::doctor(args).await,
             Command::Gc(args) => gc::gc(args).await,
             Command::Mcp(command) => mcp::mcp(command).await,
+            Command::Lsp(command) => lsp::lsp(command).await,
             Command::Config(command) => config_cmd::config(command),
             Command::Completions { shell } => {
                 let mut command = <Cli as clap::CommandFactory>::command();

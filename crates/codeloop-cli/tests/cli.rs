@@ -18,6 +18,8 @@ mod gc;
 mod hooks;
 #[path = "cli/jobs.rs"]
 mod jobs;
+#[path = "cli/lsp.rs"]
+mod lsp;
 #[path = "cli/mcp.rs"]
 mod mcp;
 #[path = "cli/project_context.rs"]

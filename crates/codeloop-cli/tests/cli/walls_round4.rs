@@ -265,7 +265,7 @@ async fn a_long_job_cannot_keep_a_planted_repository_alive() {
 }
 
 /// Polls `done` every 20 ms for at most `limit_ms`; whether it became true.
-async fn wait_for(done: impl Fn() -> bool, limit_ms: u64) -> bool {
+pub(super) async fn wait_for(done: impl Fn() -> bool, limit_ms: u64) -> bool {
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(limit_ms);
     while std::time::Instant::now() < deadline {
         if done() {

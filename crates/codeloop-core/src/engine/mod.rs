@@ -334,6 +334,26 @@ impl Engine {
         self.services.store.clone()
     }
 
+    /// The language servers for `directory`'s project (DESIGN.md §5n): with `start`, each server that
+    /// serves a file there is started first, so its state says whether it answers.
+    pub async fn lsp_status(
+        &self,
+        directory: &std::path::Path,
+        start: bool,
+    ) -> Vec<crate::lsp::ServerStatus> {
+        if start {
+            let project = crate::instructions::ProjectInfo::discover(directory);
+            self.services.lsp.start_for_project(&project.root).await;
+        }
+        self.services.lsp.status()
+    }
+
+    /// Shuts the language servers down (`shutdown`, `exit`, then a kill): a process that ends on purpose
+    /// calls it; one that is killed leaves servers whose input ended, and they exit by themselves.
+    pub async fn shutdown_language_servers(&self) {
+        self.services.lsp.shutdown().await;
+    }
+
     /// The MCP servers' state (starting them on first use): what `codeloop mcp list` shows.
     pub async fn mcp_status(&self) -> Vec<crate::mcp::ServerStatus> {
         self.services.mcp.status().await

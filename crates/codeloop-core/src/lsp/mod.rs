@@ -67,7 +67,7 @@ struct SlotState {
 pub struct ServerStatus {
     pub name: String,
     /// `running`, `broken`, `stopped`, `idle` (configured, not started), `missing` (program not found),
-    /// `off`.
+    /// `standby` (found, another server of its language runs), `off`.
     pub state: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub root: Option<PathBuf>,
@@ -109,6 +109,10 @@ impl LanguageServers {
     /// Whether a server runs for a root inside `project_root` (the `lsp` and `diagnostics` tools are
     /// offered only then).
     pub fn running_in(&self, project_root: &Path) -> bool {
+        if self.active.is_empty() {
+            return false;
+        }
+        let project_root = &real(project_root);
         self.slots.locked().values().any(|slot| {
             slot.root.starts_with(project_root)
                 && slot
@@ -268,11 +272,12 @@ impl LanguageServers {
         if self.active.is_empty() {
             return None;
         }
+        let root = real(&project.root);
         let mut synced = Vec::new();
         let mut notes = Vec::new();
-        for file in files.iter().filter(|f| f.starts_with(&project.root)) {
+        for file in files.iter().filter(|f| f.starts_with(&root)) {
             for candidate in self.serving(file) {
-                let slot = self.slot(candidate, file, &project.root);
+                let slot = self.slot(candidate, file, &root);
                 match self.ready(&slot).await {
                     Ok(ready) => {
                         let language = codeloop_lsp::language_id(
@@ -422,7 +427,14 @@ impl LanguageServers {
             out.push(not_started(candidate, state));
         }
         for candidate in &self.inactive {
-            let state = if candidate.program.is_none() { "missing" } else { "off" };
+            let switched_off = !self.config.enabled()
+                || self.config.servers.get(&candidate.spec.name).is_some_and(|s| !s.enabled);
+            let state = match (switched_off, candidate.program.is_some()) {
+                (true, _) => "off",
+                (false, false) => "missing",
+                // Found, but another server of its language runs.
+                (false, true) => "standby",
+            };
             out.push(not_started(candidate, state));
         }
         out.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.root.cmp(&b.root)));
@@ -432,6 +444,7 @@ impl LanguageServers {
     /// Starts every server that serves a file of `project_root` (the first matching file found), for
     /// `codeloop lsp status --start`: whether each answers.
     pub async fn start_for_project(self: &Arc<Self>, project_root: &Path) {
+        let project_root = &real(project_root);
         for candidate in self.active.clone() {
             let Some(file) = first_file_served(project_root, &candidate.spec) else { continue };
             let slot = self.slot(&candidate, &file, project_root);
@@ -453,6 +466,7 @@ impl LanguageServers {
     /// The running server for `file` (started if it serves the file), for the `lsp` and `diagnostics`
     /// tools.
     async fn server_for(self: &Arc<Self>, file: &Path, project_root: &Path) -> Result<Ready, String> {
+        let project_root = &real(project_root);
         let Some(candidate) = self.serving(file).next() else {
             return Err(format!("no language server serves {} files", extension_of(file)));
         };
@@ -462,6 +476,7 @@ impl LanguageServers {
 
     /// Every running server of the project.
     fn running(&self, project_root: &Path) -> Vec<Arc<Server>> {
+        let project_root = &real(project_root);
         self.slots
             .locked()
             .values()
@@ -477,6 +492,11 @@ mod lsp_diagnostic {
     pub use codeloop_lsp::lsp_types::Diagnostic;
     pub const ERROR: codeloop_lsp::lsp_types::DiagnosticSeverity =
         codeloop_lsp::lsp_types::DiagnosticSeverity::ERROR;
+}
+
+/// Tools name files by their real paths; a project root given through a symlink must match them.
+fn real(path: &Path) -> PathBuf {
+    path.canonicalize().unwrap_or_else(|_| path.to_owned())
 }
 
 fn not_started(candidate: &Candidate, state: &'static str) -> ServerStatus {

@@ -94,7 +94,8 @@ impl Tool for DiagnosticsTool {
             None => {
                 let servers = self.servers.running(&ctx.project.root);
                 let mut files: Vec<_> = servers.iter().flat_map(|s| s.all_diagnostics()).collect();
-                files.retain(|(path, _)| path.starts_with(&ctx.project.root));
+                let root = ctx.project.root.canonicalize().unwrap_or_else(|_| ctx.project.root.clone());
+                files.retain(|(path, _)| path.starts_with(&root));
                 files.sort_by(|a, b| a.0.cmp(&b.0));
                 ("project".to_owned(), render::diagnostics_lines(&files, shown, max, base))
             }
@@ -315,7 +316,7 @@ fn invalid(detail: &str) -> ToolFailure {
 /// A path inside the project (language servers see only the project).
 fn inside_project(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolFailure> {
     let path = codeloop_tools::resolve_in(&ctx.project.directory, raw);
-    if !path.starts_with(&ctx.project.root) {
+    if !path.starts_with(ctx.project.root.canonicalize().unwrap_or_else(|_| ctx.project.root.clone())) {
         return Err(ToolFailure::Failed(format!(
             "{} is outside the project: language servers only know the project's files.",
             path.display()

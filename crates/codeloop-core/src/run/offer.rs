@@ -23,7 +23,7 @@ impl Run<'_> {
         // A tool_search that loaded tools changes the offer once, from the next step on.
         self.scan_loaded_tools();
         // The language-server tools join once a server runs for the project (started by an edit).
-        let has_lsp = !self.services.lsp.is_empty() && self.services.lsp.running_in(&self.project.root);
+        let has_lsp = self.services.lsp.running_in(&self.project.root);
         let key = (agent.name.clone(), model.reference.clone(), has_jobs, self.loaded_tools.len(), has_lsp);
         if let Some(offer) = self.offers.get(&key) {
             return offer.clone();
