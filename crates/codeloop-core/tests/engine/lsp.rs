@@ -229,3 +229,34 @@ async fn no_server_no_cost_and_switched_off_means_off() {
     assert_eq!(tool_results(&h.request_messages(1))[0].1, "Wrote file successfully.");
     assert!(h.engine.services().lsp.is_empty());
 }
+
+#[tokio::test]
+async fn a_typescript_type_error_reaches_the_edit_result_on_the_servers_first_start() {
+    let Some(tsls) = program("typescript-language-server") else { return };
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call(
+                "write",
+                json!({"filePath": "src/main.ts", "content": "export const count: number = \"three\";\n"}),
+            )),
+            Turn::from(Reply::text("done")),
+        ]),
+        AskPolicy::Allow,
+        |config| {
+            // The first wait covers the server's start (its first diagnostics take seconds cold).
+            config.lsp.start_wait_ms = Some(60_000);
+            config.lsp.servers.insert(
+                "typescript".into(),
+                server(vec![tsls.display().to_string(), "--stdio".into()], &["ts"]),
+            );
+        },
+    )
+    .await;
+    h.write("tsconfig.json", "{\"compilerOptions\": {\"strict\": true}}\n");
+    assert_eq!(h.prompt("write it").await.stop, StopReason::Completed);
+    let (_, result) = tool_results(&h.request_messages(1)).remove(0);
+    assert_eq!(
+        result,
+        "Wrote file successfully.\n\n<diagnostics>\nsrc/main.ts:1:14 error Type 'string' is not assignable to type 'number'. [2322]\n</diagnostics>"
+    );
+}
