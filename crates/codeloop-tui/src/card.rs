@@ -47,7 +47,12 @@ pub struct ToolCard {
     pub rows: Vec<String>,
     /// Result rows not shown.
     pub more: usize,
+    /// What language servers said of an edit (DESIGN.md §5n): `path:line:col severity message` rows.
+    pub diagnostics: Vec<String>,
 }
+
+/// Diagnostic rows kept under an edit's card.
+pub const DIAGNOSTIC_ROWS: usize = 5;
 
 impl ToolCard {
     pub fn new(tool: &ToolPart) -> ToolCard {
@@ -71,6 +76,7 @@ impl ToolCard {
             kind: PreviewKind::Output,
             rows: Vec::new(),
             more: 0,
+            diagnostics: Vec::new(),
         };
         match &tool.state {
             ToolState::Running(running) => {
@@ -96,6 +102,7 @@ impl ToolCard {
                             && !l.starts_with("====")
                     });
                     card.show(body, DIFF_ROWS);
+                    card.diagnostics = diagnostic_rows(&done.metadata);
                 }
                 _ if done.time.compacted.is_some() => {
                     card.show(std::iter::once("[output cleared for the model]"), PREVIEW_ROWS)
@@ -133,6 +140,32 @@ impl ToolCard {
         }
         self.more = total.saturating_sub(limit);
     }
+}
+
+fn diagnostic_rows(metadata: &Value) -> Vec<String> {
+    let Some(found) = metadata.get("diagnostics").and_then(Value::as_array) else { return Vec::new() };
+    let text =
+        |d: &Value, key: &str| d.get(key).map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned));
+    let mut rows: Vec<String> = found
+        .iter()
+        .take(DIAGNOSTIC_ROWS)
+        .map(|d| {
+            let field = |key| text(d, key).unwrap_or_default();
+            let row = format!(
+                "{}:{}:{} {} {}",
+                field("path"),
+                field("line"),
+                field("column"),
+                field("severity"),
+                field("message")
+            );
+            clip(&codeloop_types::escape_controls(&row)).to_owned()
+        })
+        .collect();
+    if found.len() > DIAGNOSTIC_ROWS {
+        rows.push(format!("… and {} more", found.len() - DIAGNOSTIC_ROWS));
+    }
+    rows
 }
 
 fn clip(line: &str) -> &str {
@@ -195,6 +228,16 @@ mod tests {
             CardState::Interrupted,
             "recorded before outcomes"
         );
+    }
+
+    #[test]
+    fn an_edit_shows_the_errors_its_language_server_reported_under_its_diff() {
+        let card = ToolCard::new(&tool(json!({"call_id": "c", "tool": "edit", "state": {
+            "status": "completed", "input": {"filePath": "a.py"}, "output": "ok", "title": "a.py",
+            "metadata": {"diff": "@@ -1 +1 @@\n-a\n+b\n", "diagnostics": [
+                {"path": "a.py", "line": 2, "column": 12, "severity": "error", "message": "undefined name 'b'"}
+            ]}, "time": {"start": 0, "end": 1}}})));
+        assert_eq!(card.diagnostics, ["a.py:2:12 error undefined name 'b'"]);
     }
 
     #[test]

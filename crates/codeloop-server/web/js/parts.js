@@ -194,7 +194,12 @@ function toolBody(key, part, state, interrupted) {
   }
   if (state.status === 'completed') {
     const diff = typeof state.metadata?.diff === 'string' ? state.metadata.diff : '';
-    if (diff) return diffBlock(key, diff);
+    if (diff) {
+      const block = diffBlock(key, diff);
+      const found = diagnosticsBlock(state.metadata?.diagnostics);
+      if (found) block.appendChild(found);
+      return block;
+    }
     if (state.time?.compacted) return h('pre', {class: 'output dim'}, '[output cleared for the model]');
     let output = state.output ?? '';
     if (part.tool === 'read') output = output.split('\n').filter((l) => !l.startsWith('<')).join('\n');
@@ -234,6 +239,18 @@ function diffBlock(key, diff) {
   const wrap = h('div', {class: 'tool-body'}, pre);
   if (lines.length > DIFF_LINES) wrap.appendChild(toggle(key, full, lines.length - DIFF_LINES));
   return wrap;
+}
+
+/** What the language servers said of an edit (DESIGN.md §5n), under its diff: one line per error. */
+function diagnosticsBlock(found) {
+  if (!Array.isArray(found) || found.length === 0) return null;
+  const list = h('ul', {class: 'diagnostics'});
+  for (const d of found.slice(0, 20)) {
+    const where = `${d.path}:${d.line}:${d.column}`;
+    list.appendChild(h('li', {class: `diagnostic ${d.severity === 'warning' ? 'warning' : 'error'}`}, h('span', {class: 'where'}, where), ` ${d.severity} ${ellipsize(String(d.message ?? ''), 200)}`));
+  }
+  if (found.length > 20) list.appendChild(h('li', {class: 'diagnostic dim'}, `… and ${found.length - 20} more`));
+  return list;
 }
 
 /** "Show all" / "Show less": re-rendering the row is the timeline's job (the key changes version). */

@@ -181,7 +181,15 @@ fn card_lines(card: &ToolCard, width: u16) -> Vec<Line<'static>> {
         ]));
     }
     if card.more > 0 {
-        lines.push(Line::from(vec![gutter, Span::styled(format!("… {} more lines", card.more), DIM)]));
+        lines
+            .push(Line::from(vec![gutter.clone(), Span::styled(format!("… {} more lines", card.more), DIM)]));
+    }
+    for row in &card.diagnostics {
+        let style = if row.contains(" warning ") { Style::new().fg(Color::Yellow) } else { ERROR };
+        lines.push(Line::from(vec![
+            gutter.clone(),
+            Span::styled(truncate(row, w.saturating_sub(4).max(1)), style),
+        ]));
     }
     lines
 }
