@@ -112,6 +112,24 @@ pub enum Waited {
     Pending { indexing: bool },
 }
 
+/// An open document.
+struct Document {
+    version: i32,
+    stamp: Option<Stamp>,
+}
+
+/// What tells a file changed on disk without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    modified: std::time::SystemTime,
+    len: u64,
+}
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some(Stamp { modified: meta.modified().ok()?, len: meta.len() })
+}
+
 /// A started server.
 pub struct Server {
     name: String,
@@ -120,8 +138,8 @@ pub struct Server {
     /// server's requests through it and must never wait for the server to read.
     out: mpsc::UnboundedSender<Vec<u8>>,
     next_id: AtomicI64,
-    /// Open documents and their versions.
-    docs: std::sync::Mutex<HashMap<PathBuf, i32>>,
+    /// Open documents: their versions and what the file was when last sent.
+    docs: std::sync::Mutex<HashMap<PathBuf, Document>>,
     child: std::sync::Mutex<Option<tokio::process::Child>>,
     pid: Option<u32>,
     capabilities: ServerCapabilities,
@@ -283,6 +301,7 @@ impl Server {
         }
         let before = *self.shared.publishes.borrow();
         let Some(uri) = crate::uri::from_path(path) else { return Ok(before) };
+        let stamp = stamp(path);
         let text = tokio::fs::read_to_string(path).await.ok();
         let version = {
             let mut docs = self.docs.locked();
@@ -292,12 +311,13 @@ impl Server {
                     None
                 }
                 (None, None) => return Ok(before),
-                (Some(_), Some(version)) => {
-                    *version += 1;
-                    Some((*version, false))
+                (Some(_), Some(doc)) => {
+                    doc.version += 1;
+                    doc.stamp = stamp;
+                    Some((doc.version, false))
                 }
                 (Some(_), None) => {
-                    docs.insert(path.to_owned(), 1);
+                    docs.insert(path.to_owned(), Document { version: 1, stamp });
                     Some((1, true))
                 }
             }
@@ -324,6 +344,20 @@ impl Server {
             (Some(_), None) => {}
         }
         Ok(before)
+    }
+
+    /// Open documents whose file changed on disk (or went away) since they were last sent: what a
+    /// command changed behind the server's back.
+    pub fn stale_documents(&self) -> Vec<PathBuf> {
+        let mut stale: Vec<PathBuf> = self
+            .docs
+            .locked()
+            .iter()
+            .filter(|(path, doc)| stamp(path) != doc.stamp)
+            .map(|(path, _)| path.clone())
+            .collect();
+        stale.sort();
+        stale
     }
 
     /// Waits up to `wait` for diagnostics of `path` newer than `since` (see [`Server::sync`]).

@@ -147,8 +147,9 @@ pub trait ToolHost: Send + Sync {
         Err("no model can answer sampling requests here".into())
     }
     /// What the project's language servers say of files a call just changed (DESIGN.md §5n): the
-    /// `<diagnostics>` block for the model and the same as data for clients. Hosts without language
-    /// servers say nothing.
+    /// `<diagnostics>` block for the model and the same as data for clients. Empty `files` (a command,
+    /// which does not say what it changed): the files the servers have open that changed on disk. Hosts
+    /// without language servers say nothing.
     async fn check_changes(
         &self,
         call: &CallInfo,

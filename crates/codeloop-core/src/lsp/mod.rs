@@ -273,6 +273,14 @@ impl LanguageServers {
             return None;
         }
         let root = real(&project.root);
+        let stale;
+        let files = match files {
+            [] => {
+                stale = self.running(&root).iter().flat_map(|s| s.stale_documents()).collect::<Vec<_>>();
+                stale.as_slice()
+            }
+            files => files,
+        };
         let mut synced = Vec::new();
         let mut notes = Vec::new();
         for file in files.iter().filter(|f| f.starts_with(&root)) {

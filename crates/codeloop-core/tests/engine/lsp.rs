@@ -67,6 +67,12 @@ async fn an_edit_gets_the_error_it_caused_and_the_fix_clears_it() {
                 json!({"filePath": "app.py", "oldString": "return undefined_name", "newString": "return 2"}),
             )),
             Turn::from(Reply::text("fixed it")),
+            // A command breaks the file behind the server's back: the command's result says so.
+            Turn::from(Reply::tool_call(
+                "bash",
+                json!({"command": "printf 'def main():\\n    return gone\\n' > app.py"}),
+            )),
+            Turn::from(Reply::text("broke it again")),
         ]),
         AskPolicy::Allow,
         |config| {
@@ -94,6 +100,12 @@ async fn an_edit_gets_the_error_it_caused_and_the_fix_clears_it() {
     assert!(tools.contains(&"lsp".to_owned()) && tools.contains(&"diagnostics".to_owned()), "{tools:?}");
     let (_, result) = tool_results(&h.request_messages(3)).pop().unwrap();
     assert_eq!(result, "Edit applied successfully.");
+    assert_eq!(h.prompt("break it with a command").await.stop, StopReason::Completed);
+    let (_, result) = tool_results(&h.request_messages(5)).pop().unwrap();
+    assert!(
+        result.ends_with("<diagnostics>\napp.py:2:12 error undefined name 'gone'\n</diagnostics>"),
+        "{result}"
+    );
     let status = h.engine.services().lsp.status();
     let pylsp = status.iter().find(|s| s.name == "pylsp").unwrap();
     assert_eq!(pylsp.state, "running");

@@ -211,7 +211,8 @@ impl Tool for BashTool {
         }
         let mut output = render(title, description, ending, timeout_ms, out);
         output.metadata["sandbox"] = json!(walls.map_or("off", |w| w.policy.mode.as_str()));
-        Ok(output)
+        // Files the language servers have open that the command changed: what they say of them now.
+        Ok(ctx.with_diagnostics(output, &[]).await)
     }
 }
 
