@@ -22,7 +22,7 @@ use crate::rpc::{self, Incoming, RpcError};
 const STDERR_LINES: usize = 20;
 /// After a file's first diagnostics arrive, how long another publish for it may follow (servers that
 /// send syntax errors first and type errors a moment later).
-const SETTLE: Duration = Duration::from_millis(150);
+const SETTLE: Duration = Duration::from_millis(50);
 
 /// How to run one server and what it serves.
 #[derive(Debug, Clone, PartialEq, Default)]

@@ -269,7 +269,11 @@ impl LanguageServers {
     /// warnings when `[lsp] warnings`), other files' new errors, and notes on servers that are still
     /// indexing or cannot run. `None` when no server serves the files or there is nothing to say.
     pub async fn check(self: &Arc<Self>, project: &ProjectPaths, files: &[PathBuf]) -> Option<Checked> {
-        if self.active.is_empty() {
+        // The usual case costs a lookup: no server serves these files, or (a command) none runs.
+        if self.active.is_empty()
+            || (!files.is_empty() && !files.iter().any(|f| self.serving(f).next().is_some()))
+            || (files.is_empty() && self.slots.locked().is_empty())
+        {
             return None;
         }
         let root = real(&project.root);

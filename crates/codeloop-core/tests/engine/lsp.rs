@@ -272,3 +272,78 @@ async fn a_typescript_type_error_reaches_the_edit_result_on_the_servers_first_st
         "Wrote file successfully.\n\n<diagnostics>\nsrc/main.ts:1:14 error Type 'string' is not assignable to type 'number'. [2322]\n</diagnostics>"
     );
 }
+
+/// Figures for the closing note: an edit's time to its result with a server's diagnostics (the first
+/// edit, which starts the server, then the median of the rest), and the cost of the check when no
+/// server serves the file. `cargo test --release -p codeloop-core --features internals --test engine
+/// lsp_figures -- --ignored --nocapture` (with CODELOOP_TEST_LSP_PATH).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "prints figures; run by hand"]
+async fn lsp_figures() {
+    let servers: [(&str, &str, Vec<&str>, &str, [&str; 2]); 3] = [
+        ("pylsp", "pylsp", vec![], "app.py", ["return 1", "return nope"]),
+        ("basedpyright", "basedpyright-langserver", vec!["--stdio"], "app.py", ["return 1", "return nope"]),
+        ("typescript", "typescript-language-server", vec!["--stdio"], "app.ts", ["return 1", "return nope"]),
+    ];
+    for (name, binary, args, file, [good, bad]) in servers {
+        let Some(program) = program(binary) else { continue };
+        let edits = 11;
+        let mut turns = Vec::new();
+        for n in 0..edits {
+            // A different name each time: the same two calls repeated would be a doom loop.
+            let bad = format!("{bad}{}", n - n % 2);
+            let (old, new) = if n % 2 == 0 { (good.to_owned(), bad) } else { (bad, good.to_owned()) };
+            turns.push(Turn::from(Reply::tool_call(
+                "edit",
+                json!({"filePath": file, "oldString": old, "newString": new}),
+            )));
+        }
+        turns.push(Turn::from(Reply::text("done")));
+        let h = Harness::with(Script::new(turns), AskPolicy::Allow, |config| {
+            config.lsp.start_wait_ms = Some(60_000);
+            let mut command = vec![program.display().to_string()];
+            command.extend(args.iter().map(|a| a.to_string()));
+            config.lsp.servers.insert(name.into(), server(command, &[file.rsplit('.').next().unwrap()]));
+        })
+        .await;
+        let source = if file.ends_with(".ts") {
+            "export function main(): number {\n    return 1\n}\n"
+        } else {
+            "def main():\n    return 1\n"
+        };
+        h.write(file, source);
+        assert_eq!(h.prompt("edit").await.stop, StopReason::Completed);
+        let mut times: Vec<i64> = h
+            .tool_parts()
+            .iter()
+            .filter_map(|p| match state(p) {
+                codeloop_types::ToolState::Completed(done) => Some(done.time.end - done.time.start),
+                _ => None,
+            })
+            .collect();
+        let first = times.remove(0);
+        times.sort();
+        println!(
+            "{name}: first edit (starts the server) {first} ms; later edits median {} ms (n={})",
+            times[times.len() / 2],
+            times.len()
+        );
+    }
+    // No server for the file: what the check costs an edit.
+    let h = Harness::with(Script::new([Turn::from(Reply::text("hi"))]), AskPolicy::Allow, |config| {
+        config.lsp.servers.insert("mine".into(), server(vec!["/bin/true".into()], &["py"]));
+    })
+    .await;
+    let lsp = h.engine.services().lsp.clone();
+    let project = codeloop_tools::ProjectPaths::new(h.project.path(), h.project.path());
+    let files = [h.project.path().join("notes.txt")];
+    let rounds = 100_000;
+    let started = std::time::Instant::now();
+    for _ in 0..rounds {
+        assert!(lsp.check(&project, &files).await.is_none());
+    }
+    println!(
+        "no server serves the file: {:.0} ns per edit",
+        started.elapsed().as_nanos() as f64 / rounds as f64
+    );
+}
