@@ -280,7 +280,9 @@ async fn a_typescript_type_error_reaches_the_edit_result_on_the_servers_first_st
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "prints figures; run by hand"]
 async fn lsp_figures() {
-    let servers: [(&str, &str, Vec<&str>, &str, [&str; 2]); 3] = [
+    // (name, program, arguments, file, [the good line, the broken line])
+    type Bench<'a> = (&'a str, &'a str, Vec<&'a str>, &'a str, [&'a str; 2]);
+    let servers: [Bench; 3] = [
         ("pylsp", "pylsp", vec![], "app.py", ["return 1", "return nope"]),
         ("basedpyright", "basedpyright-langserver", vec!["--stdio"], "app.py", ["return 1", "return nope"]),
         ("typescript", "typescript-language-server", vec!["--stdio"], "app.ts", ["return 1", "return nope"]),
