@@ -120,6 +120,19 @@ read = { "*.env" = "ask", "*.env.*" = "ask", "*.env.example" = "allow", "*.pem" 
 # timeout_ms = 30000                  # bounds its start and each call
 # oauth = false                       # or { client_id = "…", client_secret_env = "…", scopes = […] }
 
+# Language servers (`codeloop lsp status` shows them): presets run when found on PATH (basedpyright,
+# pyright or pylsp; typescript-language-server; rust-analyzer; gopls; clangd; bash-language-server).
+# [lsp]
+# enabled = true                      # false: none runs
+# wait_ms = 2000                      # how long an edit waits for a running server's diagnostics
+# warnings = false                    # true: warnings too, not only errors
+# [lsp.pylsp]
+# enabled = false                     # this preset off (the next one of its language runs)
+# [lsp.mine]
+# command = ["my-language-server", "--stdio"]
+# extensions = ["foo"]
+# root_markers = ["foo.toml"]
+
 # [compaction]
 # auto = true
 # [retry]
