@@ -1,6 +1,9 @@
-//! OpenTelemetry export (DESIGN.md §5h): the span tree `codeloop.run` → `codeloop.step` →
-//! `codeloop.provider.request` / `codeloop.tool` / `codeloop.hook`, `codeloop.compaction` under the run,
-//! and the metrics, sent over OTLP/HTTP (protobuf) by the SDK's batching threads.
+//! OpenTelemetry export (DESIGN.md §5h): the span tree in the GenAI semantic conventions' names,
+//! `invoke_agent {agent}` → `codeloop.step` → `chat {model}` (CLIENT) / `execute_tool {tool}` /
+//! `codeloop.hook`, `codeloop.compaction` under the run; the conventions' attributes (names from the
+//! `opentelemetry-semantic-conventions` crate) beside codeloop's own `codeloop.*`; codeloop's metrics and
+//! the conventions' `gen_ai.client.token.usage` and `gen_ai.client.operation.duration`; all sent over
+//! OTLP/HTTP (protobuf) by the SDK's batching threads.
 //!
 //! Spans are built from facts after the fact, with the times the facts carry, so nothing here runs
 //! inside a step. The SDK exports on its own threads with bounded queues: a collector that refuses or
@@ -21,6 +24,40 @@ use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer
 
 use crate::facts::{Fact, Recorder};
 use crate::prometheus::token_counts;
+
+/// The GenAI conventions' names, from the `opentelemetry-semantic-conventions` crate. It marks them
+/// deprecated because they moved to the GenAI conventions' own repository (same names, no crate of its
+/// own yet): taken here once, under that allowance.
+#[allow(deprecated)]
+mod semconv {
+    pub const GEN_AI_AGENT_NAME: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_AGENT_NAME;
+    pub const GEN_AI_CONVERSATION_ID: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_CONVERSATION_ID;
+    pub const GEN_AI_OPERATION_NAME: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_OPERATION_NAME;
+    pub const GEN_AI_PROVIDER_NAME: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_PROVIDER_NAME;
+    pub const GEN_AI_REQUEST_MODEL: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_REQUEST_MODEL;
+    pub const GEN_AI_RESPONSE_FINISH_REASONS: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_RESPONSE_FINISH_REASONS;
+    pub const GEN_AI_TOKEN_TYPE: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOKEN_TYPE;
+    pub const GEN_AI_TOOL_CALL_ID: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOOL_CALL_ID;
+    pub const GEN_AI_TOOL_NAME: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOOL_NAME;
+    pub const GEN_AI_TOOL_TYPE: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOOL_TYPE;
+    pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS;
+    pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS;
+    pub const GEN_AI_USAGE_INPUT_TOKENS: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_INPUT_TOKENS;
+    pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str =
+        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_OUTPUT_TOKENS;
+    pub const GEN_AI_CLIENT_OPERATION_DURATION: &str =
+        opentelemetry_semantic_conventions::metric::GEN_AI_CLIENT_OPERATION_DURATION;
+    pub const GEN_AI_CLIENT_TOKEN_USAGE: &str =
+        opentelemetry_semantic_conventions::metric::GEN_AI_CLIENT_TOKEN_USAGE;
+}
 
 /// What to export, and where: decided at the program's edge (config, then the `OTEL_*` variables).
 #[derive(Debug, Clone)]
@@ -141,7 +178,20 @@ struct Instruments {
     retries: Counter<u64>,
     runs_active: UpDownCounter<i64>,
     steps: Counter<u64>,
+    /// `gen_ai.client.token.usage`.
+    token_usage: Histogram<u64>,
+    /// `gen_ai.client.operation.duration`.
+    operation_duration: Histogram<f64>,
 }
+
+/// The conventions' advised buckets for `gen_ai.client.token.usage`.
+const TOKEN_BOUNDS: [f64; 14] = [
+    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+    16777216.0, 67108864.0,
+];
+/// The conventions' advised buckets for `gen_ai.client.operation.duration`, in seconds.
+const DURATION_BOUNDS: [f64; 14] =
+    [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
 
 impl Instruments {
     fn new(meter: &Meter) -> Self {
@@ -182,6 +232,18 @@ impl Instruments {
                 .with_description("Runs in progress")
                 .build(),
             steps: meter.u64_counter("codeloop.steps").with_description("Provider steps finished").build(),
+            token_usage: meter
+                .u64_histogram(semconv::GEN_AI_CLIENT_TOKEN_USAGE)
+                .with_unit("{token}")
+                .with_description("Number of input and output tokens used")
+                .with_boundaries(TOKEN_BOUNDS.to_vec())
+                .build(),
+            operation_duration: meter
+                .f64_histogram(semconv::GEN_AI_CLIENT_OPERATION_DURATION)
+                .with_unit("s")
+                .with_description("GenAI operation duration")
+                .with_boundaries(DURATION_BOUNDS.to_vec())
+                .build(),
         }
     }
 }
@@ -200,6 +262,8 @@ struct Step {
 struct Run {
     cx: Context,
     model_set: bool,
+    /// The run span has its agent's name.
+    agent_set: bool,
     steps: HashMap<MessageId, Step>,
     /// Open tool spans, with the tool's name.
     tools: HashMap<PartId, (Context, String)>,
@@ -224,13 +288,67 @@ pub(crate) struct SpanRecorder {
 
 fn model_attributes(model: &ModelRef) -> [KeyValue; 2] {
     [
-        KeyValue::new("gen_ai.request.model", model.model_id.clone()),
-        KeyValue::new("gen_ai.provider.name", model.provider_id.clone()),
+        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.model_id.clone()),
+        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider_name(&model.provider_id)),
     ]
+}
+
+/// The conventions' well-known `gen_ai.provider.name` for a configured provider id; any other id as it
+/// is (an OpenAI-compatible server of the user's own, say).
+pub(crate) fn provider_name(provider_id: &str) -> String {
+    let known = match provider_id.to_ascii_lowercase().as_str() {
+        "anthropic" => "anthropic",
+        "openai" => "openai",
+        "google" | "gemini" => "gcp.gemini",
+        "vertex" | "vertexai" | "vertex-ai" | "google-vertex" => "gcp.vertex_ai",
+        "bedrock" | "amazon-bedrock" | "aws-bedrock" => "aws.bedrock",
+        "azure" | "azure-openai" => "azure.ai.openai",
+        "mistral" => "mistral_ai",
+        "xai" | "x-ai" => "x_ai",
+        "groq" => "groq",
+        "deepseek" => "deepseek",
+        "perplexity" => "perplexity",
+        "cohere" => "cohere",
+        _ => return provider_id.to_owned(),
+    };
+    known.to_owned()
+}
+
+/// A step's finish as its provider writes it (the conventions ask for the provider's own words).
+fn provider_finish(provider: &str, finish: codeloop_types::Finish) -> &'static str {
+    use codeloop_types::Finish;
+    match (provider, finish) {
+        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::Stop) => "end_turn",
+        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::ToolCalls) => "tool_use",
+        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::Length) => "max_tokens",
+        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::ContentFilter) => "refusal",
+        ("gcp.gemini", Finish::Stop | Finish::ToolCalls) => "STOP",
+        ("gcp.gemini", Finish::Length) => "MAX_TOKENS",
+        ("gcp.gemini", Finish::ContentFilter) => "SAFETY",
+        (_, Finish::Stop) => "stop",
+        (_, Finish::ToolCalls) => "tool_calls",
+        (_, Finish::Length) => "length",
+        (_, Finish::ContentFilter) => "content_filter",
+        (_, Finish::Error) => "error",
+        (_, Finish::Unknown) => "unknown",
+    }
 }
 
 fn session_attribute(session: &SessionId) -> KeyValue {
     KeyValue::new("codeloop.session.id", session.to_string())
+}
+
+/// A tool span's attributes: the conventions' (`execute_tool`, name, call id, type) and codeloop's.
+fn tool_attributes(session: &SessionId, tool: &codeloop_types::ToolPart) -> Vec<KeyValue> {
+    vec![
+        session_attribute(session),
+        KeyValue::new("codeloop.tool.name", tool.tool.clone()),
+        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
+        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.tool.clone()),
+        KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, tool.call_id.clone()),
+        // Every tool is a function the model calls by name (the conventions' `function`).
+        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, "function"),
+    ]
 }
 
 impl SpanRecorder {
@@ -253,7 +371,8 @@ impl SpanRecorder {
 
     fn child(
         &self,
-        name: &'static str,
+        name: impl Into<std::borrow::Cow<'static, str>>,
+        kind: SpanKind,
         parent: &Context,
         at: SystemTime,
         attributes: Vec<KeyValue>,
@@ -261,11 +380,7 @@ impl SpanRecorder {
         let span = self
             .tracer
             .span_builder(name)
-            .with_kind(if name == "codeloop.provider.request" {
-                SpanKind::Client
-            } else {
-                SpanKind::Internal
-            })
+            .with_kind(kind)
             .with_start_time(at)
             .with_attributes(attributes)
             .start_with_context(&self.tracer, parent);
@@ -286,7 +401,13 @@ impl SpanRecorder {
     fn start_run(&mut self, session: &SessionId, at: SystemTime) -> &mut Run {
         let fresh = (!self.runs.contains_key(session)).then(|| {
             let parent = self.parent_context(session);
-            self.child("codeloop.run", &parent, at, vec![session_attribute(session)])
+            // Named for its agent when its first request says which (`invoke_agent {agent}`).
+            let attributes = vec![
+                session_attribute(session),
+                KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "invoke_agent"),
+                KeyValue::new(semconv::GEN_AI_CONVERSATION_ID, session.to_string()),
+            ];
+            self.child("invoke_agent", SpanKind::Internal, &parent, at, attributes)
         });
         match self.runs.entry(session.clone()) {
             Entry::Occupied(run) => run.into_mut(),
@@ -295,6 +416,7 @@ impl SpanRecorder {
                 slot.insert(Run {
                     cx: fresh.unwrap_or_default(),
                     model_set: false,
+                    agent_set: false,
                     steps: HashMap::new(),
                     tools: HashMap::new(),
                     compaction: None,
@@ -354,6 +476,11 @@ impl Recorder for SpanRecorder {
                     run.model_set = true;
                     run.cx.span().set_attributes(model_attributes(model));
                 }
+                if !run.agent_set && !*summary && !agent.is_empty() {
+                    run.agent_set = true;
+                    run.cx.span().update_name(format!("invoke_agent {agent}"));
+                    run.cx.span().set_attribute(KeyValue::new(semconv::GEN_AI_AGENT_NAME, agent.to_string()));
+                }
                 let prompt = run.prompt.clone();
                 let run_cx = run.cx.clone();
                 let existing = run.steps.get(*message).map(|s| s.cx.clone());
@@ -364,20 +491,26 @@ impl Recorder for SpanRecorder {
                     Some(cx) => (cx, None),
                     None if *summary => {
                         let cx = open_compaction.unwrap_or_else(|| {
-                            self.child("codeloop.compaction", &run_cx, *at, vec![session_attribute(session)])
+                            let attributes = vec![session_attribute(session)];
+                            self.child("codeloop.compaction", SpanKind::Internal, &run_cx, *at, attributes)
                         });
                         (cx.clone(), Some(cx))
                     }
                     None => {
                         let mut step = attributes.clone();
                         if !agent.is_empty() {
-                            step.push(KeyValue::new("gen_ai.agent.name", agent.to_string()));
+                            step.push(KeyValue::new(semconv::GEN_AI_AGENT_NAME, agent.to_string()));
                         }
-                        (self.child("codeloop.step", &run_cx, *at, step), None)
+                        (self.child("codeloop.step", SpanKind::Internal, &run_cx, *at, step), None)
                     }
                 };
-                attributes.push(KeyValue::new("gen_ai.operation.name", "chat"));
-                let request = self.child("codeloop.provider.request", &step_cx, *at, attributes);
+                attributes.extend([
+                    KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
+                    KeyValue::new(semconv::GEN_AI_CONVERSATION_ID, session.to_string()),
+                    KeyValue::new("codeloop.provider.id", model.provider_id.clone()),
+                ]);
+                let name = format!("chat {}", model.model_id);
+                let request = self.child(name, SpanKind::Client, &step_cx, *at, attributes);
                 if let Some(prompt) = &prompt {
                     self.content_event(&request, "gen_ai.content.prompt", "gen_ai.prompt", prompt);
                 }
@@ -415,9 +548,24 @@ impl Recorder for SpanRecorder {
                         .add(n, &[KeyValue::new("type", kind), KeyValue::new("model", model_label.clone())]);
                 }
                 let [input, output, cache_read, cache_write] = token_counts(&usage.tokens).map(|(_, n)| n);
+                let provider = provider_name(&model.provider_id);
+                let operation = [
+                    KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "chat"),
+                    KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider.clone()),
+                    KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.model_id.clone()),
+                ];
+                self.instruments.operation_duration.record(took.as_secs_f64(), &operation);
+                for (kind, n) in [("input", input), ("output", output)] {
+                    let mut labels = operation.to_vec();
+                    labels.push(KeyValue::new(semconv::GEN_AI_TOKEN_TYPE, kind));
+                    self.instruments.token_usage.record(n, &labels);
+                }
+                let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
                 let usage_attributes = [
-                    KeyValue::new("gen_ai.usage.input_tokens", i64::try_from(input).unwrap_or(i64::MAX)),
-                    KeyValue::new("gen_ai.usage.output_tokens", i64::try_from(output).unwrap_or(i64::MAX)),
+                    KeyValue::new(semconv::GEN_AI_USAGE_INPUT_TOKENS, count(input)),
+                    KeyValue::new(semconv::GEN_AI_USAGE_OUTPUT_TOKENS, count(output)),
+                    KeyValue::new(semconv::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, count(cache_read)),
+                    KeyValue::new(semconv::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS, count(cache_write)),
                     KeyValue::new(
                         "codeloop.usage.cache_read_tokens",
                         i64::try_from(cache_read).unwrap_or(i64::MAX),
@@ -429,9 +577,10 @@ impl Recorder for SpanRecorder {
                     KeyValue::new("codeloop.cost.usd", usage.cost),
                 ];
                 let finish = KeyValue::new(
-                    "gen_ai.response.finish_reasons",
+                    semconv::GEN_AI_RESPONSE_FINISH_REASONS,
                     opentelemetry::Value::Array(
-                        vec![opentelemetry::StringValue::from(finish_name(usage))].into(),
+                        vec![opentelemetry::StringValue::from(provider_finish(&provider, usage.reason))]
+                            .into(),
                     ),
                 );
                 let Some(step) = self.runs.get_mut(*session).and_then(|r| r.steps.get_mut(*message)) else {
@@ -471,9 +620,13 @@ impl Recorder for SpanRecorder {
                 let log_content = self.log_content;
                 let Some(run) = self.runs.get(*session) else { return };
                 let parent = run.steps.get(*message).map_or_else(|| run.cx.clone(), |s| s.cx.clone());
-                let attributes =
-                    vec![session_attribute(session), KeyValue::new("codeloop.tool.name", tool.tool.clone())];
-                let cx = self.child("codeloop.tool", &parent, *at, attributes);
+                let cx = self.child(
+                    format!("execute_tool {}", tool.tool),
+                    SpanKind::Internal,
+                    &parent,
+                    *at,
+                    tool_attributes(session, tool),
+                );
                 if log_content {
                     self.content_event(
                         &cx,
@@ -495,13 +648,13 @@ impl Recorder for SpanRecorder {
                 let parent = run.steps.get(*message).map_or_else(|| run.cx.clone(), |s| s.cx.clone());
                 let cx = match open {
                     Some(cx) => cx,
-                    None => {
-                        let attributes = vec![
-                            session_attribute(session),
-                            KeyValue::new("codeloop.tool.name", tool.tool.clone()),
-                        ];
-                        self.child("codeloop.tool", &parent, *started, attributes)
-                    }
+                    None => self.child(
+                        format!("execute_tool {}", tool.tool),
+                        SpanKind::Internal,
+                        &parent,
+                        *started,
+                        tool_attributes(session, tool),
+                    ),
                 };
                 cx.span().set_attributes([
                     KeyValue::new("codeloop.tool.status", status.as_str()),
@@ -563,7 +716,7 @@ impl Recorder for SpanRecorder {
                     attributes.push(KeyValue::new("codeloop.hook.command", command.to_string()));
                 }
                 let start = at.checked_sub(*took).unwrap_or(*at);
-                let cx = self.child("codeloop.hook", &parent, start, attributes);
+                let cx = self.child("codeloop.hook", SpanKind::Internal, &parent, start, attributes);
                 if exit_code.is_none() {
                     cx.span().set_status(Status::error("timed out or crashed"));
                 }
@@ -640,12 +793,8 @@ fn end_finished(step: &mut Step, log_content: bool) {
     request.span().end_with_timestamp(at);
 }
 
-fn add_usage(cx: &Context, usage: &[KeyValue; 5]) {
+fn add_usage(cx: &Context, usage: &[KeyValue; 7]) {
     // A message with several steps sums them on its step span: the last value of an attribute wins, so
     // the step span carries the message's totals only when it had one request (the common case).
     cx.span().set_attributes(usage.iter().cloned());
-}
-
-fn finish_name(step: &codeloop_types::StepFinishPart) -> String {
-    serde_json::to_value(step.reason).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
 }

@@ -43,6 +43,8 @@ pub struct CollectedSpan {
     pub events: Vec<(String, BTreeMap<String, Value>)>,
     /// The status code (0 unset, 1 ok, 2 error).
     pub status_code: i32,
+    /// OTLP's span kind (1 internal, 2 server, 3 client, 4 producer, 5 consumer).
+    pub kind: i32,
     /// The attributes of the resource that sent it (`service.name`, `service.instance.id`, …).
     pub resource: BTreeMap<String, Value>,
 }
@@ -55,6 +57,10 @@ pub struct CollectedPoint {
     pub value: f64,
     /// A histogram's sample count (`None` for sums and gauges).
     pub count: Option<u64>,
+    /// The metric's unit (`s`, `{token}`, …).
+    pub unit: String,
+    /// A histogram's explicit bucket boundaries (empty for sums and gauges).
+    pub bounds: Vec<f64>,
 }
 
 #[derive(Default)]
@@ -141,6 +147,7 @@ async fn traces(
                     attributes: attributes(&span.attributes),
                     events: span.events.iter().map(|e| (e.name.clone(), attributes(&e.attributes))).collect(),
                     status_code: span.status.as_ref().map_or(0, |s| s.code),
+                    kind: span.kind,
                     resource: resource.clone(),
                 });
             }
@@ -164,16 +171,21 @@ async fn metrics(
         for scope in &resource.scope_metrics {
             for metric in &scope.metrics {
                 let name = metric.name.clone();
+                let unit = &metric.unit;
                 match &metric.data {
-                    Some(Data::Sum(sum)) => points.extend(sum.data_points.iter().map(|p| number(&name, p))),
+                    Some(Data::Sum(sum)) => {
+                        points.extend(sum.data_points.iter().map(|p| number(&name, unit, p)))
+                    }
                     Some(Data::Gauge(gauge)) => {
-                        points.extend(gauge.data_points.iter().map(|p| number(&name, p)))
+                        points.extend(gauge.data_points.iter().map(|p| number(&name, unit, p)))
                     }
                     Some(Data::Histogram(h)) => points.extend(h.data_points.iter().map(|p| CollectedPoint {
                         metric: name.clone(),
                         attributes: attributes(&p.attributes),
                         value: p.sum.unwrap_or_default(),
                         count: Some(p.count),
+                        unit: unit.clone(),
+                        bounds: p.explicit_bounds.clone(),
                     })),
                     _ => {}
                 }
@@ -184,7 +196,11 @@ async fn metrics(
     protobuf(ExportMetricsServiceResponse::default())
 }
 
-fn number(name: &str, point: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint) -> CollectedPoint {
+fn number(
+    name: &str,
+    unit: &str,
+    point: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint,
+) -> CollectedPoint {
     use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value as N;
     let value = match point.value {
         Some(N::AsDouble(d)) => d,
@@ -192,7 +208,14 @@ fn number(name: &str, point: &opentelemetry_proto::tonic::metrics::v1::NumberDat
         Some(N::AsInt(i)) => i as f64,
         None => 0.0,
     };
-    CollectedPoint { metric: name.to_owned(), attributes: attributes(&point.attributes), value, count: None }
+    CollectedPoint {
+        metric: name.to_owned(),
+        attributes: attributes(&point.attributes),
+        value,
+        count: None,
+        unit: unit.to_owned(),
+        bounds: Vec::new(),
+    }
 }
 
 fn record(

@@ -225,13 +225,13 @@ mod otlp {
 
         // The last flush happens before the process exits: everything is there already.
         let spans = collector.spans();
-        let runs = named(&spans, "codeloop.run");
+        let runs = named(&spans, "invoke_agent build");
         assert_eq!(runs.len(), 1, "{:#?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
         let run = runs[0];
         assert!(run.parent_span_id.is_empty(), "the run is the root");
         let steps = named(&spans, "codeloop.step");
-        let requests = named(&spans, "codeloop.provider.request");
-        let tools = named(&spans, "codeloop.tool");
+        let requests = named(&spans, "chat test");
+        let tools = named(&spans, "execute_tool read");
         let hooks = named(&spans, "codeloop.hook");
         assert_eq!((steps.len(), requests.len(), tools.len(), hooks.len()), (2, 2, 1, 1));
         for span in &spans {
@@ -290,6 +290,113 @@ mod otlp {
         assert!(cost > 0.54, "{cost}");
     }
 
+    /// Every span and metric against the GenAI semantic conventions: names, kinds, the attributes they
+    /// require, their well-known values, and the advised histogram buckets.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn spans_and_metrics_follow_the_genai_semantic_conventions() {
+        let env = Env::new();
+        let collector = OtlpCollector::start().await.unwrap();
+        let fake = two_steps(&env).await;
+        // The provider under the conventions' well-known id: its name is the well-known value.
+        let config = telemetry_config(&env, &fake, &collector.endpoint(), "")
+            .to_str()
+            .map(|p| {
+                let text = std::fs::read_to_string(p).unwrap().replace("fake", "openai");
+                std::fs::write(p, text).unwrap();
+                PathBuf::from(p)
+            })
+            .unwrap();
+        let mut command =
+            env.command(Some(&config), &["run", "--format", "json", "--on-ask", "allow", PROMPT]);
+        command.env("OPENAI_API_KEY", "sk-test");
+        let output = tokio::task::spawn_blocking(move || command.output().unwrap()).await.unwrap();
+        assert!(output.status.success(), "{}", text(&output).1);
+        let session = session_id(&output);
+        let spans = collector.spans();
+        let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+        const INTERNAL: i32 = 1;
+        const CLIENT: i32 = 3;
+        let mut checked = 0;
+        for span in &spans {
+            let attr = |key: &str| span.attributes.get(key).cloned().unwrap_or(Value::Null);
+            match span.name.split_once(' ').map_or(span.name.as_str(), |(op, _)| op) {
+                "invoke_agent" => {
+                    assert_eq!(span.name, "invoke_agent build");
+                    assert_eq!(span.kind, INTERNAL);
+                    assert_eq!(attr("gen_ai.operation.name"), "invoke_agent");
+                    assert_eq!(attr("gen_ai.agent.name"), "build");
+                    assert_eq!(attr("gen_ai.conversation.id"), session.as_str());
+                    assert_eq!(attr("gen_ai.provider.name"), "openai");
+                }
+                "chat" => {
+                    assert_eq!(span.name, "chat test", "chat {{gen_ai.request.model}}");
+                    assert_eq!(span.kind, CLIENT);
+                    assert_eq!(attr("gen_ai.operation.name"), "chat");
+                    assert_eq!(attr("gen_ai.provider.name"), "openai", "a well-known value");
+                    assert_eq!(attr("codeloop.provider.id"), "openai");
+                    assert_eq!(attr("gen_ai.request.model"), "test");
+                    assert_eq!(attr("gen_ai.conversation.id"), session.as_str());
+                    assert!(
+                        attr("gen_ai.usage.input_tokens").is_i64()
+                            && attr("gen_ai.usage.output_tokens").is_i64()
+                    );
+                    assert!(attr("gen_ai.usage.cache_read.input_tokens").is_i64());
+                    assert!(attr("gen_ai.usage.cache_creation.input_tokens").is_i64());
+                    let reasons = attr("gen_ai.response.finish_reasons");
+                    assert!(
+                        reasons == json!(["tool_calls"]) || reasons == json!(["stop"]),
+                        "OpenAI's own words: {reasons}"
+                    );
+                }
+                "execute_tool" => {
+                    assert_eq!(span.name, "execute_tool read");
+                    assert_eq!(span.kind, INTERNAL);
+                    assert_eq!(attr("gen_ai.operation.name"), "execute_tool");
+                    assert_eq!(attr("gen_ai.tool.name"), "read");
+                    assert_eq!(attr("gen_ai.tool.type"), "function");
+                    assert!(attr("gen_ai.tool.call.id").as_str().is_some_and(|id| !id.is_empty()));
+                    assert_eq!(attr("codeloop.tool.status"), "completed");
+                }
+                "codeloop.step" | "codeloop.hook" | "codeloop.compaction" => {
+                    assert_eq!(span.kind, INTERNAL, "{}", span.name);
+                    checked -= 1;
+                }
+                other => panic!("a span outside the conventions and codeloop's own: {other} ({names:?})"),
+            }
+            checked += 1;
+        }
+        assert_eq!(checked, 1 + 2 + 1, "the run, two chats, one tool: {names:?}");
+
+        let points = collector.points();
+        let usage: Vec<&CollectedPoint> =
+            points.iter().filter(|p| p.metric == "gen_ai.client.token.usage").collect();
+        let advised_tokens = [
+            1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
+            16777216.0, 67108864.0,
+        ];
+        for kind in ["input", "output"] {
+            let p = usage.iter().rev().find(|p| p.attributes["gen_ai.token.type"] == kind).expect(kind);
+            assert_eq!(p.unit, "{token}");
+            assert_eq!(p.bounds, advised_tokens);
+            assert_eq!(p.attributes["gen_ai.operation.name"], "chat");
+            assert_eq!(p.attributes["gen_ai.provider.name"], "openai");
+            assert_eq!(p.attributes["gen_ai.request.model"], "test");
+            assert_eq!(p.count, Some(2), "one sample per request");
+        }
+        let input = usage.iter().rev().find(|p| p.attributes["gen_ai.token.type"] == "input").unwrap();
+        assert_eq!(input.value, 2_200.0, "cached tokens included");
+        let duration =
+            point(&points, "gen_ai.client.operation.duration", &[("gen_ai.operation.name", "chat")])
+                .expect("the duration metric");
+        assert_eq!(duration.unit, "s");
+        assert_eq!(
+            duration.bounds,
+            [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+        );
+        assert_eq!(duration.count, Some(2));
+        assert_eq!(duration.attributes["gen_ai.provider.name"], "openai");
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn log_content_adds_the_prompt_completion_and_tool_texts_as_span_events() {
         let env = Env::new();
@@ -302,7 +409,7 @@ mod otlp {
         let event = |span: &CollectedSpan, name: &str| -> Option<BTreeMap<String, Value>> {
             span.events.iter().find(|(n, _)| n == name).map(|(_, a)| a.clone())
         };
-        let requests = named(&spans, "codeloop.provider.request");
+        let requests = named(&spans, "chat test");
         assert!(
             requests
                 .iter()
@@ -314,7 +421,7 @@ mod otlp {
             .map(|a| a["gen_ai.completion"].clone())
             .collect();
         assert_eq!(completions, [json!("It holds a secret.")]);
-        let tool = named(&spans, "codeloop.tool")[0];
+        let tool = named(&spans, "execute_tool read")[0];
         let output = event(tool, "codeloop.tool.output").expect("the tool's output");
         assert!(output["codeloop.tool.output"].as_str().unwrap().contains(SECRET_FILE_TEXT));
         let input = event(tool, "codeloop.tool.input").expect("the tool's input");
