@@ -120,6 +120,13 @@ read = { "*.env" = "ask", "*.env.*" = "ask", "*.env.example" = "allow", "*.pem" 
 # timeout_ms = 30000                  # bounds its start and each call
 # oauth = false                       # or { client_id = "…", client_secret_env = "…", scopes = […] }
 
+# Azure OpenAI (key in $AZURE_OPENAI_API_KEY unless api_key_env says otherwise):
+# [provider.azure]
+# api = "azure"
+# resource = "my-resource"            # https://my-resource.openai.azure.com (or base_url = "…")
+# deployment = "gpt-4o-prod"          # without one: the v1 path, model in the body
+# api_version = "2024-10-21"
+
 # Language servers (`codeloop lsp status` shows them): presets run when found on PATH (basedpyright,
 # pyright or pylsp; typescript-language-server; rust-analyzer; gopls; clangd; bash-language-server).
 # [lsp]

@@ -10,6 +10,8 @@ use serde_json::{Value, json};
 
 #[path = "cli/acp.rs"]
 mod acp;
+#[path = "cli/cloud.rs"]
+mod cloud;
 #[path = "cli/first_run.rs"]
 mod first_run;
 #[path = "cli/gc.rs"]

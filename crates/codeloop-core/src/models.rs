@@ -108,6 +108,10 @@ fn builtin_provider(name: &str) -> Option<(WireApi, &'static str, Option<&'stati
     })
 }
 
+/// Where an `api = "azure"` provider's key is read from unless `api_key_env` says otherwise (the Azure
+/// OpenAI SDKs' variable).
+const AZURE_KEY_ENV: &str = "AZURE_OPENAI_API_KEY";
+
 /// Providers chosen when no model is configured, in this order: the first whose key is in the
 /// environment wins, with its default model.
 const CHOSEN_BY_KEY: &[(&str, &[&str], &str)] = &[
@@ -286,6 +290,15 @@ impl Models {
 
     fn configured_settings(&self, name: &str) -> Result<ProviderSettings, ModelError> {
         match (self.config.provider.get(name), builtin_provider(name)) {
+            (Some(settings), _) if settings.api == WireApi::Azure => {
+                let mut settings = settings.clone();
+                if settings.base_url.is_none() {
+                    let resource = settings.resource.as_deref().map(str::trim).filter(|r| !r.is_empty());
+                    settings.base_url = resource.map(|r| format!("https://{r}.openai.azure.com"));
+                }
+                settings.api_key_env.get_or_insert_with(|| AZURE_KEY_ENV.to_owned());
+                Ok(settings)
+            }
             (Some(settings), builtin) => {
                 let mut settings = settings.clone();
                 if let Some((_, base_url, key_env)) = builtin {
@@ -312,9 +325,14 @@ impl Models {
             return Ok(provider.clone());
         }
         let base_url = settings.base_url.clone().ok_or_else(|| {
-            ModelError::Provider(ProviderError::Config {
-                message: format!("[provider.{name}] needs base_url (e.g. \"http://127.0.0.1:8080/v1\")"),
-            })
+            let message = match settings.api {
+                WireApi::Azure => format!(
+                    "[provider.{name}] with api = \"azure\" needs resource = \"NAME\" (for https://NAME.openai.azure.com) \
+                     or base_url"
+                ),
+                _ => format!("[provider.{name}] needs base_url (e.g. \"http://127.0.0.1:8080/v1\")"),
+            };
+            ModelError::Provider(ProviderError::Config { message })
         })?;
         let mut config = ProviderConfig::new(name, settings.api, base_url);
         config.api_key_env = settings.api_key_env.clone();
@@ -324,6 +342,8 @@ impl Models {
             return Err(ModelError::MissingKey { provider: name.to_owned(), env: env.clone() });
         }
         config.headers = settings.headers.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        config.deployment = settings.deployment.clone();
+        config.api_version = settings.api_version.clone();
         if let Some(ms) = settings.headers_timeout_ms {
             config.headers_timeout = Duration::from_millis(ms);
         }

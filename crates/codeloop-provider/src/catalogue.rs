@@ -82,13 +82,15 @@ impl ModelInfo {
         if !self.reasoning {
             return if effort == Effort::None { Ok(None) } else { Err("the model does not reason".into()) };
         }
+        // A service's effort follows its wire format (Azure is OpenAI Chat).
+        let wire = wire.format();
         if effort == Effort::None && wire == WireApi::Anthropic {
             return Ok(None);
         }
         let defaults;
         let options = if self.reasoning_options.is_empty() {
             defaults = match wire {
-                WireApi::OpenAiChat | WireApi::OpenAiResponses => {
+                WireApi::OpenAiChat | WireApi::OpenAiResponses | WireApi::Azure => {
                     vec![ReasoningOption::Effort {
                         values: vec!["low".into(), "medium".into(), "high".into()],
                     }]

@@ -60,7 +60,10 @@ impl HttpProvider {
             .api
             .encode(&request, &config.base_url)
             .map_err(|e| config_error(config, format!("cannot encode the request: {e}")))?;
-        let url = format!("{}{}", self.base, config.api.path(&request.model));
+        let url = match config.api {
+            WireApi::Azure => azure_url(&self.base, config),
+            api => format!("{}{}", self.base, api.path(&request.model)),
+        };
         let mut headers = self.headers.clone();
         if config.api == WireApi::Anthropic
             && let Some(beta) = crate::anthropic::beta(&request)
@@ -178,6 +181,11 @@ fn headers(config: &ProviderConfig) -> Result<HeaderMap, ProviderError> {
                 headers.insert("x-goog-api-key", secret(key.clone())?);
             }
         }
+        WireApi::Azure => {
+            if let Some(key) = &config.api_key {
+                headers.insert("api-key", secret(key.clone())?);
+            }
+        }
     }
     for (name, value) in &config.headers {
         let name = HeaderName::try_from(name.as_str())
@@ -187,6 +195,36 @@ fn headers(config: &ProviderConfig) -> Result<HeaderMap, ProviderError> {
         headers.insert(name, value);
     }
     Ok(headers)
+}
+
+/// Where an Azure request goes (DESIGN.md §5l): `base` is the resource's origin
+/// (`https://NAME.openai.azure.com`); a deployment adds `/openai/deployments/{deployment}/chat/completions
+/// ?api-version=…`, no deployment the v1 path `/openai/v1/chat/completions` (model in the body). A base that
+/// already ends in `/openai/v1` (a Foundry project endpoint) gets only `/chat/completions`.
+fn azure_url(base: &str, config: &ProviderConfig) -> String {
+    // RFC 3986's unreserved characters stay as they are.
+    const SEGMENT: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+    let encode = |s: &str| percent_encoding::utf8_percent_encode(s, SEGMENT).to_string();
+    match &config.deployment {
+        Some(deployment) => {
+            let version = config.api_version.as_deref().unwrap_or(crate::AZURE_API_VERSION);
+            let root = base.strip_suffix("/openai").unwrap_or(base);
+            format!(
+                "{root}/openai/deployments/{}/chat/completions?api-version={}",
+                encode(deployment),
+                encode(version)
+            )
+        }
+        None => {
+            let root =
+                if base.ends_with("/openai/v1") { base.to_owned() } else { format!("{base}/openai/v1") };
+            match &config.api_version {
+                Some(version) => format!("{root}/chat/completions?api-version={}", encode(version)),
+                None => format!("{root}/chat/completions"),
+            }
+        }
+    }
 }
 
 /// Adds a value to `anthropic-beta`, keeping the betas config already sends.

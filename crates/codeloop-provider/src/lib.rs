@@ -89,6 +89,11 @@ pub enum WireApi {
     #[serde(rename = "gemini")]
     #[strum(serialize = "gemini")]
     Gemini,
+    /// Azure OpenAI / Azure AI Foundry: OpenAI Chat Completions behind a deployment path, an
+    /// `api-version` and the `api-key` header (DESIGN.md §5l).
+    #[serde(rename = "azure")]
+    #[strum(serialize = "azure")]
+    Azure,
 }
 
 impl WireApi {
@@ -96,10 +101,19 @@ impl WireApi {
         self.into()
     }
 
+    /// The wire format behind a service: what bodies, streams and model options follow (Azure speaks
+    /// OpenAI Chat Completions).
+    pub fn format(self) -> WireApi {
+        match self {
+            WireApi::Azure => WireApi::OpenAiChat,
+            other => other,
+        }
+    }
+
     /// The endpoint path appended to `base_url`; Gemini names the model in the path rather than the body.
     pub fn path(self, model: &str) -> String {
         match self {
-            WireApi::OpenAiChat => "/chat/completions".into(),
+            WireApi::OpenAiChat | WireApi::Azure => "/chat/completions".into(),
             WireApi::OpenAiResponses => "/responses".into(),
             WireApi::Anthropic => "/messages".into(),
             WireApi::Gemini => gemini::path(model),
@@ -109,7 +123,7 @@ impl WireApi {
     /// The JSON body this format sends for `request` (`base_url` picks OpenAI-only fields).
     pub fn body(self, request: &ProviderRequest, base_url: &str) -> serde_json::Value {
         match self {
-            WireApi::OpenAiChat => openai_chat::build_body(request, Endpoint::of(base_url)),
+            WireApi::OpenAiChat | WireApi::Azure => openai_chat::build_body(request, Endpoint::of(base_url)),
             WireApi::OpenAiResponses => openai_responses::build_body(request, Endpoint::of(base_url)),
             WireApi::Anthropic => anthropic::build_body(request),
             WireApi::Gemini => gemini::build_body(request),
@@ -123,7 +137,9 @@ impl WireApi {
         let owner = (self, request.model.as_str(), base_url);
         let endpoint = Endpoint::of(base_url);
         let bytes = match self {
-            WireApi::OpenAiChat => openai_chat::encode(request, endpoint, &mut cache.lock(), owner)?,
+            WireApi::OpenAiChat | WireApi::Azure => {
+                openai_chat::encode(request, endpoint, &mut cache.lock(), owner)?
+            }
             WireApi::OpenAiResponses => {
                 openai_responses::encode(request, endpoint, &mut cache.lock(), owner)?
             }
@@ -142,7 +158,7 @@ impl WireApi {
     /// A fresh decoder for one response body in this format.
     pub fn decoder(self) -> Box<dyn Decoder> {
         match self {
-            WireApi::OpenAiChat => Box::new(openai_chat::ChatDecoder::new()),
+            WireApi::OpenAiChat | WireApi::Azure => Box::new(openai_chat::ChatDecoder::new()),
             WireApi::OpenAiResponses => Box::new(openai_responses::ResponsesDecoder::new()),
             WireApi::Anthropic => Box::new(anthropic::AnthropicDecoder::new()),
             WireApi::Gemini => Box::new(gemini::GeminiDecoder::new()),
@@ -172,7 +188,14 @@ pub struct ProviderConfig {
     pub headers: Vec<(String, String)>,
     pub headers_timeout: Duration,
     pub idle_timeout: Duration,
+    /// Azure: the deployment the requests go to (`None`: the v1 path, with the model in the body).
+    pub deployment: Option<String>,
+    /// Azure: the `api-version` of a deployment path (default [`AZURE_API_VERSION`]).
+    pub api_version: Option<String>,
 }
+
+/// The Azure OpenAI `api-version` sent when config names none (the latest GA data-plane version).
+pub const AZURE_API_VERSION: &str = "2024-10-21";
 
 impl std::fmt::Debug for ProviderConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -185,6 +208,8 @@ impl std::fmt::Debug for ProviderConfig {
             .field("headers", &self.headers.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("headers_timeout", &self.headers_timeout)
             .field("idle_timeout", &self.idle_timeout)
+            .field("deployment", &self.deployment)
+            .field("api_version", &self.api_version)
             .finish()
     }
 }
@@ -200,6 +225,8 @@ impl ProviderConfig {
             headers: Vec::new(),
             headers_timeout: DEFAULT_HEADERS_TIMEOUT,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            deployment: None,
+            api_version: None,
         }
     }
 }

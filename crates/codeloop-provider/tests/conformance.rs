@@ -176,7 +176,7 @@ fn count(usage: &Value, key: &str) -> u64 {
 fn expected_usage(api: WireApi, usage: &Value) -> Usage {
     let raw = &usage["raw"];
     match api {
-        WireApi::OpenAiChat => {
+        WireApi::OpenAiChat | WireApi::Azure => {
             let (prompt, completion, reasoning) = (
                 count(usage, "input_tokens"),
                 count(usage, "output_tokens"),

@@ -27,6 +27,8 @@ pub struct RecordedRequest {
     pub method: String,
     /// The request path, e.g. `/v1/chat/completions`.
     pub path: String,
+    /// The query string without `?` (empty when none), e.g. `api-version=2024-10-21`.
+    pub query: String,
     /// Headers in arrival order, names lowercased.
     pub headers: Vec<(String, String)>,
     /// The JSON body; a body that is not JSON is kept as a string (empty body: `Null`).
@@ -64,6 +66,8 @@ struct Shared {
     arrived: watch::Sender<usize>,
     shutdown: watch::Receiver<bool>,
     recording: Recording,
+    /// The key Azure requests must carry in `api-key` (`None`: any non-empty one).
+    azure_key: Mutex<Option<String>>,
 }
 
 struct ScriptState {
@@ -105,6 +109,7 @@ impl FakeProvider {
             arrived: watch::Sender::new(0),
             shutdown: shutdown_rx.clone(),
             recording,
+            azure_key: Mutex::new(None),
         });
         let app = router(shared.clone());
         let listener = listener.tap_io(|tcp| {
@@ -140,6 +145,11 @@ impl FakeProvider {
     }
 
     /// Every request received, in arrival order (empty with [`Recording::CountOnly`]).
+    /// Azure requests (`/openai/…`) are refused 401, as Azure does, unless `api-key` is this key.
+    pub fn require_azure_key(&self, key: &str) {
+        *self.shared.azure_key.locked() = Some(key.to_owned());
+    }
+
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.shared.lock().requests.clone()
     }
@@ -186,6 +196,8 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/responses", post(responses))
         .route("/v1/messages", post(messages))
         .route("/messages", post(messages))
+        .route("/openai/deployments/{deployment}/chat/completions", post(azure))
+        .route("/openai/v1/chat/completions", post(azure))
         .fallback(unknown)
         .layer(DefaultBodyLimit::disable())
         .with_state(shared)
@@ -205,6 +217,29 @@ async fn messages(State(shared): AppState, request: Request) -> Response {
     handle(&shared, Some(Format::Anthropic), request).await
 }
 
+/// Azure OpenAI: OpenAI Chat behind the `api-key` header; a deployment path needs `api-version` (Azure
+/// answers 404 "Resource not found" without it).
+async fn azure(State(shared): AppState, request: Request) -> Response {
+    let key = request.headers().get("api-key").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    let wanted = shared.azure_key.locked().clone();
+    if key.is_empty() || wanted.is_some_and(|w| w != key) {
+        let body = serde_json::json!({"error": {"code": "401", "message": "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key for an active subscription and use a correct regional API endpoint for your resource."}});
+        return json_response(401, body.to_string());
+    }
+    let deployment = request.uri().path().starts_with("/openai/deployments/");
+    let versioned = request
+        .uri()
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .any(|p| p.starts_with("api-version=") && p.len() > 12);
+    if deployment && !versioned {
+        let body = serde_json::json!({"error": {"code": "404", "message": "Resource not found"}});
+        return json_response(404, body.to_string());
+    }
+    handle(&shared, Some(Format::Chat), request).await
+}
+
 async fn unknown(State(shared): AppState, request: Request) -> Response {
     handle(&shared, None, request).await
 }
@@ -222,11 +257,12 @@ async fn handle(shared: &Shared, format: Option<Format>, request: Request) -> Re
     };
     let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let path = uri.path().to_owned();
+    let query = uri.query().unwrap_or_default().to_owned();
     let (model, recorded) = match shared.recording {
         Recording::Full => {
             let json = parse_body(&body);
             let model = json.get("model").and_then(Value::as_str).map(str::to_owned);
-            (model, Some(record(&method, &path, &headers, json)))
+            (model, Some(record(&method, &path, &query, &headers, json)))
         }
         Recording::CountOnly => (model_only(&body), None),
     };
@@ -287,10 +323,11 @@ fn model_only(body: &Bytes) -> Option<String> {
     serde_json::from_slice::<ModelOnly>(body).ok()?.model
 }
 
-fn record(method: &Method, path: &str, headers: &HeaderMap, body: Value) -> RecordedRequest {
+fn record(method: &Method, path: &str, query: &str, headers: &HeaderMap, body: Value) -> RecordedRequest {
     RecordedRequest {
         method: method.as_str().to_owned(),
         path: path.to_owned(),
+        query: query.to_owned(),
         headers: headers
             .iter()
             .map(|(name, value)| {

@@ -77,6 +77,15 @@ pub struct ProviderSettings {
     /// `"parse"` (for servers started without a tool-call parser). A model's own setting wins.
     pub tool_call_text: Option<codeloop_provider::ToolCallText>,
     pub models: BTreeMap<String, ModelSettings>,
+    /// `api = "azure"`: the resource name (`https://{resource}.openai.azure.com`), when `base_url` is not set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// `api = "azure"`: the deployment requests go to; without one, the v1 path with the model in the body.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<String>,
+    /// `api = "azure"`: the `api-version` (default `2024-10-21` for a deployment).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
 }
 
 impl Default for ProviderSettings {
@@ -90,6 +99,9 @@ impl Default for ProviderSettings {
             idle_timeout_ms: None,
             tool_call_text: None,
             models: BTreeMap::new(),
+            resource: None,
+            deployment: None,
+            api_version: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::harness::Harness;
 fn rendered(api: WireApi, body: &Value) -> Vec<(&'static str, String)> {
     let json = |value: &Value| value.to_string();
     match api {
-        WireApi::OpenAiChat => {
+        WireApi::OpenAiChat | WireApi::Azure => {
             let messages = body["messages"].as_array().cloned().unwrap_or_default();
             let system = messages.iter().take_while(|m| m["role"] == "system").count();
             vec![

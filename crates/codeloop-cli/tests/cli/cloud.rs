@@ -1,0 +1,76 @@
+//! Providers where companies buy their models (DESIGN.md §5l), through the real binary against fakes that
+//! check what codeloop sends: Azure OpenAI's deployment path, `api-version` and `api-key`.
+
+use codeloop_testkit::{FakeProvider, Reply, Script, Turn};
+use serde_json::json;
+
+use super::{Env, text};
+
+fn azure_config(env: &Env, fake: &FakeProvider, extra: &str) -> std::path::PathBuf {
+    let origin = fake.base_url().trim_end_matches("/v1").to_owned();
+    let path = env.home.path().join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "model = \"az/gpt-4o\"\n[provider.az]\napi = \"azure\"\nbase_url = \"{origin}\"\napi_key_env = \"AZ_TEST_KEY\"\n{extra}\n\
+             [provider.az.models.gpt-4o]\ncontext = 128000\noutput = 8000\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_deployments_get_the_deployment_path_the_api_version_and_the_key() {
+    let env = Env::new();
+    std::fs::write(env.project.path().join("a.txt"), "hello from azure\n").unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("read", json!({"filePath": "a.txt"}))),
+        Turn::from(Reply::text("It greets you.")),
+    ]))
+    .await
+    .unwrap();
+    fake.require_azure_key("k-right");
+    let config = azure_config(&env, &fake, "deployment = \"prod-4o\"");
+    let out = env.codeloop_with(Some(&config), &["run", "what is in a.txt?"], &[("AZ_TEST_KEY", "k-right")]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), "It greets you.");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    for request in &requests {
+        assert_eq!(request.path, "/openai/deployments/prod-4o/chat/completions");
+        assert_eq!(request.query, "api-version=2024-10-21");
+        assert_eq!(request.header("api-key"), Some("k-right"));
+        assert_eq!(request.header("authorization"), None, "the key goes in api-key only");
+    }
+    let tool_result =
+        requests[1].body["messages"].as_array().unwrap().iter().find(|m| m["role"] == "tool").cloned();
+    assert!(tool_result.unwrap()["content"].as_str().unwrap().contains("hello from azure"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn azure_without_a_deployment_uses_the_v1_path_and_a_wrong_key_says_which_variable() {
+    let env = Env::new();
+    let fake =
+        FakeProvider::start(Script::new([Turn::from(Reply::text("v1 here"))]).repeating()).await.unwrap();
+    fake.require_azure_key("k-right");
+    let config = azure_config(&env, &fake, "");
+    let out = env.codeloop_with(Some(&config), &["run", "hi"], &[("AZ_TEST_KEY", "k-right")]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let request = fake.last_request().unwrap();
+    assert_eq!((request.path.as_str(), request.query.as_str()), ("/openai/v1/chat/completions", ""));
+    assert_eq!(request.body["model"], "gpt-4o", "the v1 path names the model in the body");
+
+    let out = env.codeloop_with(Some(&config), &["run", "hi"], &[("AZ_TEST_KEY", "k-wrong")]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("AZ_TEST_KEY"), "the error names the key's variable: {stderr}");
+
+    let missing = env.home.path().join("missing.toml");
+    std::fs::write(&missing, "model = \"az/gpt-4o\"\n[provider.az]\napi = \"azure\"\n").unwrap();
+    let out = env.codeloop_with(Some(&missing), &["run", "hi"], &[("AZURE_OPENAI_API_KEY", "k")]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("needs resource = \"NAME\""), "{stderr}");
+}
