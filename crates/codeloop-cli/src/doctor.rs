@@ -222,7 +222,33 @@ async fn model_checks(checks: &mut Vec<Check>, loaded: &LoadedConfig) -> bool {
             Ok(client) => reachable(client, &base_url).await,
             Err(e) => Err(e.to_string()),
         };
+        let local = codeloop_core::local_models::LOCAL_PRESETS.contains(&name.as_str())
+            || crate::models::is_loopback(&base_url);
         match reached {
+            Ok(_) if local => {
+                // A local server: which models it has (what `--model {name}/ID` can name).
+                let preset = codeloop_core::local_models::LOCAL_PRESETS
+                    .contains(&name.as_str())
+                    .then_some(name.as_str());
+                match codeloop_core::local_models::served_models(&base_url, preset).await {
+                    Ok(models) if !models.is_empty() => {
+                        let ids: Vec<&str> = models.iter().map(|m| m.id.as_str()).collect();
+                        checks.push(Check::ok(
+                            format!("provider {name}"),
+                            format!("{base_url} answers; {} model(s): {}", ids.len(), ids.join(", ")),
+                        ));
+                    }
+                    Ok(_) => checks.push(Check::bad(
+                        format!("provider {name}"),
+                        format!("{base_url} answers but has no models"),
+                        "load or pull a model in the server",
+                    )),
+                    Err(why) => checks.push(Check::ok(
+                        format!("provider {name}"),
+                        format!("{base_url} answers (its model list: {why})"),
+                    )),
+                }
+            }
             Ok(status) => checks
                 .push(Check::ok(format!("provider {name}"), format!("{base_url} answers (HTTP {status})"))),
             Err(error) => {

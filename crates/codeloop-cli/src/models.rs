@@ -36,8 +36,17 @@ pub async fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
     codeloop_core::models::use_cached_catalogue(&data);
     let config = env::load_config(std::env::current_dir().ok().as_deref())?;
     let entries = codeloop_core::models::catalogue(&config);
+    let servers = local_servers(&config, args.provider.as_deref());
+    let mut served = Vec::new();
+    for (name, base_url) in servers {
+        let preset =
+            codeloop_core::local_models::LOCAL_PRESETS.contains(&name.as_str()).then_some(name.as_str());
+        let found = codeloop_core::local_models::served_models(&base_url, preset).await;
+        served.push((name, base_url, found));
+    }
     if let Some(provider) = &args.provider
         && !entries.iter().any(|e| &e.reference.provider_id == provider)
+        && !served.iter().any(|(name, ..)| name == provider)
     {
         let mut known: Vec<&str> = entries.iter().map(|e| e.reference.provider_id.as_str()).collect();
         known.sort_unstable();
@@ -50,7 +59,7 @@ pub async fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let mut out = std::io::stdout().lock();
     if args.format == Format::Json {
-        let list: Vec<serde_json::Value> = entries
+        let mut list: Vec<serde_json::Value> = entries
             .iter()
             .map(|e| {
                 serde_json::json!({
@@ -65,6 +74,15 @@ pub async fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
                 })
             })
             .collect();
+        for (name, _, found) in &served {
+            for model in found.as_deref().unwrap_or_default() {
+                list.push(serde_json::json!({
+                    "id": format!("{name}/{}", model.id),
+                    "limit": {"context": model.context},
+                    "served": true,
+                }));
+            }
+        }
         writeln!(out, "{}", serde_json::to_string_pretty(&list)?)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -89,10 +107,53 @@ pub async fn models(args: ModelsArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     writeln!(out, "prices in USD per 1M tokens; tools, sampling and effort: see `codeloop models --help`")?;
+    for (name, base_url, found) in &served {
+        match found {
+            Ok(models) if models.is_empty() => {
+                writeln!(out, "{name} ({base_url}) answers but has no models")?
+            }
+            Ok(models) => {
+                writeln!(out, "{name} ({base_url}) has:")?;
+                for model in models {
+                    let context = model.context.map(|c| format!("context {}", group(c))).unwrap_or_default();
+                    writeln!(out, "  {:<42} {context}", format!("{name}/{}", model.id))?;
+                }
+            }
+            Err(why) => writeln!(out, "{name} ({base_url}): {why}")?,
+        }
+    }
     if let Some(source) = codeloop_core::models::catalogue_source() {
         writeln!(out, "catalogue: {source}")?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The local servers to ask for their models: the presets (`ollama`, `lmstudio`, `vllm`, `llamacpp`) and
+/// providers on a loopback address that the config sets up or `only` names.
+fn local_servers(config: &codeloop_core::config::Config, only: Option<&str>) -> Vec<(String, String)> {
+    let models =
+        codeloop_core::models::Models::new(config.clone(), std::sync::Arc::new(|n| std::env::var(n).ok()));
+    let mut names: Vec<String> = config.provider.keys().cloned().collect();
+    if let Some(only) = only
+        && !names.iter().any(|n| n == only)
+    {
+        names.push(only.to_owned());
+    }
+    names
+        .into_iter()
+        .filter(|name| only.is_none_or(|o| o == name))
+        .filter_map(|name| {
+            let base_url = models.provider_endpoint(&name)?.base_url?;
+            let local =
+                codeloop_core::local_models::LOCAL_PRESETS.contains(&name.as_str()) || is_loopback(&base_url);
+            local.then_some((name, base_url))
+        })
+        .collect()
+}
+
+pub(crate) fn is_loopback(url: &str) -> bool {
+    let rest = url.split("://").nth(1).unwrap_or(url);
+    rest.starts_with("127.") || rest.starts_with("localhost") || rest.starts_with("[::1]")
 }
 
 /// Downloads, checks and caches a catalogue; on any failure the cached (or built-in) one stays.

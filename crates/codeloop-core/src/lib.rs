@@ -24,6 +24,7 @@ pub mod input;
 pub mod instructions;
 pub mod jobs;
 mod live;
+pub mod local_models;
 pub mod lsp;
 pub mod mcp;
 pub mod models;

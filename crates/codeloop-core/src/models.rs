@@ -371,7 +371,16 @@ impl Models {
             temperature: overrides.temperature.or(family.temperature).filter(|_| info.temperature),
             top_p: overrides.top_p.or(family.top_p).filter(|_| info.temperature),
             tools: overrides.tools.unwrap_or(family.tools),
-            tool_call_text: overrides.tool_call_text.or(settings.tool_call_text).unwrap_or_default(),
+            // Small local models often write their calls as text: the local presets parse them.
+            tool_call_text: overrides
+                .tool_call_text
+                .or(settings.tool_call_text)
+                .or_else(|| {
+                    crate::local_models::LOCAL_PRESETS
+                        .contains(&model.provider_id.as_str())
+                        .then_some(codeloop_provider::ToolCallText::Parse)
+                })
+                .unwrap_or_default(),
             api_id,
             accepts_temperature: info.temperature,
             pricing: info.cost.clone(),

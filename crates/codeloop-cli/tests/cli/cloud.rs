@@ -74,3 +74,65 @@ async fn azure_without_a_deployment_uses_the_v1_path_and_a_wrong_key_says_which_
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr.contains("needs resource = \"NAME\""), "{stderr}");
 }
+
+/// A loopback server answering every request with `body` (a vLLM-style model list).
+fn model_list_server(body: &'static str) -> String {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_server_preset_lists_its_models_with_their_context_and_parses_calls_written_as_text() {
+    let env = Env::new();
+    let url = model_list_server(
+        r#"{"object":"list","data":[{"id":"Qwen/Qwen2.5-Coder-7B-Instruct","object":"model","max_model_len":32768}]}"#,
+    );
+    let config = env.home.path().join("config.toml");
+    std::fs::write(&config, format!("[provider.vllm]\nbase_url = \"{url}\"\n")).unwrap();
+    let out = env.codeloop(Some(&config), &["models", "vllm"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains(&format!("vllm ({url}) has:")), "{stdout}");
+    let row = stdout.lines().find(|l| l.contains("vllm/Qwen/Qwen2.5-Coder-7B-Instruct")).unwrap_or_default();
+    assert!(row.trim_end().ends_with("context 32,768"), "{stdout}");
+    let out = env.codeloop(Some(&config), &["doctor"]);
+    let (stdout, _) = text(&out);
+    assert!(stdout.contains("1 model(s): Qwen/Qwen2.5-Coder-7B-Instruct"), "{stdout}");
+
+    // A preset's model that writes its call as text gets it parsed, with no setting.
+    std::fs::write(env.project.path().join("a.txt"), "hi\n").unwrap();
+    let call = "<tool_call>\n{\"name\": \"read\", \"arguments\": {\"filePath\": \"a.txt\"}}\n</tool_call>";
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::text(call)),
+        Turn::from(Reply::text("It says hi.")),
+    ]))
+    .await
+    .unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "model = \"ollama/qwen2.5-coder:7b\"\n[provider.ollama]\nbase_url = \"{}\"\n",
+            fake.base_url()
+        ),
+    )
+    .unwrap();
+    let out = env.codeloop(Some(&config), &["run", "what is in a.txt?"]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("→ read a.txt") && !stderr.contains("warning: the answer"), "{stderr}");
+    assert!(stdout.contains("It says hi."), "{stdout}");
+}
