@@ -250,7 +250,19 @@ async fn perform(client: &dyn Client, directory: &std::path::Path, action: Actio
         Action::Revert(id, message) => match client.revert(&id, &message).await {
             Ok(session) => {
                 let files = session.revert.as_ref().map_or(0, |r| r.files.len());
-                let note = format!("undid the last turn: {files} file(s) restored · /redo brings it back");
+                let mut note =
+                    format!("undid the last turn: {files} file(s) restored · /redo brings it back");
+                // What acted outside the project is not undone (DESIGN.md §5m): named, so no one assumes it was.
+                let kept = session.revert.as_ref().map(|r| r.not_undone.as_slice()).unwrap_or_default();
+                if !kept.is_empty() {
+                    let names: Vec<String> =
+                        kept.iter().take(3).map(|c| format!("{} {}", c.tool, c.title)).collect();
+                    let more = if kept.len() > 3 { ", …" } else { "" };
+                    note.push_str(&format!(
+                        " · NOT undone, acted outside the project: {}{more}",
+                        names.join(", ")
+                    ));
+                }
                 reload(client, session, note).await
             }
             Err(e) => error(e),

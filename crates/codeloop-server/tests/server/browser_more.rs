@@ -513,6 +513,8 @@ async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_b
                 "write",
                 json!({"filePath": "notes.txt", "content": "written by the model\n"}),
             )),
+            // A command acts outside what a revert can put back: Undo must say so.
+            Turn::from(Reply::tool_call("bash", json!({"command": "true", "description": "Tell the world"}))),
             Turn::from(Reply::text("Wrote notes.txt.")),
         ]),
         |setup| setup.config.snapshot = Some(true),
@@ -555,6 +557,16 @@ async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_b
     browser.click_button("Undo").await;
     browser.wait("the turn to be hidden", "return document.querySelector('#timeline .answer') === null && document.querySelector('#timeline .undone') !== null").await;
     assert!(!project.join("notes.txt").exists(), "the file the turn wrote is gone");
+    let kept = browser
+        .wait(
+            "the not-undone notice",
+            "return [...document.querySelectorAll('#timeline .notice')].map(l => l.textContent).find(t => t.includes('Not undone')) ?? null",
+        )
+        .await;
+    assert!(
+        kept.as_str().is_some_and(|t| t.contains("1 call acted outside the project: bash: true. Check it yourself.")),
+        "{kept}"
+    );
     browser.click_button("Redo").await;
     browser.wait("the turn to be back", "return [...document.querySelectorAll('#timeline .answer')].pop()?.textContent === 'Wrote notes.txt.' && document.querySelector('#timeline .undone') === null").await;
     assert!(project.join("notes.txt").exists(), "redo puts the file back");

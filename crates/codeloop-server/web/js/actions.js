@@ -114,6 +114,12 @@ export async function undo() {
     const session = await app.api.post(`/session/${seg(convo.id)}/revert`, {message_id: message});
     convo.session = session;
     notify('info', `Undone: the last turn and the files it changed${session.revert?.files?.length ? ` (${session.revert.files.join(', ')})` : ''}.`);
+    // Calls that acted outside the project (DESIGN.md §5m): a revert cannot take those back; say which.
+    const kept = session.revert?.not_undone ?? [];
+    if (kept.length) {
+      const names = kept.slice(0, 5).map((c) => `${c.tool}: ${c.title || c.call_id}`).join('; ');
+      notify('warn', `Not undone — ${kept.length} call${kept.length === 1 ? '' : 's'} acted outside the project: ${names}${kept.length > 5 ? '; …' : ''}. Check ${kept.length === 1 ? 'it' : 'them'} yourself.`);
+    }
   } catch (e) {
     notify('error', `Cannot undo: ${e.message}`);
   }
