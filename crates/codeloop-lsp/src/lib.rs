@@ -4,6 +4,7 @@
 //! Owns: talking LSP. Must not: choose servers for files, start processes outside the command it is
 //! given (the engine walls it like `bash`), touch sessions, tools or permissions.
 
+mod incoming;
 pub mod render;
 pub mod rpc;
 mod server;

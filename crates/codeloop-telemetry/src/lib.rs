@@ -8,6 +8,7 @@
 //! collector is away, and the last flush is bounded (and skipped for a collector that never answered).
 
 pub mod facts;
+mod genai;
 mod otel;
 mod prometheus;
 

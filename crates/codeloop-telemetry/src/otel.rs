@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::time::{Duration, SystemTime};
 
-use codeloop_types::{MessageId, ModelRef, PartId, SessionId};
+use codeloop_types::{MessageId, PartId, SessionId};
 use opentelemetry::metrics::{Counter, Histogram, Meter, MeterProvider as _, UpDownCounter};
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
@@ -23,41 +23,10 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracer, SdkTracerProvider};
 
 use crate::facts::{Fact, Recorder};
+use crate::genai::{
+    DURATION_BOUNDS, TOKEN_BOUNDS, model_attributes, provider_finish, provider_name, semconv, tool_attributes,
+};
 use crate::prometheus::token_counts;
-
-/// The GenAI conventions' names, from the `opentelemetry-semantic-conventions` crate. It marks them
-/// deprecated because they moved to the GenAI conventions' own repository (same names, no crate of its
-/// own yet): taken here once, under that allowance.
-#[allow(deprecated)]
-mod semconv {
-    pub const GEN_AI_AGENT_NAME: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_AGENT_NAME;
-    pub const GEN_AI_CONVERSATION_ID: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_CONVERSATION_ID;
-    pub const GEN_AI_OPERATION_NAME: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_OPERATION_NAME;
-    pub const GEN_AI_PROVIDER_NAME: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_PROVIDER_NAME;
-    pub const GEN_AI_REQUEST_MODEL: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_REQUEST_MODEL;
-    pub const GEN_AI_RESPONSE_FINISH_REASONS: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_RESPONSE_FINISH_REASONS;
-    pub const GEN_AI_TOKEN_TYPE: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOKEN_TYPE;
-    pub const GEN_AI_TOOL_CALL_ID: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOOL_CALL_ID;
-    pub const GEN_AI_TOOL_NAME: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOOL_NAME;
-    pub const GEN_AI_TOOL_TYPE: &str = opentelemetry_semantic_conventions::attribute::GEN_AI_TOOL_TYPE;
-    pub const GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS;
-    pub const GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS;
-    pub const GEN_AI_USAGE_INPUT_TOKENS: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_INPUT_TOKENS;
-    pub const GEN_AI_USAGE_OUTPUT_TOKENS: &str =
-        opentelemetry_semantic_conventions::attribute::GEN_AI_USAGE_OUTPUT_TOKENS;
-    pub const GEN_AI_CLIENT_OPERATION_DURATION: &str =
-        opentelemetry_semantic_conventions::metric::GEN_AI_CLIENT_OPERATION_DURATION;
-    pub const GEN_AI_CLIENT_TOKEN_USAGE: &str =
-        opentelemetry_semantic_conventions::metric::GEN_AI_CLIENT_TOKEN_USAGE;
-}
 
 /// What to export, and where: decided at the program's edge (config, then the `OTEL_*` variables).
 #[derive(Debug, Clone)]
@@ -184,15 +153,6 @@ struct Instruments {
     operation_duration: Histogram<f64>,
 }
 
-/// The conventions' advised buckets for `gen_ai.client.token.usage`.
-const TOKEN_BOUNDS: [f64; 14] = [
-    1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0,
-    16777216.0, 67108864.0,
-];
-/// The conventions' advised buckets for `gen_ai.client.operation.duration`, in seconds.
-const DURATION_BOUNDS: [f64; 14] =
-    [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92];
-
 impl Instruments {
     fn new(meter: &Meter) -> Self {
         let seconds: Vec<f64> = crate::prometheus::BUCKETS.to_vec();
@@ -286,69 +246,8 @@ pub(crate) struct SpanRecorder {
     prompts: HashMap<SessionId, String>,
 }
 
-fn model_attributes(model: &ModelRef) -> [KeyValue; 2] {
-    [
-        KeyValue::new(semconv::GEN_AI_REQUEST_MODEL, model.model_id.clone()),
-        KeyValue::new(semconv::GEN_AI_PROVIDER_NAME, provider_name(&model.provider_id)),
-    ]
-}
-
-/// The conventions' well-known `gen_ai.provider.name` for a configured provider id; any other id as it
-/// is (an OpenAI-compatible server of the user's own, say).
-pub(crate) fn provider_name(provider_id: &str) -> String {
-    let known = match provider_id.to_ascii_lowercase().as_str() {
-        "anthropic" => "anthropic",
-        "openai" => "openai",
-        "google" | "gemini" => "gcp.gemini",
-        "vertex" | "vertexai" | "vertex-ai" | "google-vertex" => "gcp.vertex_ai",
-        "bedrock" | "amazon-bedrock" | "aws-bedrock" => "aws.bedrock",
-        "azure" | "azure-openai" => "azure.ai.openai",
-        "mistral" => "mistral_ai",
-        "xai" | "x-ai" => "x_ai",
-        "groq" => "groq",
-        "deepseek" => "deepseek",
-        "perplexity" => "perplexity",
-        "cohere" => "cohere",
-        _ => return provider_id.to_owned(),
-    };
-    known.to_owned()
-}
-
-/// A step's finish as its provider writes it (the conventions ask for the provider's own words).
-fn provider_finish(provider: &str, finish: codeloop_types::Finish) -> &'static str {
-    use codeloop_types::Finish;
-    match (provider, finish) {
-        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::Stop) => "end_turn",
-        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::ToolCalls) => "tool_use",
-        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::Length) => "max_tokens",
-        ("anthropic" | "aws.bedrock" | "gcp.vertex_ai", Finish::ContentFilter) => "refusal",
-        ("gcp.gemini", Finish::Stop | Finish::ToolCalls) => "STOP",
-        ("gcp.gemini", Finish::Length) => "MAX_TOKENS",
-        ("gcp.gemini", Finish::ContentFilter) => "SAFETY",
-        (_, Finish::Stop) => "stop",
-        (_, Finish::ToolCalls) => "tool_calls",
-        (_, Finish::Length) => "length",
-        (_, Finish::ContentFilter) => "content_filter",
-        (_, Finish::Error) => "error",
-        (_, Finish::Unknown) => "unknown",
-    }
-}
-
-fn session_attribute(session: &SessionId) -> KeyValue {
+pub(crate) fn session_attribute(session: &SessionId) -> KeyValue {
     KeyValue::new("codeloop.session.id", session.to_string())
-}
-
-/// A tool span's attributes: the conventions' (`execute_tool`, name, call id, type) and codeloop's.
-fn tool_attributes(session: &SessionId, tool: &codeloop_types::ToolPart) -> Vec<KeyValue> {
-    vec![
-        session_attribute(session),
-        KeyValue::new("codeloop.tool.name", tool.tool.clone()),
-        KeyValue::new(semconv::GEN_AI_OPERATION_NAME, "execute_tool"),
-        KeyValue::new(semconv::GEN_AI_TOOL_NAME, tool.tool.clone()),
-        KeyValue::new(semconv::GEN_AI_TOOL_CALL_ID, tool.call_id.clone()),
-        // Every tool is a function the model calls by name (the conventions' `function`).
-        KeyValue::new(semconv::GEN_AI_TOOL_TYPE, "function"),
-    ]
 }
 
 impl SpanRecorder {

@@ -564,7 +564,8 @@ async fn undo_hides_the_last_turn_and_puts_its_files_back_and_redo_brings_both_b
         )
         .await;
     assert!(
-        kept.as_str().is_some_and(|t| t.contains("1 call acted outside the project: bash: true. Check it yourself.")),
+        kept.as_str()
+            .is_some_and(|t| t.contains("1 call acted outside the project: bash: true. Check it yourself.")),
         "{kept}"
     );
     browser.click_button("Redo").await;
