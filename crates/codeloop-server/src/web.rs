@@ -61,6 +61,7 @@ static FILES: &[Asset] = &[
     asset!("js/feed.js", JS),
     asset!("js/dom.js", JS),
     asset!("js/markdown.js", JS),
+    asset!("js/highlight.js", JS),
     asset!("js/convo.js", JS),
     asset!("js/parts.js", JS),
     asset!("js/timeline.js", JS),

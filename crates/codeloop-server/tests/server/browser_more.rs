@@ -853,3 +853,46 @@ async fn the_effort_picker_is_sent_with_the_next_prompt() {
     browser.wait("the answer", "const a = [...document.querySelectorAll('#timeline .answer')].pop(); return a && a.textContent === 'Thought hard.'").await;
     assert_eq!(h.fake.requests()[0].body["reasoning_effort"], json!("high"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_blocks_read_output_and_diffs_are_coloured_by_language_as_text() {
+    let h = harness(
+        Script::new([
+            Turn::from(Reply::tool_call("read", json!({"filePath": "app.py"}))),
+            Turn::from(Reply::tool_call(
+                "edit",
+                json!({"filePath": "app.py", "oldString": "return 1", "newString": "return \"<b>two</b>\""}),
+            )),
+            Turn::from(Reply::text("Done:\n\n```rust\nfn main() { let n = 42; } // ok\n```\n")),
+        ]),
+        |_| {},
+    )
+    .await;
+    std::fs::write(h.project.path().join("app.py"), "def main():\n    return 1\n").unwrap();
+    let Some(browser) =
+        Browser::start("code_blocks_read_output_and_diffs_are_coloured_by_language_as_text").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    send(&browser, "change it").await;
+    browser.wait("the answer", "return document.querySelector('#timeline pre.code') !== null").await;
+    idle(&browser).await;
+    let tokens = |selector: &str| {
+        format!(
+            "return [...document.querySelectorAll('{selector}')].map(e => e.className + ':' + e.textContent)"
+        )
+    };
+    let code = browser.wait("the code block's tokens", &tokens("#timeline pre.code span")).await;
+    assert_eq!(code, json!(["tok-kw:fn", "tok-kw:let", "tok-num:42", "tok-com:// ok"]));
+    let read = browser.wait("the read output's tokens", &tokens(".card[data-tool=read] pre span")).await;
+    assert_eq!(read, json!(["tok-kw:def", "tok-kw:return", "tok-num:1"]));
+    let diff = browser.wait("the diff's tokens", &tokens(".card[data-tool=edit] .diff .add span")).await;
+    assert_eq!(diff, json!(["tok-kw:return", "tok-str:\"<b>two</b>\""]), "the model's text stays text");
+    let bold = browser
+        .wait("no markup from the text", "return document.querySelectorAll('#timeline b').length === 0")
+        .await;
+    assert_eq!(bold, json!(true));
+    browser.close().await;
+}

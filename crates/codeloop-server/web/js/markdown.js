@@ -6,6 +6,7 @@
 // An unfinished construct (a fence still streaming) renders as far as it goes.
 
 import {h, link} from './dom.js';
+import {highlight, languageOf} from './highlight.js';
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^\s`]*)[^`]*$/;
 const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
@@ -95,7 +96,7 @@ function startsBlock(line) {
 }
 
 function codeBlock(text, lang) {
-  const code = h('code', lang ? {class: `language-${lang.replace(/[^\w#+.-]/g, '')}`} : null, text);
+  const code = h('code', lang ? {class: `language-${lang.replace(/[^\w#+.-]/g, '')}`} : null, highlight(text, languageOf(lang)));
   return h('pre', {class: 'code'}, code);
 }
 

@@ -4,6 +4,7 @@
 
 import {compact, ellipsize, h} from './dom.js';
 import {markdown} from './markdown.js';
+import {highlight, languageOf} from './highlight.js';
 import {errorMessage, isAborted, rowPart} from './convo.js';
 
 /** Lines of output shown under a tool card before "show all". */
@@ -194,15 +195,19 @@ function toolBody(key, part, state, interrupted) {
   }
   if (state.status === 'completed') {
     const diff = typeof state.metadata?.diff === 'string' ? state.metadata.diff : '';
+    const family = languageOf(state.input?.filePath ?? state.input?.path);
     if (diff) {
-      const block = diffBlock(key, diff);
+      const block = diffBlock(key, diff, family);
       const found = diagnosticsBlock(state.metadata?.diagnostics);
       if (found) block.appendChild(found);
       return block;
     }
     if (state.time?.compacted) return h('pre', {class: 'output dim'}, '[output cleared for the model]');
     let output = state.output ?? '';
-    if (part.tool === 'read') output = output.split('\n').filter((l) => !l.startsWith('<')).join('\n');
+    if (part.tool === 'read') {
+      output = output.split('\n').filter((l) => !l.startsWith('<')).join('\n');
+      return outputBlock(key, output, 'output', family);
+    }
     return outputBlock(key, output, 'output');
   }
   if (state.status === 'error') {
@@ -215,26 +220,45 @@ function toolBody(key, part, state, interrupted) {
   return null;
 }
 
-/** The first lines of a text, with "show all" for the rest. */
-function outputBlock(key, text, cls) {
+/** The first lines of a text, with "show all" for the rest; `family` colours a file's lines (after the
+ * line numbers read puts before them). */
+function outputBlock(key, text, cls, family = null) {
   const lines = text.replace(/\n$/, '').split('\n');
   if (!text.trim()) return null;
   const wrap = h('div', {class: 'tool-body'});
   const full = opened.has(key);
   const shown = full ? lines : lines.slice(0, PREVIEW_LINES);
-  wrap.appendChild(h('pre', {class: cls}, cut(shown.join('\n'))));
+  const body = cut(shown.join('\n'));
+  if (family && body.length === shown.join('\n').length) {
+    const pre = h('pre', {class: cls});
+    for (const line of shown) {
+      // Only the file's own lines (they start with their number), not read's notes around them.
+      const number = /^\s*\d+[|:\t] ?/.exec(line)?.[0];
+      if (number === undefined) pre.append(line, '\n');
+      else pre.append(number, ...highlight(line.slice(number.length), family), '\n');
+    }
+    wrap.appendChild(pre);
+  } else {
+    wrap.appendChild(h('pre', {class: cls}, body));
+  }
   if (lines.length > PREVIEW_LINES) wrap.appendChild(toggle(key, full, lines.length - PREVIEW_LINES));
   return wrap;
 }
 
-function diffBlock(key, diff) {
+function diffBlock(key, diff, family = null) {
   const lines = diff.replace(/\n+$/, '').split('\n').filter((l) => !/^(---|\+\+\+|Index:|====)/.test(l));
   const full = opened.has(key);
   const shown = full ? lines : lines.slice(0, DIFF_LINES);
   const pre = h('pre', {class: 'diff'});
   for (const line of shown) {
     const cls = line.startsWith('+') ? 'add' : line.startsWith('-') ? 'del' : line.startsWith('@') ? 'hunk' : 'ctx';
-    pre.appendChild(h('span', {class: cls}, cut(line) + '\n'));
+    const code = cls === 'add' || cls === 'del' || (cls === 'ctx' && line.startsWith(' '));
+    const text = cut(line);
+    pre.appendChild(
+      code && family && text === line
+        ? h('span', {class: cls}, line[0], highlight(line.slice(1), family), '\n')
+        : h('span', {class: cls}, text + '\n'),
+    );
   }
   const wrap = h('div', {class: 'tool-body'}, pre);
   if (lines.length > DIFF_LINES) wrap.appendChild(toggle(key, full, lines.length - DIFF_LINES));
