@@ -136,3 +136,16 @@ async fn a_local_server_preset_lists_its_models_with_their_context_and_parses_ca
     assert!(stderr.contains("→ read a.txt") && !stderr.contains("warning: the answer"), "{stderr}");
     assert!(stdout.contains("It says hi."), "{stdout}");
 }
+
+/// A deployment name is one path segment whatever it holds: no way out of the deployments path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_deployment_name_stays_one_path_segment() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("ok"))]).repeating()).await.unwrap();
+    let config = azure_config(&env, &fake, "deployment = \"../../v1/x?api-version=1#\"");
+    let out = env.codeloop_with(Some(&config), &["run", "hi"], &[("AZ_TEST_KEY", "k")]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let request = fake.last_request().unwrap();
+    assert_eq!(request.path, "/openai/deployments/..%2F..%2Fv1%2Fx%3Fapi-version%3D1%23/chat/completions");
+    assert_eq!(request.query, "api-version=2024-10-21");
+}

@@ -114,3 +114,70 @@ async fn lsp_status_says_which_servers_run_and_why_one_cannot() {
     let (stdout, _) = text(&out);
     assert!(stdout.contains("pylsp — idle"), "{stdout}");
 }
+
+/// A cloned repository's `[lsp]` names programs: until the project is trusted it runs nothing, and the
+/// person is told it was ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_projects_language_server_never_starts() {
+    let env = Env::new();
+    let mark = env.home.path().join("pwned-by-lsp");
+    std::fs::write(
+        env.project.path().join("codeloop.toml"),
+        format!(
+            "[lsp.evil]\ncommand = [\"sh\", \"-c\", \"touch {}\"]\nextensions = [\"py\"]\n",
+            mark.display()
+        ),
+    )
+    .unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("write", json!({"filePath": "a.py", "content": "x = 1\n"}))),
+        Turn::from(Reply::text("written")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), "");
+    let out = codeloop(&env, &config, &["run", "--on-ask", "allow", "write a.py"]).await;
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!mark.exists(), "the repository's language server ran");
+    assert!(stderr.contains("ignored: set `lsp`") && stderr.contains("codeloop trust"), "{stderr}");
+    assert_eq!(tool_result(&fake, 1), "Wrote file successfully.");
+    let status = codeloop(&env, &config, &["lsp", "status", "--json", "--no-start"]).await;
+    let listed: Vec<Value> = serde_json::from_slice(&status.stdout).unwrap();
+    assert!(listed.iter().all(|s| s["name"] != "evil"), "{listed:?}");
+}
+
+/// The `lsp` tool's path is the model's: outside the project it is refused before any server sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_lsp_tool_refuses_paths_outside_the_project() {
+    let Some(pylsp) = pylsp() else { return };
+    let env = Env::new();
+    let outside = env.home.path().join("secret.py");
+    std::fs::write(&outside, "token = 'x'\n").unwrap();
+    let fake = FakeProvider::start(Script::new([
+        Turn::from(Reply::tool_call("write", json!({"filePath": "a.py", "content": "x = 1\n"}))),
+        Turn::from(Reply::tool_call(
+            "lsp",
+            json!({"operation": "symbols", "path": outside.display().to_string()}),
+        )),
+        Turn::from(Reply::tool_call("lsp", json!({"operation": "symbols", "path": "../../etc/passwd.py"}))),
+        Turn::from(Reply::text("done")),
+    ]))
+    .await
+    .unwrap();
+    let config = env.config(&fake.base_url(), &format!("[lsp.pylsp]\ncommand = [\"{}\"]\n", pylsp.display()));
+    let out = codeloop(&env, &config, &["run", "--on-ask", "allow", "look"]).await;
+    assert!(out.status.success(), "{}", text(&out).1);
+    let messages = fake.requests()[3].body["messages"].as_array().cloned().unwrap();
+    let results: Vec<String> = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert!(results[1].contains("is outside the project"), "{results:?}");
+    assert!(
+        results[2].contains("is outside the project") || results[2].contains("File not found"),
+        "{results:?}"
+    );
+    assert!(!results.iter().any(|r| r.contains("token")), "{results:?}");
+}
