@@ -68,7 +68,7 @@ async fn a_language_server_runs_walled_and_ends_with_the_run() {
     let config = env.config(
         &fake.base_url(),
         &format!(
-            "[lsp.pylsp]\ncommand = [\"{}\"]\nenv = {{ CODELOOP_LSP_TEST_MARK = \"{mark}\" }}\n",
+            "[lsp]\nstart_wait_ms = 60000\n[lsp.pylsp]\ncommand = [\"{}\"]\nenv = {{ CODELOOP_LSP_TEST_MARK = \"{mark}\" }}\n",
             wrapper.display()
         ),
     );

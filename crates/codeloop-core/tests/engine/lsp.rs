@@ -76,6 +76,8 @@ async fn an_edit_gets_the_error_it_caused_and_the_fix_clears_it() {
         ]),
         AskPolicy::Allow,
         |config| {
+            // Bounded waits that end when the diagnostics come: generous, so a loaded machine cannot flake.
+            (config.lsp.start_wait_ms, config.lsp.wait_ms) = (Some(60_000), Some(30_000));
             config.lsp.servers.insert("pylsp".into(), server(vec![pylsp.display().to_string()], &["py"]));
         },
     )
@@ -190,37 +192,57 @@ async fn a_server_that_crashes_is_restarted_once_then_reported_broken_once() {
 }
 
 #[tokio::test]
-async fn a_server_that_never_answers_or_floods_never_holds_an_edit_up() {
+async fn a_server_that_never_answers_initialize_never_holds_an_edit_up() {
     let h = Harness::with(
         Script::new([
             Turn::from(Reply::tool_call("write", json!({"filePath": "a.py", "content": "x = 1\n"}))),
-            Turn::from(Reply::tool_call("write", json!({"filePath": "b.ts", "content": "let x = 1\n"}))),
             Turn::from(Reply::text("done")),
         ]),
         AskPolicy::Allow,
         |config| {
             config.lsp.start_timeout_ms = Some(300);
             config.lsp.servers.insert("silent".into(), server(fake_lsp("hang"), &["py"]));
+        },
+    )
+    .await;
+    assert_eq!(h.prompt("write").await.stop, StopReason::Completed);
+    let (_, result) = tool_results(&h.request_messages(1)).remove(0);
+    assert_eq!(
+        result,
+        "Wrote file successfully.\n\nLanguage server silent cannot run: no answer to `initialize` within 0.3 s. \
+         `codeloop lsp status` shows it."
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_sends_garbage_and_floods_diagnostics_is_read_through() {
+    let h = Harness::with(
+        Script::new([
+            Turn::from(Reply::tool_call("write", json!({"filePath": "b.ts", "content": "let x = 1\n"}))),
+            Turn::from(Reply::text("done")),
+        ]),
+        AskPolicy::Allow,
+        |config| {
             config.lsp.servers.insert("noisy".into(), server(fake_lsp("noisy"), &["ts"]));
         },
     )
     .await;
     assert_eq!(h.prompt("write").await.stop, StopReason::Completed);
-    let results: Vec<String> = tool_results(&h.request_messages(2)).into_iter().map(|(_, r)| r).collect();
-    assert_eq!(
-        results[0],
-        "Wrote file successfully.\n\nLanguage server silent cannot run: no answer to `initialize` within 0.3 s. \
-         `codeloop lsp status` shows it."
-    );
-    // The noisy one: a non-JSON message skipped, 2 000 other files' errors cut to five, its own error kept.
-    let lines: Vec<&str> = results[1].lines().collect();
-    assert_eq!(
-        lines[..4],
-        ["Wrote file successfully.", "", "<diagnostics>", "b.ts:1:1 error E1 broken"],
-        "{lines:?}"
-    );
-    assert_eq!(lines[4], "Other files now report:");
+    let (_, result) = tool_results(&h.request_messages(1)).remove(0);
+    // A non-JSON message skipped, 2 000 other files' errors cut to five, its own error kept.
+    let lines: Vec<&str> = result.lines().collect();
     assert_eq!(lines.len(), 4 + 1 + 5 + 1, "{lines:?}");
+    assert_eq!(
+        lines[..5],
+        [
+            "Wrote file successfully.",
+            "",
+            "<diagnostics>",
+            "b.ts:1:1 error E1 broken",
+            "Other files now report:"
+        ]
+    );
+    assert_eq!(lines[10], "</diagnostics>");
 }
 
 #[tokio::test]
