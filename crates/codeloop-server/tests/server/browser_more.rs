@@ -683,7 +683,7 @@ async fn the_markdown_renderer_builds_elements_and_text_and_never_markup() {
         ],
         [
             "```rust\nfn main() {}\n```\nafter",
-            "<pre class=\"code\"><code class=\"language-rust\">fn main() {}</code></pre><p>after</p>"
+            "<pre class=\"code\"><code class=\"language-rust\"><span class=\"tok-kw\">fn</span> main() {}</code></pre><p>after</p>"
         ],
         ["```\nstill streaming", "<pre class=\"code\"><code>still streaming</code></pre>"],
         ["- a\n  - b\n- c", "<ul><li>a<ul><li>b</li></ul></li><li>c</li></ul>"],
