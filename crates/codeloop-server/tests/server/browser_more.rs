@@ -466,6 +466,45 @@ async fn the_home_pane_names_the_sessions_working_now_and_opens_one() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_home_pane_lists_recent_sessions_of_every_project_with_where_they_live() {
+    let h = harness(Script::new([Turn::from(Reply::text("ok"))]), |_| {}).await;
+    let other = tempfile::tempdir().unwrap();
+    let here = h.engine.create_session(h.project.path(), None, None, None).await.unwrap();
+    let there = h.engine.create_session(other.path(), None, None, None).await.unwrap();
+    let Some(browser) =
+        Browser::start("the_home_pane_lists_recent_sessions_of_every_project_with_where_they_live").await
+    else {
+        return;
+    };
+    browser.goto(&page(&h)).await;
+    booted(&browser).await;
+    let listed = browser
+        .wait(
+            "the recent sessions on the home pane",
+            "const rows = [...document.querySelectorAll('#home:not([hidden]) .home-recent li')]; return rows.length === 2 ? rows.map(r => [r.querySelector('button').dataset.session, r.textContent]) : null",
+        )
+        .await;
+    let rows = listed.as_array().unwrap();
+    let project = |dir: &std::path::Path| dir.file_name().unwrap().to_string_lossy().into_owned();
+    // Newest first: the other project's session was made last.
+    assert_eq!(rows[0][0], json!(there.id.to_string()));
+    assert!(
+        rows[0][1].as_str().unwrap().ends_with(&format!(" · {} · idle", project(other.path()))),
+        "{rows:?}"
+    );
+    assert_eq!(rows[1][0], json!(here.id.to_string()));
+    assert!(rows[1][1].as_str().unwrap().contains(&project(h.project.path())), "{rows:?}");
+    browser.click("#home .home-recent button").await;
+    browser
+        .wait(
+            "the session to open",
+            "return document.getElementById('home').hidden && location.hash.includes('/session/')",
+        )
+        .await;
+    browser.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attached_image_and_text_file_go_with_the_message_as_file_parts() {
     let h = harness(Script::new([Turn::from(Reply::text("A pixel and a note."))]), |_| {}).await;
     let files = tempfile::tempdir().unwrap();

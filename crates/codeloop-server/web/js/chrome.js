@@ -81,6 +81,9 @@ export function renderChrome() {
   if (!chromeFrame) chromeFrame = requestAnimationFrame(paintChrome);
 }
 
+/** Recent sessions the home pane shows. */
+const RECENT = 8;
+
 /** With no session open: what to do, and the sessions working right now (the sidebar shows them too,
  * but a person looking at an empty pane should not have to find them). */
 function paintHome() {
@@ -90,19 +93,38 @@ function paintHome() {
   if (app.convo) return;
   clear(home);
   home.appendChild(h('p', null, 'Type a message below to start a new session here, or open one from the list.'));
-  const working = [...app.sessions.values()].filter((s) => {
+  const roots = [...app.sessions.values()].filter((s) => !s.parent_id);
+  const busy = (s) => {
     const status = app.statuses.get(s.id);
-    return !s.parent_id && status && status.type !== 'idle';
-  });
-  if (!working.length) return;
-  home.appendChild(h('p', {class: 'dim'}, 'Working now:'));
-  const list = h('ul', {class: 'home-working'});
-  for (const session of working) {
+    return Boolean(status && status.type !== 'idle');
+  };
+  const working = roots.filter(busy);
+  if (working.length) {
+    home.appendChild(h('p', {class: 'dim'}, 'Working now:'));
+    home.appendChild(homeList('home-working', working, busy));
+  }
+  // The newest sessions of every project this server has, with where they live and how they are.
+  const recent = roots
+    .filter((s) => !busy(s))
+    .sort((a, b) => (b.time?.updated ?? 0) - (a.time?.updated ?? 0))
+    .slice(0, RECENT);
+  if (recent.length) {
+    home.appendChild(h('p', {class: 'dim'}, 'Recent:'));
+    home.appendChild(homeList('home-recent', recent, busy));
+  }
+}
+
+
+function homeList(cls, sessions, busy) {
+  const list = h('ul', {class: cls});
+  for (const session of sessions) {
     const open = h('button', {type: 'button', class: 'link', 'data-session': session.id}, session.title || session.id);
     open.addEventListener('click', () => openSession(session.id));
-    list.appendChild(h('li', null, '● ', open));
+    const project = String(session.directory ?? '').replace(/\/+$/, '').split('/').pop() || session.directory || '';
+    const state = busy(session) ? 'working' : session.revert ? 'undone turns' : 'idle';
+    list.appendChild(h('li', null, busy(session) ? '● ' : '○ ', open, h('span', {class: 'dim'}, ` · ${project} · ${state}`)));
   }
-  home.appendChild(list);
+  return list;
 }
 
 export function paintChrome() {
