@@ -149,3 +149,21 @@ async fn a_hostile_deployment_name_stays_one_path_segment() {
     assert_eq!(request.path, "/openai/deployments/..%2F..%2Fv1%2Fx%3Fapi-version%3D1%23/chat/completions");
     assert_eq!(request.query, "api-version=2024-10-21");
 }
+
+/// `doctor` says where an Azure provider's key comes from, or what to set, without a model request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_checks_an_azure_providers_key_without_a_model_request() {
+    let env = Env::new();
+    let fake = FakeProvider::start(Script::new([Turn::from(Reply::text("never"))])).await.unwrap();
+    let config = azure_config(&env, &fake, "deployment = \"prod-4o\"");
+    let out = env.codeloop_with(Some(&config), &["doctor"], &[("AZ_TEST_KEY", "k")]);
+    let (stdout, _) = text(&out);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("✓ provider az: key found in $AZ_TEST_KEY"), "{stdout}");
+    let out = env.codeloop(Some(&config), &["doctor"]);
+    let (stdout, _) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("✗ provider az: $AZ_TEST_KEY is not set — export AZ_TEST_KEY=…"), "{stdout}");
+    // Only the reachability probe (a GET): no model request, no token spent.
+    assert!(fake.requests().iter().all(|r| r.method == "GET"), "{:?}", fake.requests());
+}
